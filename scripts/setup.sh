@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs every Debian package mvibr needs to build and test. Idempotent: packages already
+# present are skipped, so running it twice costs only the dpkg query.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git clang-format
+  libopenmpi-dev openmpi-bin
+  libhdf5-openmpi-dev hdf5-tools
+  libboost-program-options-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libdnnl-dev libopenblas-dev libstb-dev nlohmann-json3-dev
+  python3-torch python3-numpy python3-h5py
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=""
+  [[ $(id -u) -ne 0 ]] && sudo_cmd="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo_cmd apt-get update -qq
+  $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "setup: all packages present"
+fi

@@ -1,0 +1,102 @@
+// CPU backend of projection and gathering (IBRNet's Projector) and its backward. The forward
+// runs OpenMP over rays; the backward scatter-adds into the feature maps with each thread owning
+// whole views, so the sums are deterministic and race-free without atomics.
+#include "mvibr/geom/projection.h"
+
+#include "mvibr/ops/render_ops.h"
+
+namespace mvibr::cpu {
+
+template <typename T>
+static Vec3<T> sample_point(const T* origins, const T* directions, const T* depths, int r,
+                            int n_samples, int s) {
+  const T z = depths[size_t(r) * n_samples + s];
+  return {origins[3 * r] + z * directions[3 * r], origins[3 * r + 1] + z * directions[3 * r + 1],
+          origins[3 * r + 2] + z * directions[3 * r + 2]};
+}
+
+template <typename T>
+void gather_samples(int n_rays, int n_samples, const T* origins, const T* directions,
+                    const T* depths, Vec3<T> target_center, const SourceViews<T>& views,
+                    const GatherOutputs<T>& out) {
+  validate_source_views(views);
+  const int V = views.n_views, C = views.feature_channels, width = 3 + C;
+  const size_t image_texels = size_t(views.image_height) * views.image_width;
+  const size_t feature_texels = size_t(views.feature_height) * views.feature_width;
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < n_rays; ++r) {
+    for (int s = 0; s < n_samples; ++s) {
+      const Vec3<T> p = sample_point(origins, directions, depths, r, n_samples, s);
+      for (int v = 0; v < V; ++v) {
+        const size_t rsv = (size_t(r) * n_samples + s) * V + v;
+        const PinholeCamera<T>& camera = views.cameras[v];
+        const Projection<T> proj = project_point(camera, p, views.image_width, views.image_height);
+        T* row = out.rgb_features + rsv * width;
+        const BilinearTaps<T> image_taps =
+            bilinear_taps(proj.u, proj.v, views.image_width, views.image_height, views.image_width,
+                          views.image_height);
+        const T* image = views.images + v * image_texels * 3;
+        for (int c = 0; c < 3; ++c) row[c] = bilinear_read(image_taps, image, 3, c);
+        const BilinearTaps<T> feature_taps =
+            bilinear_taps(proj.u, proj.v, views.image_width, views.image_height,
+                          views.feature_width, views.feature_height);
+        const T* features = views.features + v * feature_texels * C;
+        for (int c = 0; c < C; ++c) row[3 + c] = bilinear_read(feature_taps, features, C, c);
+        ray_direction_difference(target_center, camera.center(), p, out.ray_diff + rsv * 4);
+        out.mask[rsv] = proj.valid ? T(1) : T(0);
+      }
+    }
+  }
+}
+
+// Adds the gradient of one gathered row's channels [first, first + count) into a map.
+template <typename T>
+static void scatter_taps(const BilinearTaps<T>& taps, const T* grad_row, int count, T* map) {
+  for (int t = 0; t < 4; ++t) {
+    if (taps.index[t] < 0) continue;
+    T* texel = map + size_t(taps.index[t]) * count;
+    for (int c = 0; c < count; ++c) texel[c] += taps.weight[t] * grad_row[c];
+  }
+}
+
+template <typename T>
+void gather_samples_backward(int n_rays, int n_samples, const T* origins, const T* directions,
+                             const T* depths, const SourceViews<T>& views,
+                             const T* grad_rgb_features, T* grad_images, T* grad_features) {
+  validate_source_views(views);
+  const int V = views.n_views, C = views.feature_channels, width = 3 + C;
+  const size_t image_texels = size_t(views.image_height) * views.image_width;
+  const size_t feature_texels = size_t(views.feature_height) * views.feature_width;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int v = 0; v < V; ++v) {
+    const PinholeCamera<T>& camera = views.cameras[v];
+    for (int r = 0; r < n_rays; ++r) {
+      for (int s = 0; s < n_samples; ++s) {
+        const Vec3<T> p = sample_point(origins, directions, depths, r, n_samples, s);
+        const Projection<T> proj = project_point(camera, p, views.image_width, views.image_height);
+        const T* grad_row = grad_rgb_features + ((size_t(r) * n_samples + s) * V + v) * width;
+        if (grad_images) {
+          scatter_taps(bilinear_taps(proj.u, proj.v, views.image_width, views.image_height,
+                                     views.image_width, views.image_height),
+                       grad_row, 3, grad_images + v * image_texels * 3);
+        }
+        if (C > 0) {
+          scatter_taps(bilinear_taps(proj.u, proj.v, views.image_width, views.image_height,
+                                     views.feature_width, views.feature_height),
+                       grad_row + 3, C, grad_features + v * feature_texels * C);
+        }
+      }
+    }
+  }
+}
+
+template void gather_samples(int, int, const float*, const float*, const float*, Vec3<float>,
+                             const SourceViews<float>&, const GatherOutputs<float>&);
+template void gather_samples(int, int, const double*, const double*, const double*, Vec3<double>,
+                             const SourceViews<double>&, const GatherOutputs<double>&);
+template void gather_samples_backward(int, int, const float*, const float*, const float*,
+                                      const SourceViews<float>&, const float*, float*, float*);
+template void gather_samples_backward(int, int, const double*, const double*, const double*,
+                                      const SourceViews<double>&, const double*, double*, double*);
+
+}  // namespace mvibr::cpu

@@ -1,0 +1,22 @@
+// Helpers shared by the CPU unit tests: error measures with the meaning the bounds assume.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace mvibr::test {
+
+// max |a - b| / max |b|: a relative error that zeros in b cannot blow up.
+template <typename A, typename B>
+double normwise_relative_error(const std::vector<A>& a, const std::vector<B>& b) {
+  double difference = 0, scale = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    difference = std::max(difference, std::abs(double(a[i]) - double(b[i])));
+    scale = std::max(scale, std::abs(double(b[i])));
+  }
+  if (a.size() != b.size()) return INFINITY;
+  return difference / std::max(scale, 1e-300);
+}
+
+}  // namespace mvibr::test
