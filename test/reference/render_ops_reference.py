@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""PyTorch reference of the rendering core: the oracle for every forward output and gradient.
+
+Written from IBRNet's definitions (sample_along_camera_ray, sample_pdf, Projector.compute,
+raw2outputs, img2mse) in float64 with autograd for every gradient. Used by
+reference_test.cpp: it writes each case as .npy inputs plus case.json into a folder; this script
+writes the reference outputs next to them as ref_<name>.npy.
+
+    render_ops_reference.py CASES_DIR      (every sub-folder holding a case.json)
+"""
+import json
+import pathlib
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+torch.set_default_dtype(torch.float64)
+
+
+def load(case, name):
+    return torch.from_numpy(np.load(case / f"{name}.npy")).to(torch.float64)
+
+
+def save(case, name, tensor):
+    np.save(case / f"ref_{name}.npy", np.ascontiguousarray(tensor.detach().numpy(), dtype=np.float64))
+
+
+def intrinsics_and_pose(camera):
+    """camera: [16] = fx, fy, cx, cy, c2w (3x4 row-major) -> K 4x4, c2w 4x4 (IBRNet's layout)."""
+    fx, fy, cx, cy = camera[:4]
+    K = torch.eye(4)
+    K[0, 0], K[1, 1], K[0, 2], K[1, 2] = fx, fy, cx, cy
+    pose = torch.eye(4)
+    pose[:3, :] = camera[4:].reshape(3, 4)
+    return K, pose
+
+
+def rays(case, p):
+    K, pose = intrinsics_and_pose(load(case, "camera"))
+    pixels = load(case, "pixels")
+    homogeneous = torch.cat([pixels, torch.ones_like(pixels[:, :1])], dim=1)  # [R,3]
+    directions = (pose[:3, :3] @ torch.inverse(K[:3, :3]) @ homogeneous.t()).t()
+    save(case, "origins", pose[:3, 3].expand_as(directions))
+    save(case, "directions", directions)
+
+
+def evenly_spaced(near, far, n, inv_uniform, n_rays):
+    if n == 1:
+        return torch.full((n_rays, 1), near)
+    if inv_uniform:
+        start = 1.0 / near
+        step = (1.0 / far - start) / (n - 1)
+        return 1.0 / torch.stack([start + i * step * torch.ones(n_rays) for i in range(n)], 1)
+    step = (far - near) / (n - 1)
+    return torch.stack([near + i * step * torch.ones(n_rays) for i in range(n)], 1)
+
+
+def coarse(case, p):
+    u = load(case, "u")
+    z = evenly_spaced(p["near"], p["far"], p["n_samples"], p["inv_uniform"], u.shape[0])
+    if not p["det"]:
+        mids = 0.5 * (z[:, 1:] + z[:, :-1])
+        upper = torch.cat([mids, z[:, -1:]], -1)
+        lower = torch.cat([z[:, :1], mids], -1)
+        z = lower + (upper - lower) * u
+    save(case, "depths", z)
+
+
+def sample_pdf(bins, weights, u):
+    weights = weights + 1e-5
+    pdf = weights / torch.sum(weights, -1, keepdim=True)
+    cdf = torch.cat([torch.zeros_like(pdf[:, :1]), torch.cumsum(pdf, -1)], -1)
+    above = torch.zeros_like(u, dtype=torch.long)
+    for i in range(weights.shape[1]):
+        above += (u >= cdf[:, i:i + 1]).long()
+    below = torch.clamp(above - 1, min=0)
+    index = torch.stack([below, above], 2)
+    n = u.shape[1]
+    cdf_g = torch.gather(cdf.unsqueeze(1).expand(-1, n, -1), 2, index)
+    bins_g = torch.gather(bins.unsqueeze(1).expand(-1, n, -1), 2, index)
+    denom = cdf_g[..., 1] - cdf_g[..., 0]
+    denom = torch.where(denom < 1e-5, torch.ones_like(denom), denom)
+    t = (u - cdf_g[..., 0]) / denom
+    return bins_g[..., 0] + t * (bins_g[..., 1] - bins_g[..., 0])
+
+
+def importance(case, p):
+    z, w = load(case, "depths"), load(case, "weights")
+    n = p["n_importance"]
+    u = torch.linspace(0, 1, n).expand(z.shape[0], n) if p["det"] else load(case, "u")
+    if p["inv_uniform"]:
+        inv = 1.0 / z
+        mids = 0.5 * (inv[:, 1:] + inv[:, :-1])
+        samples = 1.0 / sample_pdf(torch.flip(mids, [1]), torch.flip(w[:, 1:-1], [1]), u)
+    else:
+        samples = sample_pdf(0.5 * (z[:, 1:] + z[:, :-1]), w[:, 1:-1], u)
+    save(case, "merged", torch.sort(torch.cat([z, samples], -1), -1)[0])
+
+
+def gather(case, p):
+    origins, directions, depths = load(case, "origins"), load(case, "directions"), load(case, "depths")
+    cameras, target_center = load(case, "cameras"), load(case, "target_center")
+    images = load(case, "images").requires_grad_()      # [V,H,W,3]
+    features = load(case, "features").requires_grad_()  # [V,Hf,Wf,C]
+    V, H, W = images.shape[:3]
+    R, S = depths.shape
+    xyz = (origins[:, None, :] + depths[..., None] * directions[:, None, :]).reshape(-1, 3)
+    xyz_h = torch.cat([xyz, torch.ones_like(xyz[:, :1])], -1)
+    Ks, poses = zip(*[intrinsics_and_pose(c) for c in cameras])
+    Ks, poses = torch.stack(Ks), torch.stack(poses)
+    projections = (Ks @ torch.inverse(poses) @ xyz_h.t()[None]).permute(0, 2, 1)  # [V,P,4]
+    pixels = projections[..., :2] / torch.clamp(projections[..., 2:3], min=1e-8)
+    pixels = torch.clamp(pixels, min=-1e6, max=1e6)
+    in_front = projections[..., 2] > 0
+    normalized = (2 * pixels / torch.tensor([W - 1.0, H - 1.0]) - 1.0)[:, None]  # [V,1,P,2]
+    rgb = F.grid_sample(images.permute(0, 3, 1, 2), normalized, align_corners=True)
+    feat = F.grid_sample(features.permute(0, 3, 1, 2), normalized, align_corners=True)
+    rgb_features = torch.cat([rgb, feat], 1)[:, :, 0].permute(2, 0, 1)  # [P,V,3+C]
+    inbound = (pixels[..., 0] >= 0) & (pixels[..., 0] <= W - 1) & (pixels[..., 1] >= 0) & (pixels[..., 1] <= H - 1)
+    mask = (inbound & in_front).to(torch.float64).t()  # [P,V]
+
+    to_target = target_center[None] - xyz
+    to_target = to_target / (torch.norm(to_target, dim=-1, keepdim=True) + 1e-6)
+    to_source = poses[:, None, :3, 3] - xyz[None]
+    to_source = to_source / (torch.norm(to_source, dim=-1, keepdim=True) + 1e-6)  # [V,P,3]
+    difference = to_target[None] - to_source
+    direction = difference / torch.clamp(torch.norm(difference, dim=-1, keepdim=True), min=1e-6)
+    ray_diff = torch.cat([direction, torch.sum(to_target[None] * to_source, -1, keepdim=True)], -1)
+
+    save(case, "rgb_features", rgb_features.reshape(R, S, V, -1))
+    save(case, "ray_diff", ray_diff.permute(1, 0, 2).reshape(R, S, V, 4))
+    save(case, "mask", mask.reshape(R, S, V))
+    grad_images, grad_features = torch.autograd.grad(
+        rgb_features.reshape(R, S, V, -1), [images, features], load(case, "grad_rgb_features"))
+    save(case, "grad_images", grad_images)
+    save(case, "grad_features", grad_features)
+
+
+def composite(case, p):
+    sigma = load(case, "sigma").requires_grad_()
+    rgb = load(case, "rgb").requires_grad_()
+    z, directions = load(case, "depths"), load(case, "directions")
+    if p["delta"] == "interval":
+        dists = torch.cat([z[:, 1:] - z[:, :-1], torch.full_like(z[:, :1], 1e10)], -1)
+        alpha = 1.0 - torch.exp(-sigma * dists * torch.norm(directions, dim=-1, keepdim=True))
+    else:
+        alpha = 1.0 - torch.exp(-sigma)
+    T = torch.cumprod(1.0 - alpha + 1e-10, -1)[:, :-1]
+    T = torch.cat([torch.ones_like(alpha[:, :1]), T], -1)  # T_0 = 1, also for a single sample
+    weights = alpha * T
+    rgb_map = torch.sum(weights[..., None] * rgb, 1)
+    if p["white_bkgd"]:
+        rgb_map = rgb_map + (1.0 - torch.sum(weights, -1, keepdim=True))
+    depth_map = torch.sum(weights * z, -1)
+    acc_map = torch.sum(weights, -1)
+    for name, value in [("rgb_map", rgb_map), ("depth_map", depth_map), ("acc_map", acc_map), ("weights", weights)]:
+        save(case, name, value)
+    grad_sigma, grad_rgb = torch.autograd.grad(
+        [rgb_map, depth_map, acc_map, weights], [sigma, rgb],
+        [load(case, "grad_rgb_map"), load(case, "grad_depth_map"), load(case, "grad_acc_map"),
+         load(case, "grad_weights")])
+    save(case, "grad_sigma", grad_sigma)
+    save(case, "grad_rgb", grad_rgb)
+
+
+def ray_mask(case, p):
+    mask = load(case, "sample_mask")  # [R,S,V]
+    samples = mask.sum(dim=2) > p["min_views"] - 1
+    save(case, "ray_mask", (samples.to(torch.float64).sum(dim=1) > p["min_samples"] - 1).to(torch.float64))
+
+
+def masked_mse(case, p):
+    predicted = load(case, "predicted").requires_grad_()
+    target, mask = load(case, "target"), load(case, "ray_mask")
+    loss = torch.sum((predicted - target) ** 2 * mask[:, None]) / (torch.sum(mask) * 3 + 1e-6)
+    save(case, "loss", loss.reshape(1))
+    (grad,) = torch.autograd.grad(loss, [predicted], torch.tensor(p["grad_loss"]))
+    save(case, "grad_predicted", grad)
+
+
+OPS = {f.__name__: f for f in [rays, coarse, importance, gather, composite, ray_mask, masked_mse]}
+
+
+def main():
+    root = pathlib.Path(sys.argv[1])
+    cases = sorted(path.parent for path in root.glob("*/case.json"))
+    if not cases:
+        sys.exit(f"render_ops_reference.py: no case.json under {root}")
+    for case in cases:
+        spec = json.loads((case / "case.json").read_text())
+        OPS[spec["op"]](case, spec)
+    print(f"render_ops_reference.py: {len(cases)} cases")
+
+
+if __name__ == "__main__":
+    main()
