@@ -36,12 +36,12 @@ void gather_samples(int n_rays, int n_samples, const T* origins, const T* direct
             bilinear_taps(proj.u, proj.v, views.image_width, views.image_height, views.image_width,
                           views.image_height);
         const T* image = views.images + v * image_texels * 3;
-        for (int c = 0; c < 3; ++c) row[c] = bilinear_read(image_taps, image, 3, c);
+        bilinear_read_all(image_taps, image, 3, row);
         const BilinearTaps<T> feature_taps =
             bilinear_taps(proj.u, proj.v, views.image_width, views.image_height,
                           views.feature_width, views.feature_height);
         const T* features = views.features + v * feature_texels * C;
-        for (int c = 0; c < C; ++c) row[3 + c] = bilinear_read(feature_taps, features, C, c);
+        bilinear_read_all(feature_taps, features, C, row + 3);
         ray_direction_difference(target_center, camera.center(), p, out.ray_diff + rsv * 4);
         out.mask[rsv] = proj.valid ? T(1) : T(0);
       }

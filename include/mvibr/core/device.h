@@ -20,6 +20,7 @@ void* device_allocate(size_t bytes);
 void device_free(void* pointer);
 void copy_host_to_device(void* device_destination, const void* host_source, size_t bytes);
 void copy_device_to_host(void* host_destination, const void* device_source, size_t bytes);
+void copy_device_to_device(void* device_destination, const void* device_source, size_t bytes);
 void device_memset_zero(void* device_destination, size_t bytes);
 // Waits for all work on the device and throws RuntimeFailure on any asynchronous error.
 void device_synchronize();
