@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh "$@"
 ./build/mvibr --version
-./build/mvibr selfcheck
+./build/mvibr selfcheck --config configs/selfcheck.txt

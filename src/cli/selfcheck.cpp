@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <numeric>
 #include <string>
@@ -80,7 +81,9 @@ int run_selfcheck(const std::vector<std::string>& args) {
   uint64_t seed = 1;
   std::string delta = "unit";
   po::options_description description("mvibr selfcheck options");
+  std::string config;
   description.add_options()("help,h", "print this help")(
+      "config", po::value(&config), "read `key = value` lines from this file (command line wins)")(
       "rays", po::value(&size.n_rays)->default_value(256), "rays in the batch")(
       "N_samples", po::value(&options.n_samples)->default_value(32), "coarse samples per ray")(
       "N_importance", po::value(&options.n_importance)->default_value(16),
@@ -98,6 +101,16 @@ int run_selfcheck(const std::vector<std::string>& args) {
   if (vm.count("help")) {
     std::cout << "usage: mvibr selfcheck [options]\n\n" << description;
     return 0;
+  }
+  if (vm.count("config")) {
+    const std::string path = vm["config"].as<std::string>();
+    std::ifstream file(path);
+    if (!file) throw InvalidArgument(path + ": cannot open config file");
+    try {
+      po::store(po::parse_config_file(file, description), vm);
+    } catch (const po::error& e) {
+      throw InvalidArgument(path + ": " + e.what());
+    }
   }
   po::notify(vm);
   if (delta == "unit") {
