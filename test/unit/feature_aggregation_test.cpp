@@ -87,6 +87,29 @@ TEST(Gather, SamplesBehindACameraAreInvalidAndReadZero) {
   EXPECT_GT(valid_elsewhere, 0);  // the other views do see the samples
 }
 
+TEST(Gather, SamplesBehindEveryCameraGiveAnInvalidRayAndZeroLoss) {
+  RandomSceneSize size;
+  Fixture f(size, 12, 16);
+  for (auto& camera : f.scene.sources) {  // turn every source view away from the scene
+    const Vec3<double> eye = camera.center();
+    camera = look_at_camera(eye, eye + eye, Vec3<double>{0, 0, 1}, camera.fx, camera.width,
+                            camera.height);
+  }
+  const Gathered g = f.gather();
+  for (double m : g.mask) EXPECT_EQ(m, 0.0);
+  for (double value : g.rgb_features) EXPECT_EQ(value, 0.0);
+  std::vector<double> rays(size.n_rays), loss(2), grad(size_t(size.n_rays) * 3, 1.0);
+  cpu::ray_mask(size.n_rays, 12, size.n_views, g.mask.data(), RayMaskRule{}, rays.data());
+  for (double r : rays) EXPECT_EQ(r, 0.0);
+  const auto predicted = testing::random_values(grad.size(), 0, 1, 1);
+  const auto target = testing::random_values(grad.size(), 0, 1, 2);
+  cpu::masked_mse(size.n_rays, predicted.data(), target.data(), rays.data(), loss.data());
+  cpu::masked_mse_backward(size.n_rays, predicted.data(), target.data(), rays.data(), loss.data(),
+                           1.0, grad.data());
+  EXPECT_EQ(loss[0], 0.0);
+  for (double value : grad) EXPECT_EQ(value, 0.0);
+}
+
 TEST(Gather, SamplesOutsideEveryImageAreInvalidForAllViews) {
   RandomSceneSize size;
   Fixture f(size, 4, 12);
