@@ -55,13 +55,20 @@ TEST_P(PipelineGradient, MatchesFiniteDifferencesAndFloatMatchesDouble) {
   EXPECT_LT(test::normwise_relative_error(single.grad_features, exact.grad_features), 1e-4);
 }
 
+std::string mode_name(const ::testing::TestParamInfo<PipelineGradient::ParamType>& info) {
+  const auto [inv_uniform, det, white, delta] = info.param;
+  return std::string(inv_uniform ? "InverseDepth" : "Depth") + (det ? "Even" : "Jittered") +
+         (white ? "White" : "Black") + (delta == DeltaMode::kUnit ? "UnitDelta" : "IntervalDelta");
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, PipelineGradient,
                          ::testing::Values(std::make_tuple(false, false, false, DeltaMode::kUnit),
                                            std::make_tuple(true, false, false, DeltaMode::kUnit),
                                            std::make_tuple(false, true, true, DeltaMode::kUnit),
                                            std::make_tuple(true, true, false, DeltaMode::kInterval),
                                            std::make_tuple(false, false, true,
-                                                           DeltaMode::kInterval)));
+                                                           DeltaMode::kInterval)),
+                         mode_name);
 
 }  // namespace
 }  // namespace mvibr
