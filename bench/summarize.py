@@ -13,13 +13,13 @@ def main():
     results = json.load(open(sys.argv[1]))["benchmarks"]
     copy = {}
     for r in results:
-        backend, op = r["name"].split("_", 2)[1:3]
+        backend, op = r["name"].split("/")[0].split("_", 2)[1:3]
         if op.startswith("Copy") and "error_occurred" not in r:
             copy[backend] = r["bytes_per_second"]
     print("| backend | op | time per call | GB/s (floor bytes) | % of copy bandwidth | GFLOP/s |")
     print("|---|---|---|---|---|---|")
     for r in results:
-        backend, op = r["name"].split("_", 2)[1:3]
+        backend, op = r["name"].split("/")[0].split("_", 2)[1:3]
         if "error_occurred" in r:
             print(f"| {backend} | {op} | skipped: {r.get('error_message', '')} | | | |")
             continue

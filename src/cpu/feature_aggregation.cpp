@@ -8,14 +8,6 @@
 namespace mvibr::cpu {
 
 template <typename T>
-static Vec3<T> sample_point(const T* origins, const T* directions, const T* depths, int r,
-                            int n_samples, int s) {
-  const T z = depths[size_t(r) * n_samples + s];
-  return {origins[3 * r] + z * directions[3 * r], origins[3 * r + 1] + z * directions[3 * r + 1],
-          origins[3 * r + 2] + z * directions[3 * r + 2]};
-}
-
-template <typename T>
 void gather_samples(int n_rays, int n_samples, const T* origins, const T* directions,
                     const T* depths, Vec3<T> target_center, const SourceViews<T>& views,
                     const GatherOutputs<T>& out) {
@@ -26,7 +18,8 @@ void gather_samples(int n_rays, int n_samples, const T* origins, const T* direct
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < n_rays; ++r) {
     for (int s = 0; s < n_samples; ++s) {
-      const Vec3<T> p = sample_point(origins, directions, depths, r, n_samples, s);
+      const Vec3<T> p =
+          point_on_ray(origins, directions, size_t(r), depths[size_t(r) * n_samples + s]);
       for (int v = 0; v < V; ++v) {
         const size_t rsv = (size_t(r) * n_samples + s) * V + v;
         const PinholeCamera<T>& camera = views.cameras[v];
@@ -72,7 +65,8 @@ void gather_samples_backward(int n_rays, int n_samples, const T* origins, const 
     const PinholeCamera<T>& camera = views.cameras[v];
     for (int r = 0; r < n_rays; ++r) {
       for (int s = 0; s < n_samples; ++s) {
-        const Vec3<T> p = sample_point(origins, directions, depths, r, n_samples, s);
+        const Vec3<T> p =
+            point_on_ray(origins, directions, size_t(r), depths[size_t(r) * n_samples + s]);
         const Projection<T> proj = project_point(camera, p, views.image_width, views.image_height);
         const T* grad_row = grad_rgb_features + ((size_t(r) * n_samples + s) * V + v) * width;
         if (grad_images) {

@@ -5,6 +5,7 @@
 // errors max|ours - ref| / max|ref|.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -422,7 +423,11 @@ class Reference : public ::testing::Test {
           difference = std::max(difference, std::abs(value.data[i] - reference.data[i]));
           scale = std::max(scale, std::abs(reference.data[i]));
         }
-        const double error = scale > 0 ? difference / scale : difference;
+        bool any_nan = false;
+        for (size_t i = 0; i < value.data.size(); ++i) {
+          any_nan = any_nan || std::isnan(value.data[i]) || std::isnan(reference.data[i]);
+        }
+        const double error = any_nan ? INFINITY : (scale > 0 ? difference / scale : difference);
         const bool gradient = output.rfind("grad_", 0) == 0;
         const double bound = single ? (gradient ? 1e-4 : 1e-5) : 1e-10;
         EXPECT_LE(error, bound) << name << " " << output << (single ? " (float)" : " (double)");

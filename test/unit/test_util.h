@@ -7,11 +7,13 @@
 
 namespace mvibr::test {
 
-// max |a - b| / max |b|: a relative error that zeros in b cannot blow up.
+// max |a - b| / max |b|: a relative error that zeros in b cannot blow up. Infinite when the
+// sizes differ or any value is NaN (std::max would silently drop a NaN).
 template <typename A, typename B>
 double normwise_relative_error(const std::vector<A>& a, const std::vector<B>& b) {
   double difference = 0, scale = 0;
   for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (std::isnan(double(a[i])) || std::isnan(double(b[i]))) return INFINITY;
     difference = std::max(difference, std::abs(double(a[i]) - double(b[i])));
     scale = std::max(scale, std::abs(double(b[i])));
   }

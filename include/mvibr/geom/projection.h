@@ -22,6 +22,13 @@ MVIBR_HD T clamp_value(T x, T lo, T hi) {
   return x < lo ? lo : (x > hi ? hi : x);
 }
 
+// The sample at depth z on ray r of the batch (origins and directions [R,3]).
+template <typename T>
+MVIBR_HD Vec3<T> point_on_ray(const T* origins, const T* directions, size_t r, T z) {
+  return {origins[3 * r] + z * directions[3 * r], origins[3 * r + 1] + z * directions[3 * r + 1],
+          origins[3 * r + 2] + z * directions[3 * r + 2]};
+}
+
 template <typename T>
 MVIBR_HD Projection<T> project_point(const PinholeCamera<T>& camera, Vec3<T> world_point,
                                      int image_width, int image_height) {
@@ -69,7 +76,9 @@ template <typename T>
 MVIBR_HD T bilinear_read(const BilinearTaps<T>& taps, const T* map, int channels, int c) {
   T value = T(0);
   for (int t = 0; t < 4; ++t) {
-    if (taps.index[t] >= 0) value += taps.weight[t] * map[taps.index[t] * channels + c];
+    if (taps.index[t] >= 0) {
+      value += taps.weight[t] * map[static_cast<long long>(taps.index[t]) * channels + c];
+    }
   }
   return value;
 }

@@ -117,7 +117,8 @@ MVIBR_RENDER_OPS(T, template <typename T>, MVIBR_NO_STREAM)
 }  // namespace cpu
 
 namespace cuda {
-// Same contracts on device pointers (cameras and views.cameras too); asynchronous on `stream`.
+// Same contracts with every array in device memory, views.cameras included (generate_rays'
+// camera is a host value passed to the kernel); asynchronous on `stream`.
 // Options are validated on the host before launch.
 MVIBR_RENDER_OPS(float, , MVIBR_WITH_STREAM)
 }  // namespace cuda

@@ -1,0 +1,93 @@
+// CUDA launchers of compositing, its backward and IBRNet's ray mask. Each is a sequential scan
+// along one ray (transmittance forward, the suffix sum B backward), so a thread owns a ray and
+// runs the same per-ray function as the CPU backend; rays are the parallelism.
+#include "../src/cuda/check.h"
+#include "mvibr/ops/render_ops.h"
+#include "mvibr/render/volume_rendering.h"
+
+namespace mvibr::cuda {
+
+using cuda_detail::blocks_for;
+using cuda_detail::grid_thread_count;
+using cuda_detail::grid_thread_index;
+
+// Training composites a few hundred rays per call: small blocks spread them over many SMs.
+constexpr int kThreadsPerBlock = 64;
+
+// |d| of ray r, or 1 without directions: the CPU backend's direction_norm.
+__device__ float direction_norm(const float* directions, size_t r) {
+  if (!directions) return 1.0f;
+  return norm(Vec3<float>{directions[3 * r], directions[3 * r + 1], directions[3 * r + 2]});
+}
+
+__global__ void composite_rays_kernel(int n_rays, int n_samples, const float* sigma,
+                                      const float* rgb, const float* depths,
+                                      const float* directions, CompositeOptions options,
+                                      float* rgb_map, float* depth_map, float* acc_map,
+                                      float* weights) {
+  for (size_t r = grid_thread_index(); r < size_t(n_rays); r += grid_thread_count()) {
+    const size_t base = r * n_samples;
+    composite_ray(sigma + base, rgb + 3 * base, depths + base, n_samples,
+                  direction_norm(directions, r), options, weights + base, rgb_map + 3 * r,
+                  depth_map + r, acc_map + r);
+  }
+}
+
+void composite_rays(int n_rays, int n_samples, const float* sigma, const float* rgb,
+                    const float* depths, const float* directions, CompositeOptions options,
+                    float* rgb_map, float* depth_map, float* acc_map, float* weights,
+                    StreamHandle stream) {
+  if (n_rays <= 0) return;
+  composite_rays_kernel<<<blocks_for(size_t(n_rays), kThreadsPerBlock), kThreadsPerBlock, 0,
+                          stream>>>(n_rays, n_samples, sigma, rgb, depths, directions, options,
+                                    rgb_map, depth_map, acc_map, weights);
+  MVIBR_CUDA_CHECK_LAUNCH();
+}
+
+__global__ void composite_rays_backward_kernel(int n_rays, int n_samples, const float* sigma,
+                                               const float* rgb, const float* depths,
+                                               const float* directions, CompositeOptions options,
+                                               const float* grad_rgb_map,
+                                               const float* grad_depth_map,
+                                               const float* grad_acc_map, const float* grad_weights,
+                                               float* grad_sigma, float* grad_rgb) {
+  for (size_t r = grid_thread_index(); r < size_t(n_rays); r += grid_thread_count()) {
+    const size_t base = r * n_samples;
+    composite_ray_backward(
+        sigma + base, rgb + 3 * base, depths + base, n_samples, direction_norm(directions, r),
+        options, grad_rgb_map + 3 * r, grad_depth_map ? grad_depth_map[r] : 0.0f,
+        grad_acc_map ? grad_acc_map[r] : 0.0f, grad_weights ? grad_weights + base : nullptr,
+        grad_sigma + base, grad_rgb + 3 * base);
+  }
+}
+
+void composite_rays_backward(int n_rays, int n_samples, const float* sigma, const float* rgb,
+                             const float* depths, const float* directions, CompositeOptions options,
+                             const float* grad_rgb_map, const float* grad_depth_map,
+                             const float* grad_acc_map, const float* grad_weights,
+                             float* grad_sigma, float* grad_rgb, StreamHandle stream) {
+  if (n_rays <= 0) return;
+  composite_rays_backward_kernel<<<blocks_for(size_t(n_rays), kThreadsPerBlock), kThreadsPerBlock,
+                                   0, stream>>>(n_rays, n_samples, sigma, rgb, depths, directions,
+                                                options, grad_rgb_map, grad_depth_map, grad_acc_map,
+                                                grad_weights, grad_sigma, grad_rgb);
+  MVIBR_CUDA_CHECK_LAUNCH();
+}
+
+__global__ void ray_mask_kernel(int n_rays, int n_samples, int n_views, const float* sample_mask,
+                                RayMaskRule rule, float* ray_mask) {
+  for (size_t r = grid_thread_index(); r < size_t(n_rays); r += grid_thread_count()) {
+    ray_mask[r] = ray_validity(sample_mask + r * n_samples * n_views, n_samples, n_views,
+                               rule.min_views, rule.min_samples);
+  }
+}
+
+void ray_mask(int n_rays, int n_samples, int n_views, const float* sample_mask, RayMaskRule rule,
+              float* ray_mask, StreamHandle stream) {
+  if (n_rays <= 0) return;
+  ray_mask_kernel<<<blocks_for(size_t(n_rays), kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(
+      n_rays, n_samples, n_views, sample_mask, rule, ray_mask);
+  MVIBR_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace mvibr::cuda

@@ -1,0 +1,43 @@
+// Error checks and launch geometry shared by every .cu file. A CUDA failure becomes a
+// RuntimeFailure naming the call, CUDA's error string and the source line, so a failing run
+// says where it failed without a debugger. Kernels use grid-stride loops over size_t indices:
+// one launch shape covers any element count, and a count of threads past 2^31 cannot overflow.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+
+#include "mvibr/core/error.h"
+
+namespace mvibr::cuda_detail {
+
+inline void check(cudaError_t status, const char* call, const char* file, int line) {
+  if (status == cudaSuccess) return;
+  throw RuntimeFailure(std::string("CUDA error in ") + call + ": " + cudaGetErrorString(status) +
+                       " (" + file + ":" + std::to_string(line) + ")");
+}
+
+// Blocks for a grid-stride loop over `threads` threads; the cap only bounds the grid, the loop
+// covers the rest. Callers skip the launch when there is no work (a zero grid is an error).
+inline unsigned blocks_for(size_t threads, int threads_per_block) {
+  constexpr size_t kMaxBlocks = size_t(1) << 20;
+  return unsigned(std::min((threads + threads_per_block - 1) / threads_per_block, kMaxBlocks));
+}
+
+__device__ inline size_t grid_thread_index() {
+  return size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ inline size_t grid_thread_count() {
+  return size_t(gridDim.x) * blockDim.x;
+}
+
+}  // namespace mvibr::cuda_detail
+
+#define MVIBR_CUDA_CHECK(expr) ::mvibr::cuda_detail::check((expr), #expr, __FILE__, __LINE__)
+
+// After every launch: a bad configuration is reported here, a fault in the kernel at the next
+// synchronizing call.
+#define MVIBR_CUDA_CHECK_LAUNCH() MVIBR_CUDA_CHECK(cudaGetLastError())
