@@ -65,17 +65,7 @@ struct Problem {
   static ImportanceSampling importance_sampling() { return {kCoarse, kImportance, false, false}; }
   SourceViews<float> source_views(const PinholeCamera<float>* c, const float* i,
                                   const float* f) const {
-    SourceViews<float> v;
-    v.n_views = kViews;
-    v.cameras = c;
-    v.image_height = scene.size.image_height;
-    v.image_width = scene.size.image_width;
-    v.images = i;
-    v.feature_height = scene.size.feature_height;
-    v.feature_width = scene.size.feature_width;
-    v.feature_channels = kChannels;
-    v.features = f;
-    return v;
+    return testing::scene_views(scene, c, i, f);
   }
   size_t map_bytes() const { return (images.size() + features.size()) * sizeof(float); }
 };

@@ -21,14 +21,7 @@ constexpr int kRayThreadsPerBlock = 64;
 __global__ void generate_rays_kernel(PinholeCamera<float> camera, const float* pixels, int n_rays,
                                      float* origins, float* directions) {
   for (size_t r = grid_thread_index(); r < size_t(n_rays); r += grid_thread_count()) {
-    Vec3<float> o, d;
-    pixel_to_ray(camera, pixels[2 * r], pixels[2 * r + 1], &o, &d);
-    origins[3 * r] = o.x;
-    origins[3 * r + 1] = o.y;
-    origins[3 * r + 2] = o.z;
-    directions[3 * r] = d.x;
-    directions[3 * r + 1] = d.y;
-    directions[3 * r + 2] = d.z;
+    store_pixel_ray(camera, pixels, r, origins, directions);
   }
 }
 

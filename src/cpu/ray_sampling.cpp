@@ -12,16 +12,7 @@ template <typename T>
 void generate_rays(const PinholeCamera<T>& camera, const T* pixels, int n_rays, T* origins,
                    T* directions) {
 #pragma omp parallel for schedule(static)
-  for (int r = 0; r < n_rays; ++r) {
-    Vec3<T> o, d;
-    pixel_to_ray(camera, pixels[2 * r], pixels[2 * r + 1], &o, &d);
-    origins[3 * r] = o.x;
-    origins[3 * r + 1] = o.y;
-    origins[3 * r + 2] = o.z;
-    directions[3 * r] = d.x;
-    directions[3 * r + 1] = d.y;
-    directions[3 * r + 2] = d.z;
-  }
+  for (int r = 0; r < n_rays; ++r) store_pixel_ray(camera, pixels, size_t(r), origins, directions);
 }
 
 template <typename T>

@@ -117,16 +117,7 @@ ToyPipelineResult<T> run_toy_pipeline(const RandomScene& scene, const std::vecto
   const int R = size.n_rays;
   const std::vector<PinholeCamera<T>> cameras = cast_cameras<T>(scene.sources);
   const std::vector<T> images = cast_values<T>(scene.images);
-  SourceViews<T> views;
-  views.n_views = size.n_views;
-  views.cameras = cameras.data();
-  views.image_height = size.image_height;
-  views.image_width = size.image_width;
-  views.images = images.data();
-  views.feature_height = size.feature_height;
-  views.feature_width = size.feature_width;
-  views.feature_channels = size.feature_channels;
-  views.features = features.data();
+  const SourceViews<T> views = scene_views(scene, cameras.data(), images.data(), features.data());
 
   const PinholeCamera<T> target = camera_cast<T>(scene.target);
   const std::vector<T> pixels = cast_values<T>(scene.pixels);

@@ -176,16 +176,8 @@ TEST_F(CudaOps, GatherAndItsBackwardMatchCpu) {
     cpu::generate_rays(target, pixels.data(), n_rays, origins.data(), directions.data());
     const std::vector<float> depths = coarse_depths(n_rays, n_samples, false, 22);
 
-    SourceViews<float> views;
-    views.n_views = n_views;
-    views.cameras = cameras.data();
-    views.image_height = c.size.image_height;
-    views.image_width = c.size.image_width;
-    views.images = images.data();
-    views.feature_height = c.size.feature_height;
-    views.feature_width = c.size.feature_width;
-    views.feature_channels = c.size.feature_channels;
-    views.features = features.data();
+    const SourceViews<float> views =
+        testing::scene_views(scene, cameras.data(), images.data(), features.data());
     const size_t n_triples = size_t(n_rays) * n_samples * n_views;
     std::vector<float> rgb_features(n_triples * width), ray_diff(n_triples * 4), mask(n_triples);
     cpu::gather_samples(n_rays, n_samples, origins.data(), directions.data(), depths.data(),

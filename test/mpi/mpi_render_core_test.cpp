@@ -73,16 +73,8 @@ TEST(MpiRenderCore, AllReducedFeatureGradientEqualsTheWholeBatch) {
   cpu::sample_coarse_depths(R, {scene.near_depth, scene.far_depth, S, false, false}, {3, 4}, 0,
                             depths.data());
   const auto upstream = testing::random_values(size_t(R) * S * V * width, -1, 1, 32);
-  SourceViews<double> views;
-  views.n_views = V;
-  views.cameras = scene.sources.data();
-  views.image_height = size.image_height;
-  views.image_width = size.image_width;
-  views.images = scene.images.data();
-  views.feature_height = size.feature_height;
-  views.feature_width = size.feature_width;
-  views.feature_channels = size.feature_channels;
-  views.features = scene.features.data();
+  const SourceViews<double> views =
+      testing::scene_views(scene, scene.sources.data(), scene.images.data(), scene.features.data());
 
   std::vector<double> mine(scene.features.size(), 0.0), whole(scene.features.size(), 0.0);
   cpu::gather_samples_backward(per_rank, S, origins.data() + 3 * first,

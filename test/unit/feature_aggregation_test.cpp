@@ -35,15 +35,8 @@ struct Fixture {
     depths.resize(size_t(R) * samples);
     cpu::sample_coarse_depths(R, {scene.near_depth, scene.far_depth, samples, false, false},
                               {seed, 0}, 0, depths.data());
-    views.n_views = size.n_views;
-    views.cameras = scene.sources.data();
-    views.image_height = size.image_height;
-    views.image_width = size.image_width;
-    views.images = scene.images.data();
-    views.feature_height = size.feature_height;
-    views.feature_width = size.feature_width;
-    views.feature_channels = size.feature_channels;
-    views.features = scene.features.data();
+    views = testing::scene_views(scene, scene.sources.data(), scene.images.data(),
+                                 scene.features.data());
   }
 
   Gathered gather() const {

@@ -80,6 +80,20 @@ MVIBR_HD void pixel_to_ray(const PinholeCamera<T>& camera, T u, T v, Vec3<T>* or
   *direction = rotate(camera.c2w, d_camera);
 }
 
+// Ray r of a batch: pixel (pixels[2r], pixels[2r+1]) to origins[3r..] and directions[3r..].
+template <typename T>
+MVIBR_HD void store_pixel_ray(const PinholeCamera<T>& camera, const T* pixels, size_t r, T* origins,
+                              T* directions) {
+  Vec3<T> o, d;
+  pixel_to_ray(camera, pixels[2 * r], pixels[2 * r + 1], &o, &d);
+  origins[3 * r] = o.x;
+  origins[3 * r + 1] = o.y;
+  origins[3 * r + 2] = o.z;
+  directions[3 * r] = d.x;
+  directions[3 * r + 1] = d.y;
+  directions[3 * r + 2] = d.z;
+}
+
 }  // namespace mvibr
 
 namespace mvibr {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "mvibr/geom/camera.h"
+#include "mvibr/ops/render_ops.h"
 
 namespace mvibr::testing {
 
@@ -34,6 +35,23 @@ RandomScene make_random_scene(const RandomSceneSize& size, uint64_t seed);
 
 // Uniform values in [lo, hi) from a seeded generator: reproducible test inputs.
 std::vector<double> random_values(size_t count, double lo, double hi, uint64_t seed);
+
+// The scene's source views over arrays the caller owns (host or device memory).
+template <typename T>
+SourceViews<T> scene_views(const RandomScene& scene, const PinholeCamera<T>* cameras,
+                           const T* images, const T* features) {
+  SourceViews<T> views;
+  views.n_views = scene.size.n_views;
+  views.cameras = cameras;
+  views.image_height = scene.size.image_height;
+  views.image_width = scene.size.image_width;
+  views.images = images;
+  views.feature_height = scene.size.feature_height;
+  views.feature_width = scene.size.feature_width;
+  views.feature_channels = scene.size.feature_channels;
+  views.features = features;
+  return views;
+}
 
 template <typename To>
 std::vector<To> cast_values(const std::vector<double>& values) {
