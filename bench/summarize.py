@@ -4,6 +4,8 @@ time per call, achieved bandwidth of the compulsory bytes, that bandwidth as a s
 same run's measured copy bandwidth (Copy benchmark of the same backend), and GFLOP/s.
 
     summarize.py RESULTS.json
+
+With --benchmark_repetitions the medians are shown.
 """
 import json
 import sys
@@ -11,6 +13,8 @@ import sys
 
 def main():
     results = json.load(open(sys.argv[1]))["benchmarks"]
+    if any("aggregate_name" in r for r in results):  # --benchmark_repetitions: medians only
+        results = [dict(r, name=r["run_name"]) for r in results if r.get("aggregate_name") == "median"]
     copy = {}
     for r in results:
         backend, op = r["name"].split("/")[0].split("_", 2)[1:3]
