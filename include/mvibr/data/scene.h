@@ -1,0 +1,50 @@
+// A scene as every importer and the synthetic generator deliver it, before `mvibr prep` writes
+// it to HDF5: views (image + camera + depth bounds + time + split) and, computed at prep, each
+// view's source-view neighbours. Cameras follow the OpenCV convention of geom/camera.h
+// whatever the input's convention was; importers convert.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mvibr/geom/camera.h"
+
+namespace mvibr::data {
+
+enum class Split : int8_t { kTrain = 0, kValidation = 1, kTest = 2 };
+
+const char* split_name(Split split);
+
+// One image of a scene. Pixels are RGB uint8, row-major [height][width][3]; camera.width and
+// camera.height are the image size. Every view of a scene has the same size.
+struct View {
+  std::string name;  // where it came from: an image file, or "synthetic/t003/v012"
+  PinholeCamera<double> camera;
+  double near_depth = 0, far_depth = 0;  // camera-z range of what this view sees
+  double time = 0;                       // the frame's time stamp (0 in static scenes)
+  int time_index = 0;                    // index of `time` among the scene's distinct times
+  Split split = Split::kTrain;
+  std::vector<uint8_t> rgb;
+};
+
+struct Scene {
+  std::string name;           // "lego", "fern", "synthetic", ...
+  std::string source_format;  // synthetic | blender | llff | colmap | dnerf
+  bool dynamic = false;
+  std::vector<View> views;
+  // neighbours[i]: the views that serve as sources when view i is the target, best first
+  // (filled by select_neighbours at prep; never contains i itself).
+  std::vector<std::vector<int>> neighbours;
+};
+
+// Throws InvalidArgument naming the scene, the view and what is wrong: no views, sizes that
+// differ or do not match the pixel count, non-finite or non-rigid poses, non-positive focal
+// lengths, near >= far or near <= 0, neighbour indices out of range.
+void validate_scene(const Scene& scene);
+
+// Checks one camera-to-world pose (3x4, row-major): finite, rotation orthonormal within
+// 1e-4 and right-handed. Returns an empty string when fine, else what is wrong.
+std::string check_rigid_pose(const double c2w[12]);
+
+}  // namespace mvibr::data

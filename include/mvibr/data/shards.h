@@ -1,0 +1,89 @@
+// The prepared data set on disk: scene.h5 (cameras, splits, neighbours, metadata of every view)
+// and shard-KKKKK-of-NNNNN.h5 files. A shard is self-contained: its target frames plus every
+// source frame they need, with their cameras, so a rank opens only its own shards. Frames are
+// uint8 [H,W,3], one per HDF5 chunk with a Fletcher32 checksum; cameras are float64. Every file
+// carries a format version and the prep command line; readers check shapes, ranges and the
+// version before they allocate. The layout is documented in datasets/README.md.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mvibr/data/scene.h"
+
+namespace mvibr::data {
+
+constexpr int kDataFormatVersion = 1;
+// Limits a reader enforces before it allocates from a header.
+constexpr long long kMaxImageSide = 32768;
+constexpr long long kMaxViews = 10'000'000;
+constexpr long long kMaxNeighbours = 1024;
+
+std::string shard_file_name(int index, int count);  // "shard-00003-of-00016.h5"
+
+struct PrepOptions {
+  int n_shards = 1;
+  int gzip_level = 0;        // 0: uncompressed (fastest to read); 1..9: gzip
+  std::string command_line;  // stored as an attribute of every file
+};
+
+struct PrepReport {
+  int n_views = 0;
+  int n_shards = 0;
+  long long frames_written = 0;   // over all shards
+  double duplication_factor = 0;  // frames_written / views
+  std::vector<std::string> files;
+};
+
+// Writes scene.h5 and the shards into out_dir (created if needed). Each file is written under a
+// temporary name, flushed, fsynced and renamed; scene.h5 comes last, so a folder with scene.h5
+// is complete, and an interrupted prep leaves nothing that looks finished. Shards of an earlier
+// prep with another shard count are removed. The scene must have neighbours.
+PrepReport write_prepared_scene(const Scene& scene, const std::string& out_dir,
+                                const PrepOptions& options);
+
+// What scene.h5 holds: the scene without pixels (View::rgb empty), and the shard of each view.
+struct SceneIndex {
+  Scene scene;
+  int n_shards = 0;
+  int format_version = 0;
+  std::string prep_command, mvibr_version;
+  std::vector<int> shard_of_view;
+};
+
+// Reads and validates scene.h5 (a path to the file or to the folder holding it).
+SceneIndex read_scene_index(const std::string& path);
+
+// One shard, opened and validated without reading pixels.
+class ShardReader {
+ public:
+  explicit ShardReader(const std::string& path);
+  ~ShardReader();
+  ShardReader(ShardReader&&) noexcept;
+  ShardReader& operator=(ShardReader&&) noexcept;
+
+  const std::string& path() const;
+  int shard_index() const;
+  int n_shards() const;
+  int width() const;
+  int height() const;
+  int n_frames() const;
+  int n_targets() const;
+  const std::string& prep_command() const;
+  // Frame metadata (View::rgb empty) and the global view index of a frame.
+  const View& frame(int frame) const;
+  int frame_view(int frame) const;
+  // Target t: its frame, and its source frames best first (local frame indices).
+  int target_frame(int t) const;
+  const std::vector<int>& target_sources(int t) const;
+  // Reads frame pixels (height * width * 3 bytes), verifying the chunk checksum.
+  void read_frame(int frame, uint8_t* rgb) const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace mvibr::data

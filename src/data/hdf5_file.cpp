@@ -1,0 +1,302 @@
+// HDF5 RAII and helpers (see hdf5_file.h).
+#include "hdf5_file.h"
+
+#include <unistd.h>
+
+#include <sstream>
+
+#include "mvibr/core/error.h"
+
+namespace mvibr::data::h5 {
+
+void silence_errors() {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
+
+Handle& Handle::operator=(Handle&& other) noexcept {
+  std::swap(id_, other.id_);
+  std::swap(close_, other.close_);
+  return *this;
+}
+
+Handle::~Handle() {
+  if (id_ >= 0 && close_) close_(id_);
+}
+
+void File::fail(const std::string& what) const {
+  throw InvalidArgument(path_ + ": " + what);
+}
+
+File File::create(const std::string& path) {
+  silence_errors();
+  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (id < 0) throw InvalidArgument(path + ": cannot create HDF5 file");
+  return File(path, Handle(id, H5Fclose));
+}
+
+File File::open_read_only(const std::string& path) {
+  silence_errors();
+  if (::access(path.c_str(), R_OK) != 0) throw InvalidArgument(path + ": cannot read the file");
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    throw InvalidArgument(path + ": not an HDF5 file (truncated or corrupt?)");
+  }
+  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (id < 0) throw InvalidArgument(path + ": cannot open as HDF5");
+  return File(path, Handle(id, H5Fclose));
+}
+
+void File::create_group(const std::string& name) {
+  Handle group(H5Gcreate2(id(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+  if (!group.valid()) fail("cannot create group " + name);
+}
+
+bool File::has(const std::string& name) const {
+  return H5Lexists(id(), name.c_str(), H5P_DEFAULT) > 0;
+}
+
+void File::set_attribute(const std::string& name, const std::string& value) {
+  Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.get(), value.empty() ? 1 : value.size());
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  Handle attribute(
+      H5Acreate2(id(), name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  const std::string stored = value.empty() ? std::string(1, '\0') : value;
+  if (!attribute.valid() || H5Awrite(attribute.get(), type.get(), stored.data()) < 0) {
+    fail("cannot write attribute " + name);
+  }
+}
+
+void File::set_attribute(const std::string& name, long long value) {
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  Handle attribute(
+      H5Acreate2(id(), name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+      H5Aclose);
+  if (!attribute.valid() || H5Awrite(attribute.get(), H5T_NATIVE_LLONG, &value) < 0) {
+    fail("cannot write attribute " + name);
+  }
+}
+
+std::string File::string_attribute(const std::string& name) const {
+  if (H5Aexists(id(), name.c_str()) <= 0) fail("missing attribute '" + name + "'");
+  Handle attribute(H5Aopen(id(), name.c_str(), H5P_DEFAULT), H5Aclose);
+  Handle type(H5Aget_type(attribute.get()), H5Tclose);
+  if (H5Tget_class(type.get()) != H5T_STRING || H5Tis_variable_str(type.get()) > 0) {
+    fail("attribute '" + name + "' is not a fixed-length string");
+  }
+  const size_t size = H5Tget_size(type.get());
+  if (size == 0 || size > (1u << 20)) fail("attribute '" + name + "' has an absurd size");
+  std::string value(size, '\0');
+  if (H5Aread(attribute.get(), type.get(), value.data()) < 0) {
+    fail("cannot read attribute '" + name + "'");
+  }
+  value.resize(value.find('\0') == std::string::npos ? size : value.find('\0'));
+  return value;
+}
+
+long long File::integer_attribute(const std::string& name) const {
+  if (H5Aexists(id(), name.c_str()) <= 0) fail("missing attribute '" + name + "'");
+  Handle attribute(H5Aopen(id(), name.c_str(), H5P_DEFAULT), H5Aclose);
+  Handle type(H5Aget_type(attribute.get()), H5Tclose);
+  Handle space(H5Aget_space(attribute.get()), H5Sclose);
+  if (H5Tget_class(type.get()) != H5T_INTEGER || H5Sget_simple_extent_npoints(space.get()) != 1) {
+    fail("attribute '" + name + "' is not one integer");
+  }
+  long long value = 0;
+  if (H5Aread(attribute.get(), H5T_NATIVE_LLONG, &value) < 0) {
+    fail("cannot read attribute '" + name + "'");
+  }
+  return value;
+}
+
+namespace {
+
+void write_dataset(const File& file, const std::string& name, const std::vector<hsize_t>& shape,
+                   hid_t file_type, hid_t memory_type, const void* data) {
+  Handle space(H5Screate_simple(int(shape.size()), shape.data(), nullptr), H5Sclose);
+  Handle dataset(H5Dcreate2(file.id(), name.c_str(), file_type, space.get(), H5P_DEFAULT,
+                            H5P_DEFAULT, H5P_DEFAULT),
+                 H5Dclose);
+  if (!dataset.valid() ||
+      H5Dwrite(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
+    file.fail("cannot write dataset " + name);
+  }
+}
+
+std::string describe_shape(const std::vector<hsize_t>& shape) {
+  std::ostringstream out;
+  out << "(";
+  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  out << ")";
+  return out.str();
+}
+
+}  // namespace
+
+void File::write(const std::string& name, const std::vector<hsize_t>& shape, const double* data) {
+  write_dataset(*this, name, shape, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, data);
+}
+void File::write(const std::string& name, const std::vector<hsize_t>& shape, const int* data) {
+  write_dataset(*this, name, shape, H5T_STD_I32LE, H5T_NATIVE_INT, data);
+}
+void File::write(const std::string& name, const std::vector<hsize_t>& shape,
+                 const signed char* data) {
+  write_dataset(*this, name, shape, H5T_STD_I8LE, H5T_NATIVE_SCHAR, data);
+}
+
+void File::write_strings(const std::string& name, const std::vector<std::string>& values) {
+  Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  std::vector<const char*> pointers;
+  for (const std::string& v : values) pointers.push_back(v.c_str());
+  write_dataset(*this, name, {hsize_t(values.size())}, type.get(), type.get(), pointers.data());
+}
+
+std::vector<hsize_t> File::shape(const std::string& name,
+                                 const std::vector<long long>& expected) const {
+  if (!has(name)) fail("missing dataset '" + name + "'");
+  Handle dataset(H5Dopen2(id(), name.c_str(), H5P_DEFAULT), H5Dclose);
+  Handle space(H5Dget_space(dataset.get()), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank != int(expected.size())) {
+    fail("dataset '" + name + "' has rank " + std::to_string(rank) + ", expected " +
+         std::to_string(expected.size()));
+  }
+  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  for (int i = 0; i < rank; ++i) {
+    if (expected[i] >= 0 && dims[i] != hsize_t(expected[i])) {
+      std::vector<hsize_t> want;
+      for (long long e : expected) want.push_back(e < 0 ? 0 : hsize_t(e));
+      fail("dataset '" + name + "' has shape " + describe_shape(dims) + ", expected " +
+           describe_shape(want) + " (0 = any)");
+    }
+  }
+  return dims;
+}
+
+template <typename T>
+std::vector<T> File::read_numbers(const std::string& name, const std::vector<long long>& expected,
+                                  hid_t memory_type) const {
+  for (long long e : expected) {
+    if (e < 0) fail("internal: reading '" + name + "' needs a fully known shape");
+  }
+  shape(name, expected);
+  size_t count = 1;
+  for (long long e : expected) count *= size_t(e);
+  Handle dataset(H5Dopen2(id(), name.c_str(), H5P_DEFAULT), H5Dclose);
+  Handle type(H5Dget_type(dataset.get()), H5Tclose);
+  const H5T_class_t type_class = H5Tget_class(type.get());
+  const bool floating = memory_type == H5T_NATIVE_DOUBLE;
+  if ((floating && type_class != H5T_FLOAT) || (!floating && type_class != H5T_INTEGER)) {
+    fail("dataset '" + name + "' has the wrong element type");
+  }
+  std::vector<T> values(count);
+  if (count &&
+      H5Dread(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0) {
+    fail("cannot read dataset '" + name + "' (corrupt or truncated)");
+  }
+  return values;
+}
+
+std::vector<double> File::read_doubles(const std::string& name,
+                                       const std::vector<long long>& expected) const {
+  return read_numbers<double>(name, expected, H5T_NATIVE_DOUBLE);
+}
+std::vector<int> File::read_ints(const std::string& name,
+                                 const std::vector<long long>& expected) const {
+  return read_numbers<int>(name, expected, H5T_NATIVE_INT);
+}
+std::vector<signed char> File::read_bytes(const std::string& name,
+                                          const std::vector<long long>& expected) const {
+  return read_numbers<signed char>(name, expected, H5T_NATIVE_SCHAR);
+}
+
+std::vector<std::string> File::read_strings(const std::string& name,
+                                            long long expected_count) const {
+  shape(name, {expected_count});
+  Handle dataset(H5Dopen2(id(), name.c_str(), H5P_DEFAULT), H5Dclose);
+  Handle type(H5Dget_type(dataset.get()), H5Tclose);
+  if (H5Tget_class(type.get()) != H5T_STRING || H5Tis_variable_str(type.get()) <= 0) {
+    fail("dataset '" + name + "' is not variable-length strings");
+  }
+  Handle memory(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(memory.get(), H5T_VARIABLE);
+  H5Tset_cset(memory.get(), H5T_CSET_UTF8);
+  std::vector<char*> pointers(size_t(expected_count), nullptr);
+  if (expected_count &&
+      H5Dread(dataset.get(), memory.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, pointers.data()) < 0) {
+    fail("cannot read dataset '" + name + "'");
+  }
+  std::vector<std::string> values;
+  for (char* p : pointers) values.emplace_back(p ? p : "");
+  Handle space(H5Dget_space(dataset.get()), H5Sclose);
+  H5Dvlen_reclaim(memory.get(), space.get(), H5P_DEFAULT, pointers.data());
+  return values;
+}
+
+void File::flush() const {
+  if (H5Fflush(id(), H5F_SCOPE_GLOBAL) < 0) fail("cannot flush");
+}
+
+FrameDataset FrameDataset::create(const File& file, const std::string& name, hsize_t count,
+                                  hsize_t height, hsize_t width, int gzip_level) {
+  const hsize_t dims[4] = {count, height, width, 3};
+  const hsize_t chunk[4] = {1, height, width, 3};
+  Handle space(H5Screate_simple(4, dims, nullptr), H5Sclose);
+  Handle properties(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  if (count > 0) {
+    H5Pset_chunk(properties.get(), 4, chunk);
+    H5Pset_fletcher32(properties.get());
+    if (gzip_level > 0) H5Pset_deflate(properties.get(), unsigned(gzip_level));
+  }
+  Handle dataset(H5Dcreate2(file.id(), name.c_str(), H5T_STD_U8LE, space.get(), H5P_DEFAULT,
+                            properties.get(), H5P_DEFAULT),
+                 H5Dclose);
+  if (!dataset.valid()) file.fail("cannot create dataset " + name);
+  return FrameDataset(file, name, std::move(dataset), count, height, width);
+}
+
+FrameDataset FrameDataset::open(const File& file, const std::string& name, hsize_t count,
+                                hsize_t height, hsize_t width) {
+  file.shape(name, {(long long)count, (long long)height, (long long)width, 3});
+  Handle dataset(H5Dopen2(file.id(), name.c_str(), H5P_DEFAULT), H5Dclose);
+  Handle type(H5Dget_type(dataset.get()), H5Tclose);
+  if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 1) {
+    file.fail("dataset '" + name + "' is not uint8");
+  }
+  return FrameDataset(file, name, std::move(dataset), count, height, width);
+}
+
+Handle FrameDataset::select(hsize_t index) const {
+  if (index >= count_) file_->fail("frame " + std::to_string(index) + " is out of range");
+  Handle space(H5Dget_space(dataset_.get()), H5Sclose);
+  const hsize_t start[4] = {index, 0, 0, 0};
+  const hsize_t size[4] = {1, height_, width_, 3};
+  H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, nullptr, size, nullptr);
+  return space;
+}
+
+void FrameDataset::write(hsize_t index, const unsigned char* rgb) const {
+  const Handle file_space = select(index);
+  const hsize_t size[4] = {1, height_, width_, 3};
+  Handle memory(H5Screate_simple(4, size, nullptr), H5Sclose);
+  if (H5Dwrite(dataset_.get(), H5T_NATIVE_UCHAR, memory.get(), file_space.get(), H5P_DEFAULT, rgb) <
+      0) {
+    file_->fail("cannot write frame " + std::to_string(index) + " of " + name_);
+  }
+}
+
+void FrameDataset::read(hsize_t index, unsigned char* rgb) const {
+  const Handle file_space = select(index);
+  const hsize_t size[4] = {1, height_, width_, 3};
+  Handle memory(H5Screate_simple(4, size, nullptr), H5Sclose);
+  if (H5Dread(dataset_.get(), H5T_NATIVE_UCHAR, memory.get(), file_space.get(), H5P_DEFAULT, rgb) <
+      0) {
+    file_->fail("frame " + std::to_string(index) + " of " + name_ +
+                " failed to read: checksum mismatch or corrupt chunk");
+  }
+}
+
+}  // namespace mvibr::data::h5

@@ -1,0 +1,109 @@
+// Thin RAII over the HDF5 C API for the scene and shard files: handles that close themselves,
+// typed attribute and dataset helpers, and errors that name the file and the object instead of
+// HDF5's error-stack dump. HDF5 is not thread-safe: one thread per process makes these calls.
+#pragma once
+
+#include <hdf5.h>
+
+#include <string>
+#include <vector>
+
+namespace mvibr::data::h5 {
+
+// Turns HDF5's automatic error printing off (we report our own one-line errors).
+void silence_errors();
+
+class Handle {
+ public:
+  Handle() = default;
+  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  Handle(Handle&& other) noexcept : id_(other.id_), close_(other.close_) { other.id_ = -1; }
+  Handle& operator=(Handle&& other) noexcept;
+  ~Handle();
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+
+ private:
+  hid_t id_ = -1;
+  herr_t (*close_)(hid_t) = nullptr;
+};
+
+// A file opened or created by path; every error message starts with the path.
+class File {
+ public:
+  static File create(const std::string& path);
+  static File open_read_only(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  hid_t id() const { return file_.get(); }
+  [[noreturn]] void fail(const std::string& what) const;
+
+  void create_group(const std::string& name);
+  bool has(const std::string& name) const;
+
+  void set_attribute(const std::string& name, const std::string& value);
+  void set_attribute(const std::string& name, long long value);
+  std::string string_attribute(const std::string& name) const;
+  long long integer_attribute(const std::string& name) const;
+
+  // Whole datasets of doubles, 32-bit ints or 8-bit ints, with their shape.
+  void write(const std::string& name, const std::vector<hsize_t>& shape, const double* data);
+  void write(const std::string& name, const std::vector<hsize_t>& shape, const int* data);
+  void write(const std::string& name, const std::vector<hsize_t>& shape, const signed char* data);
+  void write_strings(const std::string& name, const std::vector<std::string>& values);
+  // The shape of a dataset, checked against `expected` (-1 matches any extent) before anything
+  // is read or allocated.
+  std::vector<hsize_t> shape(const std::string& name, const std::vector<long long>& expected) const;
+  std::vector<double> read_doubles(const std::string& name,
+                                   const std::vector<long long>& expected) const;
+  std::vector<int> read_ints(const std::string& name, const std::vector<long long>& expected) const;
+  std::vector<signed char> read_bytes(const std::string& name,
+                                      const std::vector<long long>& expected) const;
+  std::vector<std::string> read_strings(const std::string& name, long long expected_count) const;
+
+  void flush() const;
+
+ private:
+  friend class FrameDataset;
+  File(std::string path, Handle file) : path_(std::move(path)), file_(std::move(file)) {}
+  template <typename T>
+  std::vector<T> read_numbers(const std::string& name, const std::vector<long long>& expected,
+                              hid_t memory_type) const;
+
+  std::string path_;
+  Handle file_;
+};
+
+// The frames of a shard: [count, height, width, 3] uint8, one frame per chunk, each chunk
+// Fletcher32-checksummed (a flipped bit fails the read) and optionally gzip-compressed.
+class FrameDataset {
+ public:
+  static FrameDataset create(const File& file, const std::string& name, hsize_t count,
+                             hsize_t height, hsize_t width, int gzip_level);
+  // Opens and checks the shape against the expected one before anything is read.
+  static FrameDataset open(const File& file, const std::string& name, hsize_t count, hsize_t height,
+                           hsize_t width);
+
+  void write(hsize_t index, const unsigned char* rgb) const;
+  void read(hsize_t index, unsigned char* rgb) const;
+
+ private:
+  FrameDataset(const File& file, std::string name, Handle dataset, hsize_t count, hsize_t height,
+               hsize_t width)
+      : file_(&file),
+        name_(std::move(name)),
+        dataset_(std::move(dataset)),
+        count_(count),
+        height_(height),
+        width_(width) {}
+  Handle select(hsize_t index) const;
+
+  const File* file_;
+  std::string name_;
+  Handle dataset_;
+  hsize_t count_, height_, width_;
+};
+
+}  // namespace mvibr::data::h5

@@ -1,0 +1,97 @@
+// Validation of scenes: the one place that decides what a usable scene is, so that every
+// importer and the HDF5 reader reject the same things with the same words.
+#include "mvibr/data/scene.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "mvibr/core/error.h"
+
+namespace mvibr::data {
+
+const char* split_name(Split split) {
+  switch (split) {
+    case Split::kTrain:
+      return "train";
+    case Split::kValidation:
+      return "val";
+    case Split::kTest:
+      return "test";
+  }
+  return "unknown";
+}
+
+std::string check_rigid_pose(const double c2w[12]) {
+  for (int i = 0; i < 12; ++i) {
+    if (!std::isfinite(c2w[i])) return "pose has a non-finite entry";
+  }
+  double worst = 0;
+  for (int a = 0; a < 3; ++a) {
+    for (int b = 0; b < 3; ++b) {
+      double d = 0;
+      for (int k = 0; k < 3; ++k) d += c2w[k * 4 + a] * c2w[k * 4 + b];
+      worst = std::max(worst, std::abs(d - (a == b ? 1.0 : 0.0)));
+    }
+  }
+  if (worst > 1e-4) {
+    std::ostringstream why;
+    why << "pose rotation is not orthonormal (|R^T R - I| = " << worst << ")";
+    return why.str();
+  }
+  const double* m = c2w;
+  const double det = m[0] * (m[5] * m[10] - m[6] * m[9]) - m[1] * (m[4] * m[10] - m[6] * m[8]) +
+                     m[2] * (m[4] * m[9] - m[5] * m[8]);
+  if (det < 0) return "pose rotation is a reflection (det = -1)";
+  return "";
+}
+
+void validate_scene(const Scene& scene) {
+  const auto fail = [&](const std::string& where, const std::string& what) {
+    throw InvalidArgument("scene '" + scene.name + "'" + where + ": " + what);
+  };
+  if (scene.views.empty()) fail("", "has no views");
+  const int width = scene.views[0].camera.width, height = scene.views[0].camera.height;
+  for (size_t i = 0; i < scene.views.size(); ++i) {
+    const View& v = scene.views[i];
+    const std::string where = ", view " + std::to_string(i) + " (" + v.name + ")";
+    const PinholeCamera<double>& c = v.camera;
+    if (c.width != width || c.height != height) {
+      fail(where, "image is " + std::to_string(c.width) + "x" + std::to_string(c.height) +
+                      ", other views are " + std::to_string(width) + "x" + std::to_string(height));
+    }
+    if (c.width < 2 || c.height < 2) fail(where, "image is smaller than 2x2");
+    if (v.rgb.size() != size_t(c.width) * c.height * 3) {
+      fail(where, "has " + std::to_string(v.rgb.size()) + " bytes of pixels, expected " +
+                      std::to_string(size_t(c.width) * c.height * 3));
+    }
+    if (!(c.fx > 0) || !(c.fy > 0) || !std::isfinite(c.fx) || !std::isfinite(c.fy) ||
+        !std::isfinite(c.cx) || !std::isfinite(c.cy)) {
+      fail(where, "intrinsics must be finite with positive focal lengths");
+    }
+    const std::string pose = check_rigid_pose(c.c2w);
+    if (!pose.empty()) fail(where, pose);
+    if (!std::isfinite(v.near_depth) || !std::isfinite(v.far_depth) || !(v.near_depth > 0) ||
+        !(v.near_depth < v.far_depth)) {
+      std::ostringstream what;
+      what << "needs 0 < near < far, got near=" << v.near_depth << " far=" << v.far_depth;
+      fail(where, what.str());
+    }
+    if (!std::isfinite(v.time)) fail(where, "time is not finite");
+  }
+  if (!scene.neighbours.empty()) {
+    if (scene.neighbours.size() != scene.views.size()) {
+      fail("", "has neighbour lists for " + std::to_string(scene.neighbours.size()) + " of " +
+                   std::to_string(scene.views.size()) + " views");
+    }
+    for (size_t i = 0; i < scene.neighbours.size(); ++i) {
+      for (int n : scene.neighbours[i]) {
+        if (n < 0 || size_t(n) >= scene.views.size() || size_t(n) == i) {
+          fail(", view " + std::to_string(i),
+               "neighbour index " + std::to_string(n) + " is out of range or the view itself");
+        }
+      }
+    }
+  }
+}
+
+}  // namespace mvibr::data

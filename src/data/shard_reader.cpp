@@ -1,0 +1,136 @@
+// Readers of scene.h5 and of the shards. Every count and shape comes from a header that may be
+// corrupt, so each is bounded and cross-checked before anything is allocated from it.
+#include <filesystem>
+
+#include "hdf5_file.h"
+#include "mvibr/core/error.h"
+#include "mvibr/data/shards.h"
+#include "view_table.h"
+
+namespace mvibr::data {
+
+namespace fs = std::filesystem;
+
+SceneIndex read_scene_index(const std::string& path) {
+  const std::string file_path =
+      fs::is_directory(path) ? (fs::path(path) / "scene.h5").string() : path;
+  const h5::File file = h5::File::open_read_only(file_path);
+  SceneIndex index;
+  index.format_version = check_format(file, "mvibr-scene");
+  index.prep_command = file.string_attribute("prep_command");
+  index.mvibr_version = file.string_attribute("mvibr_version");
+  Scene& scene = index.scene;
+  scene.name = file.string_attribute("name");
+  scene.source_format = file.string_attribute("source_format");
+  scene.dynamic = bounded_attribute(file, "dynamic", 0, 1) == 1;
+  const int width = int(bounded_attribute(file, "width", 2, kMaxImageSide));
+  const int height = int(bounded_attribute(file, "height", 2, kMaxImageSide));
+  const long long n = bounded_attribute(file, "n_views", 1, kMaxViews);
+  index.n_shards = int(bounded_attribute(file, "n_shards", 1, n));
+  scene.views = read_view_table(file, n, width, height);
+  index.shard_of_view = file.read_ints("views/shard", {n});
+  for (long long i = 0; i < n; ++i) {
+    const int s = index.shard_of_view[size_t(i)];
+    if (s < 0 || s >= index.n_shards) {
+      file.fail("view " + std::to_string(i) + " is assigned to shard " + std::to_string(s) +
+                " of " + std::to_string(index.n_shards));
+    }
+  }
+  const std::vector<hsize_t> shape = file.shape("neighbours", {n, -1});
+  if (shape[1] < 1 || (long long)shape[1] > kMaxNeighbours) {
+    file.fail("neighbours table is " + std::to_string(shape[1]) + " wide");
+  }
+  const auto table = file.read_ints("neighbours", {n, (long long)shape[1]});
+  scene.neighbours = unpad_neighbours(file, "neighbours", table, n, (long long)shape[1], n);
+  return index;
+}
+
+struct ShardReader::State {
+  explicit State(h5::File opened) : file(std::move(opened)) {}
+  h5::File file;
+  std::unique_ptr<h5::FrameDataset> frames;
+  int shard_index = 0, n_shards = 0, width = 0, height = 0;
+  std::string prep_command;
+  std::vector<View> views;
+  std::vector<int> frame_view, target_frames;
+  std::vector<std::vector<int>> target_sources;
+};
+
+ShardReader::ShardReader(const std::string& path)
+    : state_(std::make_unique<State>(h5::File::open_read_only(path))) {
+  State& s = *state_;
+  const h5::File& file = s.file;
+  check_format(file, "mvibr-shard");
+  s.prep_command = file.string_attribute("prep_command");
+  s.width = int(bounded_attribute(file, "width", 2, kMaxImageSide));
+  s.height = int(bounded_attribute(file, "height", 2, kMaxImageSide));
+  s.n_shards = int(bounded_attribute(file, "n_shards", 1, kMaxViews));
+  s.shard_index = int(bounded_attribute(file, "shard_index", 0, s.n_shards - 1));
+  const long long n_frames = bounded_attribute(file, "n_frames", 1, kMaxViews);
+  const long long n_targets = bounded_attribute(file, "n_targets", 1, n_frames);
+  s.views = read_view_table(file, n_frames, s.width, s.height);
+  s.frame_view = file.read_ints("frame_view", {n_frames});
+  for (int v : s.frame_view) {
+    if (v < 0 || v >= kMaxViews) file.fail("frame_view holds view index " + std::to_string(v));
+  }
+  s.target_frames = file.read_ints("targets", {n_targets});
+  for (int f : s.target_frames) {
+    if (f < 0 || f >= n_frames) file.fail("targets holds frame " + std::to_string(f));
+  }
+  const std::vector<hsize_t> shape = file.shape("target_sources", {n_targets, -1});
+  if (shape[1] < 1 || (long long)shape[1] > kMaxNeighbours) {
+    file.fail("target_sources table is " + std::to_string(shape[1]) + " wide");
+  }
+  const auto table = file.read_ints("target_sources", {n_targets, (long long)shape[1]});
+  s.target_sources =
+      unpad_neighbours(file, "target_sources", table, n_targets, (long long)shape[1], n_frames);
+  s.frames = std::make_unique<h5::FrameDataset>(h5::FrameDataset::open(
+      file, "frames", hsize_t(n_frames), hsize_t(s.height), hsize_t(s.width)));
+}
+
+ShardReader::~ShardReader() = default;
+ShardReader::ShardReader(ShardReader&&) noexcept = default;
+ShardReader& ShardReader::operator=(ShardReader&&) noexcept = default;
+
+const std::string& ShardReader::path() const {
+  return state_->file.path();
+}
+int ShardReader::shard_index() const {
+  return state_->shard_index;
+}
+int ShardReader::n_shards() const {
+  return state_->n_shards;
+}
+int ShardReader::width() const {
+  return state_->width;
+}
+int ShardReader::height() const {
+  return state_->height;
+}
+int ShardReader::n_frames() const {
+  return int(state_->views.size());
+}
+int ShardReader::n_targets() const {
+  return int(state_->target_frames.size());
+}
+const std::string& ShardReader::prep_command() const {
+  return state_->prep_command;
+}
+const View& ShardReader::frame(int f) const {
+  return state_->views.at(size_t(f));
+}
+int ShardReader::frame_view(int f) const {
+  return state_->frame_view.at(size_t(f));
+}
+int ShardReader::target_frame(int t) const {
+  return state_->target_frames.at(size_t(t));
+}
+const std::vector<int>& ShardReader::target_sources(int t) const {
+  return state_->target_sources.at(size_t(t));
+}
+void ShardReader::read_frame(int f, uint8_t* rgb) const {
+  if (f < 0 || f >= n_frames()) state_->file.fail("frame " + std::to_string(f) + " out of range");
+  state_->frames->read(hsize_t(f), rgb);
+}
+
+}  // namespace mvibr::data

@@ -1,0 +1,193 @@
+// `mvibr prep`'s output: scene.h5 and self-contained shards, each written under a temporary
+// name and renamed only when complete and on disk (see shards.h).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "hdf5_file.h"
+#include "mvibr/core/error.h"
+#include "mvibr/data/shards.h"
+#include "view_table.h"
+
+namespace mvibr::data {
+
+namespace fs = std::filesystem;
+
+std::string shard_file_name(int index, int count) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "shard-%05d-of-%05d.h5", index, count);
+  return name;
+}
+
+namespace {
+
+// Forces a finished file to disk before it is renamed into place.
+void fsync_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    if (fd >= 0) ::close(fd);
+    throw RuntimeFailure(path + ": cannot fsync");
+  }
+  ::close(fd);
+}
+
+// Renames every temporary file into place at the end, or removes them all on failure.
+class StagedFiles {
+ public:
+  std::string stage(const fs::path& final_path) {
+    const std::string temporary = final_path.string() + ".tmp-" + std::to_string(::getpid());
+    staged_.emplace_back(temporary, final_path.string());
+    return temporary;
+  }
+  void commit() {
+    for (const auto& [temporary, final_path] : staged_) {
+      fsync_file(temporary);
+      fs::rename(temporary, final_path);
+    }
+    staged_.clear();
+  }
+  ~StagedFiles() {
+    std::error_code ignored;
+    for (const auto& entry : staged_) fs::remove(entry.first, ignored);
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> staged_;
+};
+
+// Targets of every split go round-robin over the shards, each split on its own counter, so
+// every shard holds a spread of training views and of held-out views.
+std::vector<int> assign_targets(const Scene& scene, int n_shards) {
+  std::vector<int> shard_of_view(scene.views.size());
+  std::map<Split, int> next;
+  for (size_t i = 0; i < scene.views.size(); ++i) {
+    shard_of_view[i] = next[scene.views[i].split]++ % n_shards;
+  }
+  return shard_of_view;
+}
+
+void write_shard(const Scene& scene, int shard, const std::vector<int>& shard_of_view,
+                 const PrepOptions& options, const std::string& path, long long* frames) {
+  // Frames: the shard's targets first, then every source they need, each once.
+  std::vector<int> targets, frame_views;
+  std::map<int, int> frame_of_view;
+  for (size_t i = 0; i < scene.views.size(); ++i) {
+    if (shard_of_view[i] == shard) targets.push_back(int(i));
+  }
+  const auto add = [&](int view) {
+    if (frame_of_view.emplace(view, int(frame_views.size())).second) frame_views.push_back(view);
+  };
+  for (int t : targets) add(t);
+  for (int t : targets) {
+    for (int s : scene.neighbours[size_t(t)]) add(s);
+  }
+  std::vector<std::vector<int>> local_sources;
+  std::vector<int> target_frames;
+  for (int t : targets) {
+    target_frames.push_back(frame_of_view.at(t));
+    local_sources.emplace_back();
+    for (int s : scene.neighbours[size_t(t)]) local_sources.back().push_back(frame_of_view.at(s));
+  }
+
+  h5::File file = h5::File::create(path);
+  write_common_attributes(file, "mvibr-shard", scene, options.command_line);
+  file.set_attribute("shard_index", (long long)shard);
+  file.set_attribute("n_shards", (long long)options.n_shards);
+  file.set_attribute("n_frames", (long long)frame_views.size());
+  file.set_attribute("n_targets", (long long)targets.size());
+  std::vector<const View*> views;
+  for (int v : frame_views) views.push_back(&scene.views[size_t(v)]);
+  write_view_table(file, views);
+  file.write("frame_view", {hsize_t(frame_views.size())}, frame_views.data());
+  file.write("targets", {hsize_t(targets.size())}, target_frames.data());
+  int width = 0;
+  const std::vector<int> table = pad_neighbours(local_sources, &width);
+  file.write("target_sources", {hsize_t(targets.size()), hsize_t(width)}, table.data());
+  const PinholeCamera<double>& size = scene.views[0].camera;
+  const h5::FrameDataset dataset =
+      h5::FrameDataset::create(file, "frames", frame_views.size(), hsize_t(size.height),
+                               hsize_t(size.width), options.gzip_level);
+  for (size_t f = 0; f < frame_views.size(); ++f) {
+    dataset.write(f, scene.views[size_t(frame_views[f])].rgb.data());
+  }
+  file.flush();
+  *frames += (long long)frame_views.size();
+}
+
+void write_scene_file(const Scene& scene, const std::vector<int>& shard_of_view,
+                      const PrepOptions& options, const std::string& path) {
+  h5::File file = h5::File::create(path);
+  write_common_attributes(file, "mvibr-scene", scene, options.command_line);
+  file.set_attribute("n_views", (long long)scene.views.size());
+  file.set_attribute("n_shards", (long long)options.n_shards);
+  std::vector<const View*> views;
+  for (const View& v : scene.views) views.push_back(&v);
+  write_view_table(file, views);
+  file.write("views/shard", {hsize_t(scene.views.size())}, shard_of_view.data());
+  int width = 0;
+  const std::vector<int> table = pad_neighbours(scene.neighbours, &width);
+  file.write("neighbours", {hsize_t(scene.views.size()), hsize_t(width)}, table.data());
+  file.flush();
+}
+
+}  // namespace
+
+PrepReport write_prepared_scene(const Scene& scene, const std::string& out_dir,
+                                const PrepOptions& options) {
+  validate_scene(scene);
+  if (scene.neighbours.size() != scene.views.size()) {
+    throw InvalidArgument("scene '" + scene.name + "' has no neighbour lists");
+  }
+  if (options.n_shards < 1 || size_t(options.n_shards) > scene.views.size()) {
+    throw InvalidArgument("--shards must be in [1, " + std::to_string(scene.views.size()) +
+                          "] (the number of views), got " + std::to_string(options.n_shards));
+  }
+  if (options.gzip_level < 0 || options.gzip_level > 9) {
+    throw InvalidArgument("--compress must be in [0, 9], got " +
+                          std::to_string(options.gzip_level));
+  }
+  std::error_code error;
+  fs::create_directories(out_dir, error);
+  if (error) throw InvalidArgument(out_dir + ": cannot create output folder: " + error.message());
+
+  // Without scene.h5 the folder reads as incomplete until the new one is in place.
+  fs::remove(fs::path(out_dir) / "scene.h5", error);
+  const std::vector<int> shard_of_view = assign_targets(scene, options.n_shards);
+  PrepReport report;
+  report.n_views = int(scene.views.size());
+  report.n_shards = options.n_shards;
+  {
+    StagedFiles staged;
+    for (int s = 0; s < options.n_shards; ++s) {
+      const fs::path path = fs::path(out_dir) / shard_file_name(s, options.n_shards);
+      write_shard(scene, s, shard_of_view, options, staged.stage(path), &report.frames_written);
+      report.files.push_back(path.string());
+    }
+    staged.commit();
+  }
+  // Shards of an earlier prep with another count would look like part of this data set.
+  std::set<std::string> current;
+  for (const std::string& f : report.files) current.insert(fs::path(f).filename().string());
+  for (const auto& entry : fs::directory_iterator(out_dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("shard-", 0) == 0 && name.size() > 3 &&
+        name.compare(name.size() - 3, 3, ".h5") == 0 && !current.count(name)) {
+      fs::remove(entry.path());
+    }
+  }
+  {
+    StagedFiles staged;
+    const fs::path path = fs::path(out_dir) / "scene.h5";
+    write_scene_file(scene, shard_of_view, options, staged.stage(path));
+    staged.commit();
+    report.files.push_back(path.string());
+  }
+  report.duplication_factor = double(report.frames_written) / double(report.n_views);
+  return report;
+}
+
+}  // namespace mvibr::data
