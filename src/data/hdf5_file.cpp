@@ -13,6 +13,11 @@ void silence_errors() {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
 }
 
+std::recursive_mutex& library_lock() {
+  static std::recursive_mutex lock;
+  return lock;
+}
+
 Handle& Handle::operator=(Handle&& other) noexcept {
   std::swap(id_, other.id_);
   std::swap(close_, other.close_);

@@ -5,6 +5,7 @@
 
 #include <hdf5.h>
 
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,12 @@ namespace mvibr::data::h5 {
 
 // Turns HDF5's automatic error printing off (we report our own one-line errors).
 void silence_errors();
+
+// Debian's parallel HDF5 is not thread-safe, and a training process calls it from its reader's
+// I/O thread and from the thread that writes checkpoints: every entry point of the data layer
+// that touches HDF5 holds this process-wide lock.
+std::recursive_mutex& library_lock();
+using LibraryGuard = std::lock_guard<std::recursive_mutex>;
 
 class Handle {
  public:

@@ -12,6 +12,7 @@ namespace mvibr::data {
 namespace fs = std::filesystem;
 
 SceneIndex read_scene_index(const std::string& path) {
+  const h5::LibraryGuard guard(h5::library_lock());
   const std::string file_path =
       fs::is_directory(path) ? (fs::path(path) / "scene.h5").string() : path;
   const h5::File file = h5::File::open_read_only(file_path);
@@ -56,8 +57,9 @@ struct ShardReader::State {
   std::vector<std::vector<int>> target_sources;
 };
 
-ShardReader::ShardReader(const std::string& path)
-    : state_(std::make_unique<State>(h5::File::open_read_only(path))) {
+ShardReader::ShardReader(const std::string& path) : state_(nullptr) {
+  const h5::LibraryGuard guard(h5::library_lock());
+  state_ = std::make_unique<State>(h5::File::open_read_only(path));
   State& s = *state_;
   const h5::File& file = s.file;
   check_format(file, "mvibr-shard");
@@ -88,9 +90,16 @@ ShardReader::ShardReader(const std::string& path)
       file, "frames", hsize_t(n_frames), hsize_t(s.height), hsize_t(s.width)));
 }
 
-ShardReader::~ShardReader() = default;
+ShardReader::~ShardReader() {
+  const h5::LibraryGuard guard(h5::library_lock());
+  state_.reset();
+}
 ShardReader::ShardReader(ShardReader&&) noexcept = default;
-ShardReader& ShardReader::operator=(ShardReader&&) noexcept = default;
+ShardReader& ShardReader::operator=(ShardReader&& other) noexcept {
+  const h5::LibraryGuard guard(h5::library_lock());
+  state_ = std::move(other.state_);
+  return *this;
+}
 
 const std::string& ShardReader::path() const {
   return state_->file.path();
@@ -130,6 +139,7 @@ const std::vector<int>& ShardReader::target_sources(int t) const {
 }
 void ShardReader::read_frame(int f, uint8_t* rgb) const {
   if (f < 0 || f >= n_frames()) state_->file.fail("frame " + std::to_string(f) + " out of range");
+  const h5::LibraryGuard guard(h5::library_lock());
   state_->frames->read(hsize_t(f), rgb);
 }
 

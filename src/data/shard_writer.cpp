@@ -138,6 +138,7 @@ void write_scene_file(const Scene& scene, const std::vector<int>& shard_of_view,
 
 PrepReport write_prepared_scene(const Scene& scene, const std::string& out_dir,
                                 const PrepOptions& options) {
+  const h5::LibraryGuard guard(h5::library_lock());
   validate_scene(scene);
   if (scene.neighbours.size() != scene.views.size()) {
     throw InvalidArgument("scene '" + scene.name + "' has no neighbour lists");
