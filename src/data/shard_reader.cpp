@@ -11,6 +11,16 @@ namespace mvibr::data {
 
 namespace fs = std::filesystem;
 
+std::string data_file_kind(const std::string& path) {
+  const h5::LibraryGuard guard(h5::library_lock());
+  const h5::File file = h5::File::open_read_only(path);
+  const std::string kind = file.string_attribute("format");
+  if (kind != "mvibr-scene" && kind != "mvibr-shard") {
+    file.fail("is a '" + kind + "' file, not an mvibr scene or shard");
+  }
+  return kind;
+}
+
 SceneIndex read_scene_index(const std::string& path) {
   const h5::LibraryGuard guard(h5::library_lock());
   const std::string file_path =

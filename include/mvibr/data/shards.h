@@ -53,6 +53,10 @@ struct SceneIndex {
   std::vector<int> shard_of_view;
 };
 
+// "mvibr-scene" or "mvibr-shard" (the file's format attribute); throws InvalidArgument naming
+// the file when it is neither or unreadable.
+std::string data_file_kind(const std::string& path);
+
 // Reads and validates scene.h5 (a path to the file or to the folder holding it).
 SceneIndex read_scene_index(const std::string& path);
 
