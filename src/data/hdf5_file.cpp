@@ -34,7 +34,11 @@ void File::fail(const std::string& what) const {
 
 File File::create(const std::string& path) {
   silence_errors();
-  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  // The 1.8+ file format checksums its metadata (superblock v2+, object headers v2), so a
+  // corrupt header fails with an error instead of being parsed.
+  Handle access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_libver_bounds(access.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST);
+  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get());
   if (id < 0) throw InvalidArgument(path + ": cannot create HDF5 file");
   return File(path, Handle(id, H5Fclose));
 }
