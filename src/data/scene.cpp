@@ -2,6 +2,7 @@
 // importer and the HDF5 reader reject the same things with the same words.
 #include "mvibr/data/scene.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -76,7 +77,16 @@ void validate_scene(const Scene& scene) {
       what << "needs 0 < near < far, got near=" << v.near_depth << " far=" << v.far_depth;
       fail(where, what.str());
     }
-    if (!std::isfinite(v.time)) fail(where, "time is not finite");
+    if (!std::isfinite(v.time) || v.time_index < 0) fail(where, "bad time stamp or time index");
+    if (v.split != Split::kTrain && v.split != Split::kValidation && v.split != Split::kTest) {
+      fail(where, "unknown split");
+    }
+    // An importer that forgot set_world_to_camera would project with a stale w2c.
+    const Vec3<double> probe{0.3, -0.2, 1.7};
+    const Vec3<double> back = transform_point(c.c2w, transform_point(c.w2c, probe));
+    if (norm(back - probe) > 1e-6 * (1 + norm(probe) + norm(c.center()))) {
+      fail(where, "world-to-camera pose is not the inverse of camera-to-world");
+    }
   }
   if (!scene.neighbours.empty()) {
     if (scene.neighbours.size() != scene.views.size()) {
@@ -84,6 +94,11 @@ void validate_scene(const Scene& scene) {
                    std::to_string(scene.views.size()) + " views");
     }
     for (size_t i = 0; i < scene.neighbours.size(); ++i) {
+      std::vector<int> sorted = scene.neighbours[i];
+      std::sort(sorted.begin(), sorted.end());
+      if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+        fail(", view " + std::to_string(i), "neighbour list repeats a view");
+      }
       for (int n : scene.neighbours[i]) {
         if (n < 0 || size_t(n) >= scene.views.size() || size_t(n) == i) {
           fail(", view " + std::to_string(i),

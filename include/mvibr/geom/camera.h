@@ -69,9 +69,9 @@ MVIBR_HD Vec3<T> transform_point(const T* m, Vec3<T> p) {
   return {r.x + m[3], r.y + m[7], r.z + m[11]};
 }
 
-// The ray through pixel coordinate (u, v): IBRNet's convention, integer u, v at pixel corners
-// of the sampling grid (no half-pixel offset is added here; callers pass u + 0.5 if they want
-// pixel centres).
+// The ray through pixel coordinate (u, v). mvibr puts integer coordinates at pixel centres
+// (IBRNet's pixel grids and its align_corners=True projector); importers shift principal points
+// given in a corner convention by -0.5 (data/importers.h).
 template <typename T>
 MVIBR_HD void pixel_to_ray(const PinholeCamera<T>& camera, T u, T v, Vec3<T>* origin,
                            Vec3<T>* direction) {
