@@ -19,6 +19,9 @@ constexpr const char* kUsage =
     "Trains neural image-based rendering models (IBRNet) data-parallel over MPI ranks.\n"
     "\n"
     "commands:\n"
+    "  prep        turn a scene (built-in synthetic, NeRF-synthetic/instant-ngp, LLFF,\n"
+    "              COLMAP, D-NeRF) into scene.h5 and self-contained HDF5 shards\n"
+    "  inspect     print what a prepared scene or shard holds, and check every frame\n"
     "  selfcheck   run the rendering core on random data: forward, backward and\n"
     "              finite-difference gradient checks, on every backend built\n"
     "\n"
@@ -52,6 +55,12 @@ int dispatch(const std::vector<std::string>& argv) {
   std::vector<std::string> rest = po::collect_unrecognized(parsed.options, po::include_positional);
   rest.erase(rest.begin());
   if (command == "selfcheck") return mvibr::cli::run_selfcheck(rest);
+  if (command == "prep") {
+    std::string command_line = "mvibr";
+    for (const std::string& a : argv) command_line += " " + a;
+    return mvibr::cli::run_prep(rest, command_line);
+  }
+  if (command == "inspect") return mvibr::cli::run_inspect(rest);
   std::cerr << "mvibr: unknown command '" << command << "' (see mvibr --help)\n";
   return 2;
 }

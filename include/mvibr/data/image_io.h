@@ -1,0 +1,29 @@
+// Reading and writing the 8-bit images that scenes are made of. PNG and JPEG only (what the
+// supported data sets ship): every format stb_image can decode is one more decoder to trust
+// with untrusted input.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mvibr::data {
+
+struct Image {
+  int width = 0, height = 0;
+  int channels = 0;             // 1 grey, 2 grey + alpha, 3 RGB, 4 RGBA: as stored in the file
+  std::vector<uint8_t> pixels;  // row-major [height][width][channels]
+};
+
+// Throws InvalidArgument naming the file and stb_image's reason when it is missing, unreadable,
+// truncated or not a PNG/JPEG, and refuses images of more than 2^28 pixels before decoding.
+Image load_image(const std::string& path);
+
+// Throws RuntimeFailure naming the file when it cannot be written.
+void write_png(const std::string& path, int width, int height, int channels, const uint8_t* pixels);
+
+// RGB pixels of any image: grey is replicated, alpha composited over a grey level
+// (255: white, 0: black) as c * a + background * (1 - a).
+std::vector<uint8_t> composite_to_rgb(const Image& image, uint8_t background);
+
+}  // namespace mvibr::data

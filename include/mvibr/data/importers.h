@@ -1,0 +1,60 @@
+// Importers: what users have (NeRF-synthetic / instant-ngp transforms*.json, LLFF
+// poses_bounds.npy, COLMAP text models, D-NeRF-style .npz) turned into a validated Scene with
+// OpenCV cameras, RGB pixels and per-view depth bounds. One function per format, a shared
+// options struct (each format reads the fields that apply to it), and a dispatcher for
+// `mvibr prep`. Conventions per format are documented at the top of each import_*.cpp.
+//
+// Pixel coordinates: mvibr puts integer coordinates at pixel centres (IBRNet's grids; the
+// projector's align_corners=True), while all four formats give the principal point with
+// integer coordinates at pixel corners (NeRF and instant-ngp shoot rays through u + 0.5, COLMAP
+// puts the first pixel's centre at 0.5). So every importer stores cx = cx_file - 0.5, and
+// cx = W/2 - 0.5 where a format implies a centred principal point.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mvibr/data/scene.h"
+
+namespace mvibr::data {
+
+enum class Background { kWhite, kBlack };
+
+struct ImportOptions {
+  // Behind transparent pixels; also fills undistorted pixels that fall off the image.
+  Background background = Background::kWhite;
+  // LLFF, COLMAP: read images_<N>/ (images/ when 1), or images_folder when it is set.
+  int downsample = 1;
+  std::string images_folder;
+  // Where a format has no split (LLFF, COLMAP, a lone transforms.json, .npz without i_test):
+  // views 0, N, 2N, ... are test views, the rest train; 0 makes every view a train view.
+  int llffhold = 8;
+  // Replace the format's near/far rule for every view.
+  std::optional<double> near_depth, far_depth;
+  // Blender: which transforms_<split>.json files to read (those present).
+  std::vector<std::string> splits{"train", "val", "test"};
+  // Keep only the first N views of each split (0: all), for quick looks and fast tests.
+  int max_views_per_split = 0;
+};
+
+// NeRF-synthetic / instant-ngp / D-NeRF transforms: `path` is a directory holding
+// transforms_<split>.json (or one transforms.json), or one such file.
+Scene import_blender(const std::string& path, const ImportOptions& options);
+// LLFF: `path` is the directory holding poses_bounds.npy and the images folders.
+Scene import_llff(const std::string& path, const ImportOptions& options);
+// COLMAP text model: `path` holds images/ and sparse/0/{cameras,images,points3D}.txt (or the
+// .txt files directly).
+Scene import_colmap(const std::string& path, const ImportOptions& options);
+// D-NeRF-style .npz: images, poses, focal, optional times / i_val / i_test.
+Scene import_dnerf(const std::string& path, const ImportOptions& options);
+
+// "blender", "llff", "colmap" or "dnerf" from what `path` holds; throws InvalidArgument saying
+// what was looked for when nothing matches.
+std::string detect_format(const std::string& path);
+
+// One of the above by name ("auto" detects); throws InvalidArgument for an unknown format.
+Scene import_scene(const std::string& format, const std::string& path,
+                   const ImportOptions& options);
+
+}  // namespace mvibr::data

@@ -1,0 +1,285 @@
+// COLMAP text models: cameras.txt, images.txt, optional points3D.txt, images in images/.
+//
+// Cameras: SIMPLE_PINHOLE (f cx cy), PINHOLE (fx fy cx cy), SIMPLE_RADIAL (f cx cy k),
+//   RADIAL (f cx cy k1 k2) and OPENCV (fx fy cx cy k1 k2 p1 p2); the distorted ones are
+//   undistorted at import, other models are refused. COLMAP puts the first pixel's centre at
+//   0.5, so cx - 0.5 is stored (importers.h). Images in a downscaled folder (images_N) scale the
+//   intrinsics by the measured ratio of image to camera size (corner convention, then - 0.5).
+// Poses: images.txt gives world-to-camera (qw qx qy qz, tx ty tz) in OpenCV axes already; each
+//   image line is followed by a line of 2D points, skipped. Views are sorted by image name.
+// Near/far: LLFF's rule on points3D.txt, the 0.1 and 99.9 percentiles of the camera-z depths of
+//   the points each image sees, with LLFF's margins (near * 0.9, far * 1.6); an image that sees
+//   no point takes the percentiles over all images. Without points3D.txt near and far must be
+//   given as options.
+// Splits: image i (in name order) is a test image when i % llffhold == 0, else train.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "import_common.h"
+#include "mvibr/core/error.h"
+#include "mvibr/data/undistort.h"
+
+namespace mvibr::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr double kNearPercentile = 0.001, kFarPercentile = 0.999;
+
+struct ColmapCamera {
+  int width = 0, height = 0;
+  double fx = 0, fy = 0, cx = 0, cy = 0;  // COLMAP's corner convention
+  Distortion distortion;
+};
+
+struct ColmapImage {
+  std::string name, where;
+  int camera_id = 0;
+  double w2c[12];
+};
+
+// Non-comment lines with their 1-based line numbers. images.txt keeps blank lines: an image
+// that sees no point has an empty 2D-point line.
+std::vector<std::pair<int, std::string>> data_lines(const std::string& text, bool keep_blank) {
+  std::vector<std::pair<int, std::string>> lines;
+  std::istringstream in(text);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const size_t first = line.find_first_not_of(" \t");
+    if (first != std::string::npos && line[first] == '#') continue;
+    if (first == std::string::npos && !keep_blank) continue;
+    lines.emplace_back(number, line);
+  }
+  return lines;
+}
+
+std::map<int, ColmapCamera> read_cameras(const std::string& file) {
+  std::map<int, ColmapCamera> cameras;
+  for (const auto& [number, line] : data_lines(read_text_file(file), false)) {
+    const std::string where = file + " line " + std::to_string(number);
+    std::istringstream in(line);
+    int id = 0;
+    std::string model;
+    ColmapCamera c;
+    in >> id >> model >> c.width >> c.height;
+    std::vector<double> p;
+    for (double value; in >> value;) p.push_back(value);
+    if (in.fail() && !in.eof()) throw InvalidArgument(where + ": malformed camera line");
+    const std::map<std::string, size_t> parameter_counts = {
+        {"SIMPLE_PINHOLE", 3}, {"PINHOLE", 4}, {"SIMPLE_RADIAL", 4}, {"RADIAL", 5}, {"OPENCV", 8}};
+    const auto expected = parameter_counts.find(model);
+    if (expected == parameter_counts.end()) {
+      throw InvalidArgument(where + ": camera model '" + model +
+                            "' is not supported (SIMPLE_PINHOLE, PINHOLE, SIMPLE_RADIAL, RADIAL, "
+                            "OPENCV; undistort others with colmap image_undistorter)");
+    }
+    if (p.size() != expected->second || c.width < 1 || c.height < 1) {
+      throw InvalidArgument(where + ": " + model + " needs width, height and " +
+                            std::to_string(expected->second) + " parameters");
+    }
+    for (double value : p) {
+      if (!std::isfinite(value)) throw InvalidArgument(where + ": non-finite camera parameter");
+    }
+    const bool one_focal = model != "PINHOLE" && model != "OPENCV";
+    c.fx = p[0];
+    c.fy = one_focal ? p[0] : p[1];
+    c.cx = one_focal ? p[1] : p[2];
+    c.cy = one_focal ? p[2] : p[3];
+    if (model == "SIMPLE_RADIAL" || model == "RADIAL") c.distortion.k1 = p[3];
+    if (model == "RADIAL") c.distortion.k2 = p[4];
+    if (model == "OPENCV") {
+      c.distortion = {p[4], p[5], 0, p[6], p[7]};
+    }
+    if (!(c.fx > 0 && c.fy > 0)) throw InvalidArgument(where + ": focal length is not positive");
+    cameras[id] = c;
+  }
+  if (cameras.empty()) throw InvalidArgument(file + ": no cameras");
+  return cameras;
+}
+
+// Rotation matrix (row-major 3x3 into a 3x4) of the unit quaternion along (w, x, y, z).
+void quaternion_rotation(double w, double x, double y, double z, double* m) {
+  const double n = std::sqrt(w * w + x * x + y * y + z * z);
+  w /= n, x /= n, y /= n, z /= n;
+  const double r[9] = {1 - 2 * (y * y + z * z), 2 * (x * y - w * z),     2 * (x * z + w * y),
+                       2 * (x * y + w * z),     1 - 2 * (x * x + z * z), 2 * (y * z - w * x),
+                       2 * (x * z - w * y),     2 * (y * z + w * x),     1 - 2 * (x * x + y * y)};
+  for (int row = 0; row < 3; ++row) {
+    for (int col = 0; col < 3; ++col) m[row * 4 + col] = r[row * 3 + col];
+  }
+}
+
+std::map<int, ColmapImage> read_images(const std::string& file) {
+  const std::vector<std::pair<int, std::string>> lines = data_lines(read_text_file(file), true);
+  std::map<int, ColmapImage> images;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const auto& [number, line] = lines[i];
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;  // trailing blank lines
+    ColmapImage image;
+    image.where = file + " line " + std::to_string(number);
+    std::istringstream in(line);
+    int id = 0;
+    double q[4], t[3];
+    in >> id >> q[0] >> q[1] >> q[2] >> q[3] >> t[0] >> t[1] >> t[2] >> image.camera_id;
+    std::getline(in >> std::ws, image.name);
+    if (in.fail() || image.name.empty()) {
+      throw InvalidArgument(image.where +
+                            ": expected IMAGE_ID QW QX QY QZ TX TY TZ CAMERA_ID NAME");
+    }
+    const double q_norm = std::sqrt(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]);
+    if (!std::isfinite(q_norm) || std::abs(q_norm - 1) > 1e-3 || !std::isfinite(t[0]) ||
+        !std::isfinite(t[1]) || !std::isfinite(t[2])) {
+      throw InvalidArgument(image.where +
+                            ": pose needs a unit quaternion and a finite translation");
+    }
+    quaternion_rotation(q[0], q[1], q[2], q[3], image.w2c);
+    for (int row = 0; row < 3; ++row) image.w2c[row * 4 + 3] = t[row];
+    if (!images.emplace(id, image).second) {
+      throw InvalidArgument(image.where + ": image id " + std::to_string(id) + " repeats");
+    }
+    ++i;  // the 2D points line
+  }
+  if (images.empty()) throw InvalidArgument(file + ": no images");
+  return images;
+}
+
+// Camera-z depths of the points each image sees, by image id (LLFF's imgs2poses rule).
+std::map<int, std::vector<double>> read_point_depths(const std::string& file,
+                                                     const std::map<int, ColmapImage>& images) {
+  std::map<int, std::vector<double>> depths;
+  for (const auto& [number, line] : data_lines(read_text_file(file), false)) {
+    std::istringstream in(line);
+    long long id = 0;
+    Vec3<double> p;
+    double colour_and_error[4];
+    in >> id >> p.x >> p.y >> p.z;
+    for (double& value : colour_and_error) in >> value;
+    if (in.fail()) {
+      throw InvalidArgument(file + " line " + std::to_string(number) + ": malformed point");
+    }
+    long long image_id = 0, point2d = 0;
+    while (in >> image_id >> point2d) {
+      const auto image = images.find(int(image_id));
+      if (image == images.end()) continue;  // a track entry of an image not in images.txt
+      const double z = transform_point(image->second.w2c, p).z;
+      if (z > 0 && std::isfinite(z)) depths[image->first].push_back(z);
+    }
+  }
+  return depths;
+}
+
+fs::path model_directory(const std::string& path) {
+  for (const fs::path& candidate :
+       {fs::path(path) / "sparse" / "0", fs::path(path) / "sparse", fs::path(path)}) {
+    if (fs::exists(candidate / "cameras.txt")) return candidate;
+  }
+  throw InvalidArgument(path +
+                        ": no COLMAP text model (sparse/0/cameras.txt, sparse/cameras.txt "
+                        "or cameras.txt)");
+}
+
+}  // namespace
+
+Scene import_colmap(const std::string& path, const ImportOptions& options) {
+  const fs::path model = model_directory(path);
+  const std::map<int, ColmapCamera> cameras = read_cameras((model / "cameras.txt").string());
+  const std::map<int, ColmapImage> images_by_id = read_images((model / "images.txt").string());
+  std::vector<ColmapImage> images;
+  for (const auto& [id, image] : images_by_id) {
+    if (!cameras.count(image.camera_id)) {
+      throw InvalidArgument(image.where + ": unknown camera id " + std::to_string(image.camera_id));
+    }
+    images.push_back(image);
+  }
+  std::sort(images.begin(), images.end(),
+            [](const ColmapImage& a, const ColmapImage& b) { return a.name < b.name; });
+
+  // Depth bounds, per image and over all images (for images that see no point).
+  using Bounds = std::pair<double, double>;
+  std::map<std::string, Bounds> image_bounds;
+  std::optional<Bounds> scene_bounds;
+  const fs::path points_file = model / "points3D.txt";
+  if (fs::exists(points_file)) {
+    const std::map<int, std::vector<double>> depths =
+        read_point_depths(points_file.string(), images_by_id);
+    std::vector<double> all_depths;
+    for (const auto& [id, image_depths] : depths) {
+      all_depths.insert(all_depths.end(), image_depths.begin(), image_depths.end());
+      image_bounds[images_by_id.at(id).name] = {percentile(image_depths, kNearPercentile),
+                                                percentile(image_depths, kFarPercentile)};
+    }
+    if (!all_depths.empty()) {
+      scene_bounds =
+          Bounds{percentile(all_depths, kNearPercentile), percentile(all_depths, kFarPercentile)};
+    }
+  }
+  if (!scene_bounds && !(options.near_depth && options.far_depth)) {
+    throw InvalidArgument(points_file.string() +
+                          ": missing or without points in front of the cameras; give near and "
+                          "far depths as options");
+  }
+
+  std::vector<Split> splits;
+  for (size_t i = 0; i < images.size(); ++i) splits.push_back(holdout_split(i, options.llffhold));
+  const std::vector<size_t> kept = first_views_per_split(splits, options.max_views_per_split);
+  const std::string folder = images_folder(options);
+  std::vector<std::string> files;
+  for (size_t i : kept) files.push_back((fs::path(path) / folder / images[i].name).string());
+  const uint8_t background = background_level(options.background);
+  std::vector<Image> pixels = load_rgb_images(files, background);
+
+  Scene scene;
+  scene.name = directory_name(path);
+  scene.source_format = "colmap";
+  scene.views.resize(kept.size());
+  for (size_t k = 0; k < kept.size(); ++k) {
+    const ColmapImage& image = images[kept[k]];
+    const ColmapCamera& c = cameras.at(image.camera_id);
+    const Image& loaded = pixels[k];
+    require_size(loaded, files[k], pixels[0].width, pixels[0].height, "the first image's size");
+    const double scale_x = double(loaded.width) / c.width;
+    const double scale_y = double(loaded.height) / c.height;
+    if (std::abs(c.height * scale_x - loaded.height) > 1.0) {
+      throw InvalidArgument(files[k] + ": image is " + std::to_string(loaded.width) + "x" +
+                            std::to_string(loaded.height) + ", not a downscale of the camera's " +
+                            std::to_string(c.width) + "x" + std::to_string(c.height));
+    }
+    View& view = scene.views[k];
+    view.name = (fs::path(folder) / image.name).string();
+    PinholeCamera<double>& camera = view.camera;
+    camera.width = loaded.width;
+    camera.height = loaded.height;
+    camera.fx = c.fx * scale_x;
+    camera.fy = c.fy * scale_y;
+    camera.cx = c.cx * scale_x - 0.5;
+    camera.cy = c.cy * scale_y - 0.5;
+    // c2w = [R^T | -R^T t] of the world-to-camera [R | t].
+    double c2w[12];
+    for (int row = 0; row < 3; ++row) {
+      for (int col = 0; col < 3; ++col) c2w[row * 4 + col] = image.w2c[col * 4 + row];
+      c2w[row * 4 + 3] =
+          -(image.w2c[0 * 4 + row] * image.w2c[3] + image.w2c[1 * 4 + row] * image.w2c[7] +
+            image.w2c[2 * 4 + row] * image.w2c[11]);
+    }
+    set_pose(&camera, c2w, image.where);
+    const auto own = image_bounds.find(image.name);
+    const std::optional<Bounds> bounds = own != image_bounds.end() ? own->second : scene_bounds;
+    if (bounds) {  // else the near/far options, applied by finish_scene
+      view.near_depth = kBoundsNearMargin * bounds->first;
+      view.far_depth = kBoundsFarMargin * bounds->second;
+    }
+    view.split = splits[kept[k]];
+    view.rgb = c.distortion.is_identity()
+                   ? std::move(pixels[k].pixels)
+                   : undistort_rgb(pixels[k].pixels, camera, c.distortion, background);
+  }
+  finish_scene(&scene, options);
+  return scene;
+}
+
+}  // namespace mvibr::data

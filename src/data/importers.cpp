@@ -1,0 +1,44 @@
+// Choosing an importer: by name, or by the files a scene directory holds (importers.h).
+#include "mvibr/data/importers.h"
+
+#include <filesystem>
+
+#include "mvibr/core/error.h"
+
+namespace mvibr::data {
+
+namespace fs = std::filesystem;
+
+std::string detect_format(const std::string& path) {
+  const fs::path p(path);
+  if (fs::is_regular_file(p)) {
+    if (p.extension() == ".npz") return "dnerf";
+    if (p.extension() == ".json") return "blender";
+    if (p.filename() == "poses_bounds.npy") return "llff";
+  } else if (fs::is_directory(p)) {
+    for (const char* file : {"transforms_train.json", "transforms_val.json", "transforms_test.json",
+                             "transforms.json"}) {
+      if (fs::exists(p / file)) return "blender";
+    }
+    if (fs::exists(p / "poses_bounds.npy")) return "llff";
+    for (const fs::path& model : {p / "sparse" / "0", p / "sparse", p}) {
+      if (fs::exists(model / "cameras.txt")) return "colmap";
+    }
+  }
+  throw InvalidArgument(path +
+                        ": cannot tell the scene format (looked for transforms*.json, "
+                        "poses_bounds.npy, sparse/0/cameras.txt or cameras.txt, *.npz)");
+}
+
+Scene import_scene(const std::string& format, const std::string& path,
+                   const ImportOptions& options) {
+  const std::string chosen = format == "auto" ? detect_format(path) : format;
+  if (chosen == "blender") return import_blender(path, options);
+  if (chosen == "llff") return import_llff(path, options);
+  if (chosen == "colmap") return import_colmap(path, options);
+  if (chosen == "dnerf") return import_dnerf(path, options);
+  throw InvalidArgument("unknown scene format '" + format +
+                        "' (auto, blender, llff, colmap or dnerf)");
+}
+
+}  // namespace mvibr::data

@@ -1,0 +1,769 @@
+// Importers on the real data sets in ../shared/datasets (LLFF fern, NeRF-synthetic lego, tiny
+// D-NeRF lego) and on small scenes written here: counts, sizes and splits; conventions checked
+// against image content (silhouettes for lego, photo-consistency for fern) rather than only
+// against the formulas; undistortion of a rendered checkerboard; and every bad input refused
+// with an InvalidArgument that names the file.
+#include "mvibr/data/importers.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "mvibr/core/error.h"
+#include "mvibr/data/image_io.h"
+#include "mvibr/data/npy.h"
+#include "mvibr/data/npz.h"
+#include "mvibr/data/undistort.h"
+#include "mvibr/geom/projection.h"
+
+namespace mvibr::data {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const std::string kDatasets = MVIBR_SHARED_DATASETS;
+const std::string kLego = kDatasets + "/nerf_synthetic_lego_400";
+const std::string kFern = kDatasets + "/llff_fern";
+const std::string kDnerf = kDatasets + "/dnerf_lego_tiny/tiny_dnerf_data.npz";
+
+// A fresh directory for one test, removed when the test ends.
+class TempDir {
+ public:
+  TempDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = fs::temp_directory_path() / ("mvibr_import_" + std::to_string(getpid()) + "_" +
+                                         info->test_suite_name() + "_" + info->name());
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
+  std::string str() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+};
+
+void write_text(const std::string& path, const std::string& text) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void write_gradient_png(const std::string& path, int width, int height, int channels) {
+  std::vector<uint8_t> pixels(size_t(width) * height * channels);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = uint8_t(i * 7 % 251);
+  fs::create_directories(fs::path(path).parent_path());
+  write_png(path, width, height, channels, pixels.data());
+}
+
+// Runs `body`, expecting an InvalidArgument whose message contains `needle` (a file name).
+void expect_invalid_naming(const std::function<void()>& body, const std::string& needle) {
+  try {
+    body();
+    ADD_FAILURE() << "no InvalidArgument; expected one naming " << needle;
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+        << "message '" << e.what() << "' does not name " << needle;
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "not one line";
+  }
+}
+
+int count_split(const Scene& scene, Split split) {
+  return int(std::count_if(scene.views.begin(), scene.views.end(),
+                           [&](const View& v) { return v.split == split; }));
+}
+
+size_t json_frame_count(const std::string& file) {
+  return json::parse(read_bytes(file))["frames"].size();
+}
+
+// A point at `depth` on view a's ray through (u, v), projected into view b; b's ray through that
+// pixel must pass through the point: intrinsics and both poses agree with projection.h.
+void expect_reprojection_consistent(const View& a, const View& b, double u, double v,
+                                    double depth) {
+  Vec3<double> origin, direction;
+  pixel_to_ray(a.camera, u, v, &origin, &direction);
+  const Vec3<double> point = origin + depth * direction;
+  const Projection<double> p = project_point(b.camera, point, b.camera.width, b.camera.height);
+  pixel_to_ray(b.camera, p.u, p.v, &origin, &direction);
+  const Vec3<double> to_point = point - origin;
+  const double along = dot(to_point, direction) / dot(direction, direction);
+  EXPECT_LT(norm(to_point - along * direction), 1e-9) << a.name << " -> " << b.name;
+  EXPECT_GT(along, 0) << "point behind " << b.name;
+}
+
+// The object scenes are rendered without roll, on the upper hemisphere: world up (+z) points
+// up the image, and OpenCV's camera y is down.
+void expect_upright(const View& view) {
+  const Vec3<double> up = rotate(view.camera.w2c, Vec3<double>{0, 0, 1});
+  EXPECT_LT(up.y, 0) << view.name;
+  EXPECT_NEAR(up.x, 0, 1e-6) << view.name;
+}
+
+// Bilinear RGB read at pixel coordinates (integer = pixel centre); false outside the image.
+bool sample_rgb(const View& view, double u, double v, double rgb[3]) {
+  const int w = view.camera.width, h = view.camera.height;
+  if (!(u >= 0 && v >= 0 && u <= w - 1 && v <= h - 1)) return false;
+  const int u0 = std::min(int(u), w - 2), v0 = std::min(int(v), h - 2);
+  const double a = u - u0, b = v - v0;
+  for (int c = 0; c < 3; ++c) {
+    const auto at = [&](int x, int y) { return double(view.rgb[(size_t(y) * w + x) * 3 + c]); };
+    rgb[c] = (1 - b) * ((1 - a) * at(u0, v0) + a * at(u0 + 1, v0)) +
+             b * ((1 - a) * at(u0, v0 + 1) + a * at(u0 + 1, v0 + 1));
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Images, .npy, .npz
+
+TEST(ImageIo, PngRoundTripAndCompositing) {
+  TempDir dir;
+  const uint8_t rgba[] = {10, 20, 30, 255, 200, 100, 50, 0, 100, 100, 100, 128, 1, 2, 3, 4};
+  write_png(dir / "a.png", 2, 2, 4, rgba);
+  const Image image = load_image(dir / "a.png");
+  ASSERT_EQ(image.width, 2);
+  ASSERT_EQ(image.height, 2);
+  ASSERT_EQ(image.channels, 4);
+  EXPECT_TRUE(std::equal(image.pixels.begin(), image.pixels.end(), rgba));
+  const std::vector<uint8_t> white = composite_to_rgb(image, 255);
+  const std::vector<uint8_t> black = composite_to_rgb(image, 0);
+  EXPECT_EQ(white[0], 10);   // opaque: unchanged
+  EXPECT_EQ(white[3], 255);  // transparent: background
+  EXPECT_EQ(black[3], 0);
+  EXPECT_EQ(white[6], 177);  // 100 * 128/255 + 255 * 127/255, rounded
+  EXPECT_EQ(black[6], 50);
+}
+
+TEST(ImageIo, MissingAndTruncatedFilesAreNamed) {
+  TempDir dir;
+  expect_invalid_naming([&] { load_image(dir / "missing.png"); }, dir / "missing.png");
+  write_gradient_png(dir / "full.png", 64, 48, 3);
+  const std::string bytes = read_bytes(dir / "full.png");
+  write_text(dir / "cut.png", bytes.substr(0, bytes.size() / 2));
+  expect_invalid_naming([&] { load_image(dir / "cut.png"); }, dir / "cut.png");
+  write_text(dir / "junk.png", "not an image at all");
+  expect_invalid_naming([&] { load_image(dir / "junk.png"); }, dir / "junk.png");
+}
+
+std::string npy_bytes(const std::string& descr, const std::string& shape, const std::string& data) {
+  std::string header =
+      "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
+  header += '\n';
+  const char length[2] = {char(header.size() & 0xff), char(header.size() >> 8)};
+  return std::string("\x93NUMPY\x01\x00", 8) + std::string(length, 2) + header + data;
+}
+
+NpyArray parse(const std::string& bytes) {
+  return parse_npy(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "test.npy");
+}
+
+TEST(Npy, ReadsFernPosesBounds) {
+  const NpyArray table = read_npy(kFern + "/poses_bounds.npy");
+  ASSERT_EQ(table.shape, (std::vector<size_t>{20, 17}));
+  EXPECT_EQ(table.type, NpyType::kFloat64);
+  EXPECT_NEAR(table.at(0), 2.24225156e-02, 1e-10);  // numpy: poses_bounds[0, 0]
+  EXPECT_EQ(table.at(4), 3024.0);                   // H of the full-size images
+  EXPECT_NEAR(table.at(16), 78.2574871, 1e-6);      // far bound of image 0
+}
+
+TEST(Npy, ReadsEachSupportedTypeAndShape) {
+  const float f[] = {1.5f, -2.0f};
+  NpyArray a = parse(npy_bytes("<f4", "(2,)", std::string(reinterpret_cast<const char*>(f), 8)));
+  EXPECT_EQ(a.shape, (std::vector<size_t>{2}));
+  EXPECT_EQ(a.at(1), -2.0);
+  a = parse(npy_bytes("|u1", "(2, 3)", "abcdef"));
+  EXPECT_EQ(a.shape, (std::vector<size_t>{2, 3}));
+  EXPECT_EQ(a.at(5), double('f'));
+  const int64_t i[] = {7};
+  a = parse(npy_bytes("<i8", "()", std::string(reinterpret_cast<const char*>(i), 8)));
+  EXPECT_TRUE(a.shape.empty());
+  EXPECT_EQ(a.count(), 1u);
+  EXPECT_EQ(a.at(0), 7.0);
+}
+
+TEST(Npy, RefusesBadHeadersTruncationAndAbsurdShapes) {
+  const std::string eight(8, '\0');
+  // Each of these must fail with InvalidArgument, never allocate from the header's shape.
+  for (const std::string& bytes :
+       {npy_bytes("<f8", "(2,)", eight),                            // truncated data
+        npy_bytes("<f8", "(1,)", eight + eight),                    // data beyond the shape
+        npy_bytes("<f8", "(1099511627776, 1099511627776)", eight),  // 2^80 elements
+        npy_bytes("<f8", "(99999999999999999999999,)", eight),      // overflows size_t
+        npy_bytes(">f8", "(1,)", eight),                            // big-endian
+        npy_bytes("<c16", "(1,)", eight + eight),                   // complex
+        npy_bytes("<f8", "(1,", eight),                             // malformed shape
+        npy_bytes("<f8", "(1,)", eight).substr(0, 40),              // truncated header
+        std::string("\x93NUMPZ\x01\x00\x10\x00", 10)}) {            // bad magic
+    EXPECT_THROW(parse(bytes), InvalidArgument);
+  }
+  std::string fortran = npy_bytes("<f8", "(1,)", eight);
+  fortran.replace(fortran.find("False"), 5, "True ");
+  EXPECT_THROW(parse(fortran), InvalidArgument);
+
+  TempDir dir;
+  const std::string bytes = read_bytes(kFern + "/poses_bounds.npy");
+  write_text(dir / "poses_bounds.npy", bytes.substr(0, bytes.size() - 8));
+  expect_invalid_naming([&] { read_npy(dir / "poses_bounds.npy"); }, dir / "poses_bounds.npy");
+  write_text(dir / "huge.npy", npy_bytes("<f8", "(4000000000, 4000000000, 3)", eight));
+  expect_invalid_naming([&] { read_npy(dir / "huge.npy"); }, dir / "huge.npy");
+}
+
+TEST(Npz, ReadsDeflatedTinyDnerf) {
+  const std::map<std::string, NpyArray> arrays = read_npz(kDnerf);
+  ASSERT_EQ(arrays.size(), 4u);
+  EXPECT_EQ(arrays.at("images").shape, (std::vector<size_t>{81, 100, 100, 3}));
+  EXPECT_EQ(arrays.at("images").type, NpyType::kFloat32);
+  EXPECT_EQ(arrays.at("poses").shape, (std::vector<size_t>{81, 4, 4}));
+  EXPECT_EQ(arrays.at("times").shape, (std::vector<size_t>{81}));
+  EXPECT_NEAR(arrays.at("focal").at(0), 138.88887889922103, 1e-9);
+  EXPECT_EQ(arrays.at("times").at(80), 1.0);
+}
+
+// A stored (uncompressed) zip of one member, as np.savez writes without compression.
+std::string stored_zip(const std::string& name, const std::string& data, uint32_t claimed_size) {
+  const auto le = [](uint64_t v, int bytes) {
+    std::string s;
+    for (int i = 0; i < bytes; ++i) s += char((v >> (8 * i)) & 0xff);
+    return s;
+  };
+  const uint32_t crc =
+      uint32_t(crc32(0, reinterpret_cast<const Bytef*>(data.data()), uInt(data.size())));
+  const std::string sizes = le(crc, 4) + le(data.size(), 4) + le(claimed_size, 4);
+  const std::string local = le(0x04034b50, 4) + le(20, 2) + le(0, 2) + le(0, 2) + le(0, 4) + sizes +
+                            le(name.size(), 2) + le(0, 2) + name;
+  const std::string central = le(0x02014b50, 4) + le(20, 2) + le(20, 2) + le(0, 2) + le(0, 2) +
+                              le(0, 4) + sizes + le(name.size(), 2) + le(0, 2) + le(0, 2) +
+                              le(0, 2) + le(0, 2) + le(0, 4) + le(0, 4) + name;
+  const std::string end = le(0x06054b50, 4) + le(0, 2) + le(0, 2) + le(1, 2) + le(1, 2) +
+                          le(central.size(), 4) + le(local.size() + data.size(), 4) + le(0, 2);
+  return local + data + central + end;
+}
+
+TEST(Npz, ReadsStoredMembersAndRefusesDamage) {
+  TempDir dir;
+  const std::string npy = npy_bytes("|u1", "(3,)", "xyz");
+  write_text(dir / "stored.npz", stored_zip("a.npy", npy, uint32_t(npy.size())));
+  const std::map<std::string, NpyArray> arrays = read_npz(dir / "stored.npz");
+  ASSERT_EQ(arrays.count("a"), 1u);
+  EXPECT_EQ(arrays.at("a").at(2), double('z'));
+
+  write_text(dir / "lying.npz", stored_zip("a.npy", npy, 0xFFFFFFF0u));
+  expect_invalid_naming([&] { read_npz(dir / "lying.npz"); }, dir / "lying.npz");
+  const std::string real = read_bytes(kDnerf);
+  for (const size_t keep : {real.size() - 10, real.size() / 2, size_t(30)}) {
+    write_text(dir / "cut.npz", real.substr(0, keep));
+    expect_invalid_naming([&] { read_npz(dir / "cut.npz"); }, dir / "cut.npz");
+  }
+  std::string flipped = real;
+  flipped[5000] = char(flipped[5000] ^ 0x5a);  // inside images.npy's deflate stream
+  write_text(dir / "flipped.npz", flipped);
+  expect_invalid_naming([&] { read_npz(dir / "flipped.npz"); }, dir / "flipped.npz");
+}
+
+// Plane sweep between two views: for textured pixels of view a, the best colour match in view b
+// over depths in a's bounds. Right poses and intrinsics find matches far better than wrong ones.
+double photo_error(const View& a, const View& b) {
+  const int w = a.camera.width, h = a.camera.height;
+  const auto grey = [&](int u, int v) {
+    const uint8_t* p = &a.rgb[(size_t(v) * w + u) * 3];
+    return double(p[0]) + p[1] + p[2];
+  };
+  std::vector<double> errors;
+  for (int v = 40; v < h - 40; v += 9) {
+    for (int u = 40; u < w - 40; u += 9) {
+      if (std::abs(grey(u + 2, v) - grey(u - 2, v)) + std::abs(grey(u, v + 2) - grey(u, v - 2)) <
+          60) {
+        continue;  // flat: any depth matches
+      }
+      double best = 1e30;
+      for (int d = 0; d < 96; ++d) {
+        const double inverse_depth =
+            1 / a.near_depth + (d / 95.0) * (1 / a.far_depth - 1 / a.near_depth);
+        double error = 0;
+        bool inside = true;
+        for (int dv = -2; dv <= 2 && inside; dv += 2) {
+          for (int du = -2; du <= 2 && inside; du += 2) {
+            Vec3<double> origin, direction;
+            pixel_to_ray(a.camera, double(u + du), double(v + dv), &origin, &direction);
+            const Projection<double> p =
+                project_point(b.camera, origin + (1 / inverse_depth) * direction, w, h);
+            double rgb[3];
+            inside = p.valid && sample_rgb(b, p.u, p.v, rgb);
+            const uint8_t* ref = &a.rgb[(size_t(v + dv) * w + u + du) * 3];
+            for (int c = 0; c < 3 && inside; ++c) error += std::abs(rgb[c] - ref[c]);
+          }
+        }
+        if (inside) best = std::min(best, error / 27);
+      }
+      if (best < 1e30) errors.push_back(best);
+    }
+  }
+  std::sort(errors.begin(), errors.end());
+  return errors.empty() ? 1e30 : errors[errors.size() / 2];
+}
+
+// The same two cameras rolled half a turn about their optical axes: the image upside down
+// relative to the pose, as a wrong sign of the camera y axis would give.
+std::pair<View, View> rolled(View a, View b) {
+  for (View* view : {&a, &b}) {
+    for (int row = 0; row < 3; ++row) {
+      view->camera.c2w[row * 4] = -view->camera.c2w[row * 4];
+      view->camera.c2w[row * 4 + 1] = -view->camera.c2w[row * 4 + 1];
+    }
+    set_world_to_camera(&view->camera);
+  }
+  return {a, b};
+}
+
+// ---------------------------------------------------------------------------------------------
+// NeRF-synthetic lego
+
+TEST(ImportBlender, LegoCountsSizesSplitsAndIntrinsics) {
+  const auto start = std::chrono::steady_clock::now();
+  const Scene scene = import_scene("auto", kLego, ImportOptions{});
+  std::printf("lego: %zu views imported in %.2f s\n", scene.views.size(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  EXPECT_EQ(scene.source_format, "blender");
+  EXPECT_EQ(scene.name, "nerf_synthetic_lego_400");
+  EXPECT_FALSE(scene.dynamic);
+  const int train = int(json_frame_count(kLego + "/transforms_train.json"));
+  const int val = int(json_frame_count(kLego + "/transforms_val.json"));
+  const int test = int(json_frame_count(kLego + "/transforms_test.json"));
+  ASSERT_EQ(int(scene.views.size()), train + val + test);
+  EXPECT_EQ(count_split(scene, Split::kTrain), train);
+  EXPECT_EQ(count_split(scene, Split::kValidation), val);
+  EXPECT_EQ(count_split(scene, Split::kTest), test);
+  EXPECT_EQ(scene.views[0].name, "train/r_0.png");
+  EXPECT_EQ(scene.views[train].name, "val/r_0.png");
+  const double camera_angle_x = 0.6911112070083618;
+  for (const View& view : scene.views) {
+    ASSERT_EQ(view.camera.width, 400);
+    ASSERT_EQ(view.camera.height, 400);
+    ASSERT_EQ(view.rgb.size(), 400u * 400 * 3);
+    EXPECT_DOUBLE_EQ(view.camera.fx, 200 / std::tan(0.5 * camera_angle_x));
+    EXPECT_DOUBLE_EQ(view.camera.fy, view.camera.fx);
+    EXPECT_EQ(view.camera.cx, 199.5);
+    EXPECT_EQ(view.camera.cy, 199.5);
+    EXPECT_EQ(view.near_depth, 2.0);
+    EXPECT_EQ(view.far_depth, 6.0);
+  }
+  // A corner pixel of an RGBA render is transparent: white by default.
+  EXPECT_EQ(scene.views[0].rgb[0], 255);
+}
+
+TEST(ImportBlender, LegoCamerasLookAtTheOriginUpright) {
+  ImportOptions options;
+  options.max_views_per_split = 6;
+  const Scene scene = import_blender(kLego, options);
+  ASSERT_EQ(scene.views.size(), 18u);
+  for (const View& view : scene.views) {
+    // The object sits at the origin: it projects near the image centre, in front.
+    const Vec3<double> origin = transform_point(view.camera.w2c, Vec3<double>{0, 0, 0});
+    EXPECT_GT(origin.z, 3.0) << view.name;
+    const Projection<double> p = project_point(view.camera, {0, 0, 0}, 400, 400);
+    EXPECT_NEAR(p.u, 199.5, 10) << view.name;
+    EXPECT_NEAR(p.v, 199.5, 10) << view.name;
+    expect_upright(view);
+  }
+  for (size_t a = 0; a < 6; ++a) {
+    expect_reprojection_consistent(scene.views[a], scene.views[(a + 7) % 18], 199.5, 199.5, 4.0);
+    expect_reprojection_consistent(scene.views[a], scene.views[a + 1], 31.0, 377.25, 3.3);
+  }
+}
+
+TEST(ImportBlender, LegoViewsArePhotoConsistent) {
+  ImportOptions options;
+  options.splits = {"test"};  // the test views circle the object 1.8 degrees apart
+  options.max_views_per_split = 3;
+  const Scene scene = import_blender(kLego, options);
+  const View& a = scene.views[0];
+  const View& b = scene.views[2];
+  const double right = photo_error(a, b);
+  const auto [rolled_a, rolled_b] = rolled(a, b);
+  const double upside_down = photo_error(rolled_a, rolled_b);
+  std::printf("lego median photo error: %.2f right, %.2f rolled\n", right, upside_down);
+  EXPECT_LT(right, 8.0);
+  EXPECT_GT(upside_down, 1.4 * right);
+}
+
+// ---------------------------------------------------------------------------------------------
+// LLFF fern
+
+ImportOptions fern_options() {
+  ImportOptions options;
+  options.downsample = 8;
+  return options;
+}
+
+TEST(ImportLlff, FernCountsSizesSplitsIntrinsicsAndBounds) {
+  const auto start = std::chrono::steady_clock::now();
+  const Scene scene = import_scene("auto", kFern, fern_options());
+  std::printf("fern: %zu views imported in %.2f s\n", scene.views.size(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  EXPECT_EQ(scene.source_format, "llff");
+  EXPECT_EQ(scene.name, "llff_fern");
+  ASSERT_EQ(scene.views.size(), 20u);
+  const NpyArray table = read_npy(kFern + "/poses_bounds.npy");
+  for (size_t i = 0; i < 20; ++i) {
+    const View& view = scene.views[i];
+    EXPECT_EQ(view.split, i % 8 == 0 ? Split::kTest : Split::kTrain) << i;
+    ASSERT_EQ(view.camera.width, 504);
+    ASSERT_EQ(view.camera.height, 378);
+    EXPECT_NEAR(view.camera.fx, table.at(i * 17 + 14) / 8, 1e-9);
+    EXPECT_NEAR(view.camera.fy, table.at(i * 17 + 14) / 8, 1e-9);
+    EXPECT_EQ(view.camera.cx, 251.5);
+    EXPECT_EQ(view.camera.cy, 188.5);
+    EXPECT_NEAR(view.near_depth, 0.9 * table.at(i * 17 + 15), 1e-12);
+    EXPECT_NEAR(view.far_depth, 1.6 * table.at(i * 17 + 16), 1e-12);
+  }
+  EXPECT_EQ(scene.views[3].name, "images_8/image003.png");
+  EXPECT_EQ(count_split(scene, Split::kTest), 3);
+}
+
+TEST(ImportLlff, FernCamerasLookIntoTheirBoundsTogether) {
+  const Scene scene = import_llff(kFern, fern_options());
+  for (const View& a : scene.views) {
+    // The centre ray's point at mid-bounds depth is scene content every view sees in front.
+    const double mid = 0.5 * (a.near_depth / 0.9 + a.far_depth / 1.6);
+    Vec3<double> origin, direction;
+    pixel_to_ray(a.camera, a.camera.cx, a.camera.cy, &origin, &direction);
+    const Vec3<double> point = origin + mid * direction;
+    for (const View& b : scene.views) {
+      EXPECT_TRUE(project_point(b.camera, point, 504, 378).valid) << a.name << " in " << b.name;
+    }
+    expect_reprojection_consistent(a, scene.views[(&a - &scene.views[0] + 5) % 20], 10.0, 300.0,
+                                   mid);
+  }
+}
+
+TEST(ImportLlff, FernViewsArePhotoConsistent) {
+  const Scene scene = import_llff(kFern, fern_options());
+  const View& a = scene.views[1];
+  const View& b = scene.views[2];
+  const double right = photo_error(a, b);
+  const auto [rolled_a, rolled_b] = rolled(a, b);
+  const double upside_down = photo_error(rolled_a, rolled_b);
+  // LLFF's [down, right, back] columns taken as OpenCV's, unconverted.
+  View raw_a = a, raw_b = b;
+  for (View* view : {&raw_a, &raw_b}) {
+    for (int row = 0; row < 3; ++row) {
+      std::swap(view->camera.c2w[row * 4], view->camera.c2w[row * 4 + 1]);
+      view->camera.c2w[row * 4 + 2] = -view->camera.c2w[row * 4 + 2];
+    }
+    set_world_to_camera(&view->camera);
+  }
+  const double unconverted = photo_error(raw_a, raw_b);
+  std::printf("fern median photo error: %.2f right, %.2f rolled, %.2f unconverted\n", right,
+              upside_down, unconverted);
+  EXPECT_LT(right, 12.0);
+  EXPECT_GT(upside_down, 1.5 * right);
+  EXPECT_GT(unconverted, 1.5 * right);
+}
+
+// ---------------------------------------------------------------------------------------------
+// D-NeRF tiny lego
+
+TEST(ImportDnerf, TinyLegoCountsTimesSplitsAndConventions) {
+  const Scene scene = import_scene("auto", kDnerf, ImportOptions{});
+  EXPECT_EQ(scene.source_format, "dnerf");
+  EXPECT_TRUE(scene.dynamic);
+  ASSERT_EQ(scene.views.size(), 81u);
+  const NpyArray times = read_npz(kDnerf).at("times");
+  for (size_t i = 0; i < 81; ++i) {
+    const View& view = scene.views[i];
+    EXPECT_EQ(view.split, i % 8 == 0 ? Split::kTest : Split::kTrain);
+    EXPECT_EQ(view.time, times.at(i));
+    ASSERT_EQ(view.camera.width, 100);
+    ASSERT_EQ(view.rgb.size(), 100u * 100 * 3);
+    EXPECT_NEAR(view.camera.fx, 138.88887889922103, 1e-9);
+    EXPECT_EQ(view.camera.cx, 49.5);
+    expect_upright(view);
+    EXPECT_GT(transform_point(view.camera.w2c, Vec3<double>{0, 0, 0}).z, 2.0) << i;
+  }
+  EXPECT_EQ(count_split(scene, Split::kTest), 11);
+  // time_index numbers the distinct times in order.
+  for (const View& a : scene.views) {
+    for (const View& b : scene.views) {
+      EXPECT_EQ(a.time < b.time, a.time_index < b.time_index);
+    }
+  }
+  EXPECT_EQ(scene.views[0].time_index, 0);
+
+  ImportOptions few;
+  few.max_views_per_split = 2;
+  EXPECT_EQ(import_dnerf(kDnerf, few).views.size(), 4u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// instant-ngp transforms.json with lens distortion
+
+double checker(double x, double y) {
+  const double square = 0.08;  // in normalized coordinates: 12 pixels at f = 150
+  return (int(std::floor(x / square)) + int(std::floor(y / square))) % 2 ? 230.0 : 25.0;
+}
+
+// Distance in pixels from the nearest checker edge, for pixels whose colour bilinear
+// resampling may legitimately blend.
+double edge_distance(double x, double y, double focal) {
+  const double square = 0.08;
+  const auto to_edge = [&](double t) {
+    const double f = t / square - std::floor(t / square);
+    return std::min(f, 1 - f) * square * focal;
+  };
+  return std::min(to_edge(x), to_edge(y));
+}
+
+TEST(ImportBlender, InstantNgpDistortionIsUndistortedAway) {
+  TempDir dir;
+  const int width = 160, height = 120;
+  const double focal = 150, cx_file = 80, cy_file = 60;  // corner convention in the file
+  Distortion d;
+  d.k1 = -0.3;
+  d.k2 = 0.1;
+  d.p1 = 0.002;
+  d.p2 = -0.003;
+  // Render what the lens saw: each distorted pixel's ideal point, by fixed-point inversion.
+  std::vector<uint8_t> distorted(size_t(width) * height * 3);
+  for (int v = 0; v < height; ++v) {
+    for (int u = 0; u < width; ++u) {
+      const double xd = (u + 0.5 - cx_file) / focal, yd = (v + 0.5 - cy_file) / focal;
+      double x = xd, y = yd;
+      for (int iteration = 0; iteration < 50; ++iteration) {
+        double xx, yy;
+        distort_normalized(d, x, y, &xx, &yy);
+        x += xd - xx;
+        y += yd - yy;
+      }
+      for (int c = 0; c < 3; ++c)
+        distorted[(size_t(v) * width + u) * 3 + c] = uint8_t(checker(x, y));
+    }
+  }
+  write_png(dir / "frame.png", width, height, 3, distorted.data());
+  json transforms = {{"fl_x", focal}, {"fl_y", focal}, {"cx", cx_file}, {"cy", cy_file},
+                     {"w", width},    {"h", height},   {"k1", d.k1},    {"k2", d.k2},
+                     {"p1", d.p1},    {"p2", d.p2}};
+  transforms["frames"] = {
+      {{"file_path", "frame.png"},
+       {"transform_matrix", {{1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 4}, {0, 0, 0, 1}}}}};
+  write_text(dir / "transforms.json", transforms.dump());
+  ASSERT_EQ(detect_format(dir.str()), "blender");
+  const Scene scene = import_scene("auto", dir.str(), ImportOptions{});
+  ASSERT_EQ(scene.views.size(), 1u);
+  const View& view = scene.views[0];
+  EXPECT_EQ(view.camera.cx, 79.5);
+  EXPECT_EQ(view.camera.cy, 59.5);
+  EXPECT_EQ(view.split, Split::kTest);  // view 0 of a transforms.json without splits
+  int compared = 0, undistorted_good = 0, raw_good = 0;
+  for (int v = 0; v < height; ++v) {
+    for (int u = 0; u < width; ++u) {
+      const double x = (u - view.camera.cx) / focal, y = (v - view.camera.cy) / focal;
+      if (edge_distance(x, y, focal) < 1.5) continue;
+      ++compared;
+      const size_t i = (size_t(v) * width + u) * 3;
+      undistorted_good += std::abs(view.rgb[i] - checker(x, y)) <= 12;
+      raw_good += std::abs(distorted[i] - checker(x, y)) <= 12;
+    }
+  }
+  ASSERT_GT(compared, 5000);
+  EXPECT_GT(undistorted_good, 0.995 * compared);
+  EXPECT_LT(raw_good, 0.8 * compared);  // the distortion was large enough to matter
+}
+
+TEST(Undistort, IdentityLeavesPixelsAlone) {
+  PinholeCamera<double> camera{};
+  camera.fx = camera.fy = 10;
+  camera.cx = 3.5;
+  camera.cy = 2.5;
+  camera.width = 8;
+  camera.height = 6;
+  std::vector<uint8_t> rgb(8 * 6 * 3);
+  for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = uint8_t(i * 5);
+  EXPECT_EQ(undistort_rgb(rgb, camera, Distortion{}, 0), rgb);
+}
+
+// ---------------------------------------------------------------------------------------------
+// COLMAP text model
+
+TEST(ImportColmap, TinyTextModelPosesIntrinsicsAndBounds) {
+  TempDir dir;
+  const std::vector<PinholeCamera<double>> truth = {
+      look_at_camera<double>({3, -1, 2}, {0, 0, 0}, {0, 0, 1}, 50.0, 32, 24),
+      look_at_camera<double>({-2, -3, 1}, {0.1, 0, 0}, {0, 0, 1}, 50.0, 32, 24),
+      look_at_camera<double>({0.5, 3, 1.5}, {0, 0.2, 0}, {0, 0, 1}, 50.0, 32, 24)};
+  std::string images_txt = "# Image list with two lines of data per image:\n";
+  const char* names[] = {"c.png", "a.png", "b.png"};  // imported in name order
+  for (size_t i = 0; i < truth.size(); ++i) {
+    // w2c rotation to quaternion (w, x, y, z); these rotations have trace > -1.
+    const double* m = truth[i].w2c;
+    const double w = 0.5 * std::sqrt(1 + m[0] + m[5] + m[10]);
+    char line[512];
+    std::snprintf(line, sizeof line, "%zu %.17g %.17g %.17g %.17g %.17g %.17g %.17g 1 %s\n", i + 1,
+                  w, (m[9] - m[6]) / (4 * w), (m[2] - m[8]) / (4 * w), (m[4] - m[1]) / (4 * w),
+                  m[3], m[7], m[11], names[i]);
+    images_txt += line;
+    images_txt += i == 1 ? "\n" : "1.0 2.0 -1 3.5 4.5 7\n";  // 2D points: skipped
+    write_gradient_png(dir / ("images/" + std::string(names[i])), 32, 24, 3);
+  }
+  write_text(dir / "sparse/0/cameras.txt", "# Camera list\n1 PINHOLE 32 24 50 51 16 12\n");
+  write_text(dir / "sparse/0/images.txt", images_txt);
+  // Points seen by images 1 and 3; image 2 sees none and takes the percentiles of all depths.
+  write_text(dir / "sparse/0/points3D.txt",
+             "# 3D point list\n1 0 0 0 10 20 30 0.5 1 0 3 0\n2 0.2 0.1 0.3 1 2 3 0.1 1 1\n");
+  ASSERT_EQ(detect_format(dir.str()), "colmap");
+  ImportOptions options;
+  options.llffhold = 2;
+  const Scene scene = import_scene("auto", dir.str(), options);
+  ASSERT_EQ(scene.views.size(), 3u);
+  const size_t truth_of[] = {1, 2, 0};  // a.png, b.png, c.png
+  for (size_t k = 0; k < 3; ++k) {
+    const View& view = scene.views[k];
+    const PinholeCamera<double>& expected = truth[truth_of[k]];
+    EXPECT_EQ(view.name, "images/" + std::string(names[truth_of[k]]));
+    for (int j = 0; j < 12; ++j) EXPECT_NEAR(view.camera.c2w[j], expected.c2w[j], 1e-12) << k;
+    EXPECT_EQ(view.camera.fx, 50);
+    EXPECT_EQ(view.camera.fy, 51);
+    EXPECT_EQ(view.camera.cx, 15.5);
+    EXPECT_EQ(view.camera.cy, 11.5);
+    EXPECT_EQ(view.split, k % 2 == 0 ? Split::kTest : Split::kTrain);
+  }
+  const auto depth = [&](size_t t, Vec3<double> p) { return transform_point(truth[t].w2c, p).z; };
+  // Image 1 (c.png, imported last) sees both points.
+  const double d0 = depth(0, {0, 0, 0}), d1 = depth(0, {0.2, 0.1, 0.3});
+  EXPECT_NEAR(scene.views[2].near_depth, 0.9 * (std::min(d0, d1) + 0.001 * std::abs(d1 - d0)),
+              1e-9);
+  EXPECT_NEAR(scene.views[2].far_depth, 1.6 * (std::max(d0, d1) - 0.001 * std::abs(d1 - d0)), 1e-9);
+  EXPECT_NEAR(scene.views[1].near_depth, 0.9 * depth(2, {0, 0, 0}), 1e-9);  // b.png: one point
+  // a.png sees no point: the 0.1 / 99.9 percentiles of all three depths.
+  std::vector<double> all = {d0, d1, depth(2, {0, 0, 0})};
+  std::sort(all.begin(), all.end());
+  EXPECT_NEAR(scene.views[0].near_depth, 0.9 * (all[0] + 0.002 * (all[1] - all[0])), 1e-9);
+}
+
+TEST(ImportColmap, DistortedModelsAreUndistortedAndOthersRefused) {
+  TempDir dir;
+  write_gradient_png(dir / "images/a.png", 32, 24, 3);
+  write_text(dir / "sparse/0/images.txt", "1 1 0 0 0 0 0 0 1 a.png\n\n");
+  write_text(dir / "sparse/0/cameras.txt", "1 SIMPLE_RADIAL 32 24 40 16 12 -0.2\n");
+  ImportOptions options;
+  options.near_depth = 1;
+  options.far_depth = 5;
+  const Scene scene = import_colmap(dir.str(), options);
+  EXPECT_NE(scene.views[0].rgb, load_image(dir / "images/a.png").pixels);  // resampled
+  write_text(dir / "sparse/0/cameras.txt", "1 OPENCV_FISHEYE 32 24 40 40 16 12 0 0 0 0\n");
+  expect_invalid_naming([&] { import_colmap(dir.str(), options); }, "cameras.txt line 1");
+  write_text(dir / "sparse/0/cameras.txt", "1 PINHOLE 32 24 40 40 16 12\n");
+  expect_invalid_naming([&] { import_colmap(dir.str(), ImportOptions{}); }, "points3D.txt");
+  write_text(dir / "sparse/0/images.txt", "1 nan 0 0 0 0 0 0 1 a.png\n\n");
+  expect_invalid_naming([&] { import_colmap(dir.str(), options); }, "images.txt line 1");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad input: every refusal names the file
+
+// A two-frame NeRF-synthetic scene in `dir`; `edit` may change the JSON before it is written.
+void write_blender_scene(const TempDir& dir, const std::function<void(json&)>& edit = {}) {
+  json transforms = {{"camera_angle_x", 0.69}};
+  for (int i = 0; i < 2; ++i) {
+    transforms["frames"].push_back(
+        {{"file_path", "./train/r_" + std::to_string(i)},
+         {"transform_matrix", {{1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 4 + i}, {0, 0, 0, 1}}}});
+    write_gradient_png(dir / ("train/r_" + std::to_string(i) + ".png"), 16, 12, 4);
+  }
+  if (edit) edit(transforms);
+  write_text(dir / "transforms_train.json", transforms.dump());
+}
+
+TEST(ImportErrors, BlenderScenesNameTheBadFile) {
+  TempDir dir;
+  write_blender_scene(dir);
+  EXPECT_EQ(import_blender(dir.str(), ImportOptions{}).views.size(), 2u);
+  const std::string json_file = dir / "transforms_train.json";
+
+  fs::remove(dir / "train/r_1.png");
+  expect_invalid_naming([&] { import_blender(dir.str(), ImportOptions{}); }, "train/r_1.png");
+
+  const std::string png = read_bytes(dir / "train/r_0.png");
+  write_text(dir / "train/r_1.png", png.substr(0, png.size() - 20));
+  expect_invalid_naming([&] { import_blender(dir.str(), ImportOptions{}); }, "train/r_1.png");
+
+  write_blender_scene(dir);
+  write_gradient_png(dir / "train/r_1.png", 16, 13, 4);
+  expect_invalid_naming([&] { import_blender(dir.str(), ImportOptions{}); }, "train/r_1.png");
+  write_blender_scene(dir, [](json& t) { t["w"] = 16, t["h"] = 13; });
+  expect_invalid_naming([&] { import_blender(dir.str(), ImportOptions{}); }, "train/r_0.png");
+
+  // JSON has no NaN: Python's json.dump writes the bare word, nlohmann's dump writes null.
+  write_blender_scene(dir, [](json& t) { t["frames"][1]["transform_matrix"][0][3] = 1.25; });
+  std::string text = read_bytes(json_file);
+  write_text(json_file, text.replace(text.find("1.25"), 4, "NaN"));
+  expect_invalid_naming([&] { import_blender(dir.str(), ImportOptions{}); }, json_file);
+  write_blender_scene(dir, [](json& t) { t["frames"][1]["transform_matrix"][0][3] = NAN; });
+  expect_invalid_naming([&] { import_blender(dir.str(), ImportOptions{}); }, json_file);
+  write_blender_scene(dir, [](json& t) { t["frames"][0]["transform_matrix"][0][0] = 1.2; });
+  expect_invalid_naming([&] { import_blender(dir.str(), ImportOptions{}); }, json_file);
+  write_blender_scene(dir, [](json& t) { t["frames"][0]["transform_matrix"][0][0] = -1; });
+  expect_invalid_naming([&] { import_blender(dir.str(), ImportOptions{}); }, json_file);
+  write_blender_scene(dir, [](json& t) { t.erase("camera_angle_x"); });
+  expect_invalid_naming([&] { import_blender(dir.str(), ImportOptions{}); }, json_file);
+  write_blender_scene(dir, [](json& t) { t["frames"][0].erase("file_path"); });
+  expect_invalid_naming([&] { import_blender(dir.str(), ImportOptions{}); }, json_file);
+  write_blender_scene(dir, [](json& t) { t["frames"][0]["time"] = 0.5; });
+  expect_invalid_naming([&] { import_blender(dir.str(), ImportOptions{}); }, json_file);
+  write_blender_scene(dir, [](json& t) { t["is_fisheye"] = true; });
+  expect_invalid_naming([&] { import_blender(dir.str(), ImportOptions{}); }, json_file);
+  write_text(json_file, "{\"camera_angle_x\": 0.69, \"frames\": [");
+  expect_invalid_naming([&] { import_blender(dir.str(), ImportOptions{}); }, json_file);
+
+  expect_invalid_naming([&] { detect_format(dir / "nothing_here"); }, "nothing_here");
+  expect_invalid_naming([&] { import_scene("nerfies", dir.str(), ImportOptions{}); }, "nerfies");
+}
+
+TEST(ImportErrors, LlffAndDnerfNameTheBadFile) {
+  TempDir dir;
+  const std::string table = read_bytes(kFern + "/poses_bounds.npy");
+  write_text(dir / "poses_bounds.npy", table);
+  expect_invalid_naming([&] { import_llff(dir.str(), fern_options()); }, dir / "images_8");
+  fs::create_directories(dir / "images_8");
+  for (const fs::directory_entry& e : fs::directory_iterator(kFern + "/images_8")) {
+    fs::copy_file(e.path(), dir / ("images_8/" + e.path().filename().string()));
+  }
+  write_gradient_png(dir / "images_8/image007.png", 500, 378, 3);
+  expect_invalid_naming([&] { import_llff(dir.str(), fern_options()); }, "image007.png");
+  fs::remove(dir / "images_8/image007.png");
+  expect_invalid_naming([&] { import_llff(dir.str(), fern_options()); }, "poses_bounds.npy");
+  fs::copy_file(kFern + "/images_8/image007.png", dir / "images_8/image007.png");
+  EXPECT_EQ(import_llff(dir.str(), fern_options()).views.size(), 20u);
+  // A NaN in the rotation of row 4.
+  std::string nan_table = table;
+  const double nan = NAN;
+  std::memcpy(&nan_table[nan_table.size() - 20 * 17 * 8 + (4 * 17 + 1) * 8], &nan, 8);
+  write_text(dir / "poses_bounds.npy", nan_table);
+  expect_invalid_naming([&] { import_llff(dir.str(), fern_options()); }, "poses_bounds.npy row 4");
+  write_text(dir / "poses_bounds.npy", table.substr(0, table.size() - 100));
+  expect_invalid_naming([&] { import_llff(dir.str(), fern_options()); }, "poses_bounds.npy");
+
+  const std::string npz = read_bytes(kDnerf);
+  write_text(dir / "cut.npz", npz.substr(0, npz.size() * 3 / 4));
+  expect_invalid_naming([&] { import_dnerf(dir / "cut.npz", ImportOptions{}); }, dir / "cut.npz");
+}
+
+}  // namespace
+}  // namespace mvibr::data
