@@ -12,7 +12,10 @@
 #include <random>
 
 #include "mvibr/core/error.h"
+#include "mvibr/data/image_io.h"
 #include "mvibr/data/neighbours.h"
+#include "mvibr/data/npy.h"
+#include "mvibr/data/npz.h"
 #include "mvibr/data/prefetch_reader.h"
 #include "mvibr/data/shards.h"
 #include "mvibr/testing/random_scene.h"
@@ -113,6 +116,55 @@ TEST(DataFuzz, DamagedScenesAndShardsGiveCleanErrors) {
   }
   std::printf("%d damaged data sets: %d clean errors, %d read fine\n", 150, clean_errors, survived);
   EXPECT_GT(clean_errors, 75);  // most damage must be caught, by checksums or checks
+}
+
+// The files importers read: a PNG, an .npy and an .npz from the real data sets.
+TEST(DataFuzz, DamagedImagesAndArraysGiveCleanErrors) {
+  const fs::path datasets = MVIBR_SHARED_DATASETS;
+  const struct {
+    fs::path source;
+    std::function<void(const std::string&)> read;
+  } inputs[] = {
+      {datasets / "nerf_synthetic_lego_400/train/r_0.png",
+       [](const std::string& p) { load_image(p); }},
+      {datasets / "llff_fern/poses_bounds.npy", [](const std::string& p) { read_npy(p); }},
+      {datasets / "dnerf_lego_tiny/tiny_dnerf_data.npz", [](const std::string& p) { read_npz(p); }},
+  };
+  const fs::path work =
+      fs::temp_directory_path() / ("mvibr-fuzz-files-" + std::to_string(::getpid()));
+  fs::create_directories(work);
+  std::mt19937_64 rng(7);
+  int clean_errors = 0, rounds = 0;
+  for (const auto& input : inputs) {
+    ASSERT_TRUE(fs::exists(input.source)) << input.source;
+    const fs::path copy = work / input.source.filename();
+    for (int round = 0; round < 40; ++round, ++rounds) {
+      fs::copy_file(input.source, copy, fs::copy_options::overwrite_existing);
+      const size_t size = fs::file_size(copy);
+      if (round % 4 == 3) {
+        fs::resize_file(copy, rng() % size);
+      } else {
+        std::fstream stream(copy, std::ios::in | std::ios::out | std::ios::binary);
+        // Early bytes hold the headers: aim half of the damage there.
+        const size_t span = round % 2 ? size : std::min<size_t>(size, 256);
+        for (int i = 0; i < 1 + int(rng() % 8); ++i) {
+          stream.seekp(std::streamoff(rng() % span));
+          stream.put(char(rng()));
+        }
+      }
+      try {
+        input.read(copy.string());
+      } catch (const InvalidArgument& e) {
+        ++clean_errors;
+        EXPECT_NE(std::string(e.what()).find(copy.string()), std::string::npos) << e.what();
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << copy << " round " << round << ": not a clean error: " << e.what();
+      }
+    }
+  }
+  fs::remove_all(work);
+  std::printf("%d damaged files: %d clean errors\n", rounds, clean_errors);
+  EXPECT_GT(clean_errors, rounds / 3);
 }
 
 }  // namespace
