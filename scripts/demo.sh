@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The main job on the built-in default: set up, build, print what was built and run the
-# self-check of the rendering core on random data.
+# The main job on the built-in default: set up, build, prepare the built-in synthetic scene
+# into HDF5 shards, check them, and run the self-check of the rendering core.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh "$@"
 ./build/mvibr --version
+./build/mvibr prep --config configs/synthetic_prep.txt
+./build/mvibr inspect runs/data/synthetic
 ./build/mvibr selfcheck --config configs/selfcheck.txt
