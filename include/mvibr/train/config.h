@@ -1,0 +1,60 @@
+// The training configuration under the names IBRNet and DynIBaR users know (`key = value` lines,
+// as in IBRNet's configs/*.txt), read from a file and the command line (the command line wins).
+// Unknown keys and bad values are errors naming the key and where it came from.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mvibr::train {
+
+struct TrainConfig {
+  // Run
+  std::string expname = "synthetic";
+  std::string basedir = "runs";  // the run directory is basedir/expname
+  std::string datadir;           // a folder written by `mvibr prep`
+  uint64_t seed = 0;
+  int n_iters = 250000;
+  int i_print = 100, i_img = 500, i_weights = 10000;
+  int keep_checkpoints = 3;
+  std::string ckpt_path;   // resume from this checkpoint instead of the newest in the run
+  bool no_reload = false;  // start fresh even when the run has checkpoints
+  // Data
+  int N_rand = 512;       // rays per step (per rank)
+  int chunk_size = 4096;  // rays per forward chunk when rendering
+  int num_source_views = 10;
+  int source_pool = 20;                 // sources are drawn from this many nearest views
+  std::string sample_mode = "uniform";  // uniform | center
+  double center_ratio = 0.8;
+  int queue_depth = 4;
+  // Model
+  std::string feature_net = "ibrnet";  // ibrnet | small
+  int coarse_feat_dim = 32, fine_feat_dim = 32;
+  bool coarse_only = false;
+  bool anti_alias_pooling = true;
+  int N_samples = 64, N_importance = 64;
+  bool inv_uniform = false, det = false, white_bkgd = false;
+  std::string delta = "unit";  // unit (IBRNet) | interval (NeRF)
+  // Optimisation
+  double lrate_feature = 1e-3, lrate_mlp = 5e-4;
+  double lrate_decay_factor = 0.5;
+  int lrate_decay_steps = 50000;
+  double grad_clip = 0;  // max global gradient norm; 0 disables clipping
+
+  // The config as `key = value` lines in a fixed order, every key except ckpt_path and
+  // no_reload (they say where a run starts, not what it trains): stored in checkpoints and
+  // compared across ranks; parsing it gives this config back.
+  std::string to_text() const;
+};
+
+// Parses `args` (the command line after the subcommand: `--config FILE` and `--key value`
+// pairs). Throws InvalidArgument naming the key and the file or "command line" on unknown keys,
+// bad values and violated constraints (N_rand >= 1, N_samples >= 1, ...). Returns false and
+// prints the option list when --help is given.
+bool parse_train_config(const std::vector<std::string>& args, TrainConfig* config);
+
+// The whole option list, for `mvibr train --help`.
+std::string train_config_help();
+
+}  // namespace mvibr::train

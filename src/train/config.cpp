@@ -1,0 +1,189 @@
+// Training configuration by Boost.Program_options (see config.h). One table of options serves
+// the config file, the command line, --help and to_text, so they cannot drift apart.
+#include "mvibr/train/config.h"
+
+#include <boost/program_options.hpp>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "mvibr/core/error.h"
+
+namespace po = boost::program_options;
+
+namespace mvibr::train {
+
+namespace {
+
+// Boolean keys read `key = true|false|1|0` in files and `--key` or `--key true` on the command
+// line, as IBRNet's configargparse flags are written.
+po::typed_value<bool>* flag(bool* target) {
+  return po::value(target)->implicit_value(true)->default_value(*target);
+}
+
+po::options_description options(TrainConfig* c) {
+  po::options_description run("run");
+  run.add_options()("expname", po::value(&c->expname)->default_value(c->expname),
+                    "experiment name; the run directory is basedir/expname")(
+      "basedir", po::value(&c->basedir)->default_value(c->basedir), "where runs are kept")(
+      "datadir", po::value(&c->datadir), "a folder written by `mvibr prep` (required)")(
+      "seed", po::value(&c->seed)->default_value(c->seed), "seed of initialisation and sampling")(
+      "n_iters", po::value(&c->n_iters)->default_value(c->n_iters), "training steps")(
+      "i_print", po::value(&c->i_print)->default_value(c->i_print), "steps between log lines")(
+      "i_img", po::value(&c->i_img)->default_value(c->i_img), "steps between validation images")(
+      "i_weights", po::value(&c->i_weights)->default_value(c->i_weights),
+      "steps between checkpoints")(
+      "keep_checkpoints", po::value(&c->keep_checkpoints)->default_value(c->keep_checkpoints),
+      "checkpoints kept in the run directory")("ckpt_path", po::value(&c->ckpt_path),
+                                               "resume from this checkpoint")(
+      "no_reload", flag(&c->no_reload), "start fresh even if the run has checkpoints");
+  po::options_description data("data");
+  data.add_options()("N_rand", po::value(&c->N_rand)->default_value(c->N_rand),
+                     "rays per step per rank")(
+      "chunk_size", po::value(&c->chunk_size)->default_value(c->chunk_size),
+      "rays per chunk when rendering")(
+      "num_source_views", po::value(&c->num_source_views)->default_value(c->num_source_views),
+      "source views per target")("source_pool",
+                                 po::value(&c->source_pool)->default_value(c->source_pool),
+                                 "sources are drawn from this many nearest views")(
+      "sample_mode", po::value(&c->sample_mode)->default_value(c->sample_mode),
+      "uniform | center: where target pixels are drawn")(
+      "center_ratio", po::value(&c->center_ratio)->default_value(c->center_ratio),
+      "center sampling: the central fraction of the image")(
+      "queue_depth", po::value(&c->queue_depth)->default_value(c->queue_depth),
+      "samples the reader prefetches");
+  po::options_description model("model");
+  model.add_options()("feature_net", po::value(&c->feature_net)->default_value(c->feature_net),
+                      "ibrnet | small")(
+      "coarse_feat_dim", po::value(&c->coarse_feat_dim)->default_value(c->coarse_feat_dim),
+      "coarse feature channels")(
+      "fine_feat_dim", po::value(&c->fine_feat_dim)->default_value(c->fine_feat_dim),
+      "fine feature channels")("coarse_only", flag(&c->coarse_only), "no fine network")(
+      "anti_alias_pooling", flag(&c->anti_alias_pooling), "IBRNet's anti-alias pooling")(
+      "N_samples", po::value(&c->N_samples)->default_value(c->N_samples), "coarse samples per ray")(
+      "N_importance", po::value(&c->N_importance)->default_value(c->N_importance),
+      "importance samples per ray")("inv_uniform", flag(&c->inv_uniform),
+                                    "sample uniformly in inverse depth")(
+      "det", flag(&c->det), "deterministic samples")("white_bkgd", flag(&c->white_bkgd),
+                                                     "composite on white")(
+      "delta", po::value(&c->delta)->default_value(c->delta), "unit (IBRNet) | interval (NeRF)");
+  po::options_description optimisation("optimisation");
+  optimisation.add_options()("lrate_feature",
+                             po::value(&c->lrate_feature)->default_value(c->lrate_feature),
+                             "learning rate of the feature network")(
+      "lrate_mlp", po::value(&c->lrate_mlp)->default_value(c->lrate_mlp),
+      "learning rate of the aggregation networks")(
+      "lrate_decay_factor", po::value(&c->lrate_decay_factor)->default_value(c->lrate_decay_factor),
+      "learning-rate decay factor")(
+      "lrate_decay_steps", po::value(&c->lrate_decay_steps)->default_value(c->lrate_decay_steps),
+      "steps between decays")("grad_clip", po::value(&c->grad_clip)->default_value(c->grad_clip),
+                              "max global gradient norm (0: off)");
+  po::options_description all;
+  all.add(run).add(data).add(model).add(optimisation);
+  return all;
+}
+
+void check(bool ok, const std::string& key, const std::string& what) {
+  if (!ok) throw InvalidArgument("config key '" + key + "': " + what);
+}
+
+void validate(const TrainConfig& c) {
+  check(!c.datadir.empty(), "datadir", "is required (a folder written by mvibr prep)");
+  check(!c.expname.empty() && c.expname.find('/') == std::string::npos, "expname",
+        "must be a non-empty name without '/'");
+  check(c.n_iters >= 0, "n_iters", "must be >= 0");
+  check(c.i_print >= 1 && c.i_img >= 1 && c.i_weights >= 1, "i_print/i_img/i_weights",
+        "must be >= 1");
+  check(c.keep_checkpoints >= 1, "keep_checkpoints", "must be >= 1");
+  check(c.N_rand >= 1, "N_rand", "must be >= 1");
+  check(c.chunk_size >= 1, "chunk_size", "must be >= 1");
+  check(c.num_source_views >= 1, "num_source_views", "must be >= 1");
+  check(c.source_pool >= c.num_source_views, "source_pool", "must be >= num_source_views");
+  check(c.sample_mode == "uniform" || c.sample_mode == "center", "sample_mode",
+        "must be uniform or center, got '" + c.sample_mode + "'");
+  check(c.center_ratio > 0 && c.center_ratio <= 1, "center_ratio", "must be in (0, 1]");
+  check(c.queue_depth >= 1, "queue_depth", "must be >= 1");
+  check(c.feature_net == "ibrnet" || c.feature_net == "small", "feature_net",
+        "must be ibrnet or small, got '" + c.feature_net + "'");
+  check(c.coarse_feat_dim >= 1 && c.fine_feat_dim >= 1, "coarse_feat_dim/fine_feat_dim",
+        "must be >= 1");
+  check(c.N_samples >= 1, "N_samples", "must be >= 1");
+  check(c.N_importance >= 0, "N_importance", "must be >= 0");
+  check(c.coarse_only || c.N_importance == 0 || c.N_samples >= 3, "N_samples",
+        "must be >= 3 for importance sampling");
+  check(c.delta == "unit" || c.delta == "interval", "delta",
+        "must be unit or interval, got '" + c.delta + "'");
+  check(c.lrate_feature >= 0 && c.lrate_mlp >= 0, "lrate_feature/lrate_mlp", "must be >= 0");
+  check(c.lrate_decay_factor > 0 && c.lrate_decay_steps >= 1,
+        "lrate_decay_factor/lrate_decay_steps", "must be positive");
+  check(c.grad_clip >= 0, "grad_clip", "must be >= 0");
+}
+
+}  // namespace
+
+bool parse_train_config(const std::vector<std::string>& args, TrainConfig* config) {
+  po::options_description all = options(config);
+  std::string file;
+  po::options_description general("general");
+  general.add_options()("help,h", "print this help")(
+      "config", po::value(&file), "read `key = value` lines from this file (command line wins)");
+  po::options_description command_line;
+  command_line.add(general).add(all);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(command_line).run(), vm);
+  } catch (const po::error& e) {
+    throw InvalidArgument(std::string("command line: ") + e.what());
+  }
+  if (vm.count("help")) {
+    std::cout << train_config_help();
+    return false;
+  }
+  if (vm.count("config")) {
+    file = vm["config"].as<std::string>();
+    std::ifstream stream(file);
+    if (!stream) throw InvalidArgument(file + ": cannot open config file");
+    try {
+      po::store(po::parse_config_file(stream, all), vm);
+    } catch (const po::error& e) {
+      throw InvalidArgument(file + ": " + e.what());
+    }
+  }
+  try {
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw InvalidArgument(e.what());
+  }
+  validate(*config);
+  return true;
+}
+
+std::string train_config_help() {
+  TrainConfig defaults;
+  std::ostringstream out;
+  out << "usage: mvibr train --config FILE [--key value ...]\n\n" << options(&defaults);
+  return out.str();
+}
+
+std::string TrainConfig::to_text() const {
+  std::ostringstream out;
+  out.precision(17);
+  out << "expname = " << expname << "\nbasedir = " << basedir << "\ndatadir = " << datadir
+      << "\nseed = " << seed << "\nn_iters = " << n_iters << "\ni_print = " << i_print
+      << "\ni_img = " << i_img << "\ni_weights = " << i_weights
+      << "\nkeep_checkpoints = " << keep_checkpoints << "\nN_rand = " << N_rand
+      << "\nchunk_size = " << chunk_size << "\nnum_source_views = " << num_source_views
+      << "\nsource_pool = " << source_pool << "\nsample_mode = " << sample_mode
+      << "\ncenter_ratio = " << center_ratio << "\nqueue_depth = " << queue_depth
+      << "\nfeature_net = " << feature_net << "\ncoarse_feat_dim = " << coarse_feat_dim
+      << "\nfine_feat_dim = " << fine_feat_dim << "\ncoarse_only = " << coarse_only
+      << "\nanti_alias_pooling = " << anti_alias_pooling << "\nN_samples = " << N_samples
+      << "\nN_importance = " << N_importance << "\ninv_uniform = " << inv_uniform
+      << "\ndet = " << det << "\nwhite_bkgd = " << white_bkgd << "\ndelta = " << delta
+      << "\nlrate_feature = " << lrate_feature << "\nlrate_mlp = " << lrate_mlp
+      << "\nlrate_decay_factor = " << lrate_decay_factor
+      << "\nlrate_decay_steps = " << lrate_decay_steps << "\ngrad_clip = " << grad_clip << "\n";
+  return out.str();
+}
+
+}  // namespace mvibr::train
