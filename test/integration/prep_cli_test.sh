@@ -31,6 +31,8 @@ grep -q "checked .* frames in 3 shard(s): ok" "$work/inspect" || fail "inspect d
 "$mvibr" inspect "$work/synthetic/shard-00001-of-00003.h5" | grep -q "frames: ok" ||
   fail "inspect of one shard"
 /usr/bin/python3 "$source_dir/test/data/read_with_h5py.py" "$work/synthetic"
+h5dump -H "$work/synthetic/shard-00000-of-00003.h5" | grep -q 'DATASET "frames"' ||
+  fail "h5dump cannot read a shard"
 
 echo "== dynamic synthetic scene"
 "$mvibr" prep --out "$work/dynamic" --views 8 --time_steps 3 --width 24 --height 16 --shards 2
