@@ -7,13 +7,11 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <random>
 #include <thread>
 
-#include "mvibr/data/neighbours.h"
 #include "mvibr/data/prefetch_reader.h"
+#include "mvibr/data/random_pixel_scene.h"
 #include "mvibr/data/shards.h"
-#include "mvibr/testing/random_scene.h"
 
 namespace mvibr::data {
 namespace {
@@ -26,26 +24,11 @@ constexpr int kViews = 48, kWidth = 400, kHeight = 300;
 struct Dataset {
   fs::path dir = fs::temp_directory_path() / ("mvibr-io-bench-" + std::to_string(::getpid()));
   Dataset() {
-    testing::RandomSceneSize size;
-    size.n_views = kViews;
-    size.image_width = kWidth;
-    size.image_height = kHeight;
-    const testing::RandomScene rig = testing::make_random_scene(size, 1);
-    Scene scene;
-    scene.name = "io-bench";
-    scene.source_format = "synthetic";
-    std::mt19937 bytes(3);
-    for (int i = 0; i < kViews; ++i) {
-      View v;
-      v.name = std::to_string(i);
-      v.camera = rig.sources[size_t(i)];
-      v.near_depth = 1;
-      v.far_depth = 8;
-      v.rgb.resize(size_t(kWidth) * kHeight * 3);
-      for (auto& b : v.rgb) b = uint8_t(bytes());
-      scene.views.push_back(std::move(v));
-    }
-    select_neighbours(&scene, NeighbourOptions{10, 1});
+    RandomPixelSceneOptions options;
+    options.n_views = kViews;
+    options.width = kWidth;
+    options.height = kHeight;
+    const Scene scene = make_random_pixel_scene(options);
     write_prepared_scene(scene, dir.string(), {1, 0, "io_bench"});
   }
   ~Dataset() { fs::remove_all(dir); }

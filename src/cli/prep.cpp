@@ -5,11 +5,11 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
 
 #include "commands.h"
+#include "mvibr/core/config_file.h"
 #include "mvibr/core/error.h"
 #include "mvibr/data/importers.h"
 #include "mvibr/data/neighbours.h"
@@ -74,15 +74,7 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
               << all;
     return 0;
   }
-  if (vm.count("config")) {
-    std::ifstream file(config);
-    if (!file) throw InvalidArgument(config + ": cannot open config file");
-    try {
-      po::store(po::parse_config_file(file, all), vm);
-    } catch (const po::error& e) {
-      throw InvalidArgument(config + ": " + e.what());
-    }
-  }
+  if (vm.count("config")) store_config_file(config, all, &vm);
   po::notify(vm);
   if (out.empty()) throw InvalidArgument("mvibr prep needs --out DIR");
   if (background != "white" && background != "black") {

@@ -7,13 +7,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "commands.h"
+#include "mvibr/core/config_file.h"
 #include "mvibr/core/device.h"
 #include "mvibr/core/error.h"
 #include "mvibr/testing/toy_pipeline.h"
@@ -103,16 +103,7 @@ int run_selfcheck(const std::vector<std::string>& args) {
     std::cout << "usage: mvibr selfcheck [options]\n\n" << description;
     return 0;
   }
-  if (vm.count("config")) {
-    const std::string path = vm["config"].as<std::string>();
-    std::ifstream file(path);
-    if (!file) throw InvalidArgument(path + ": cannot open config file");
-    try {
-      po::store(po::parse_config_file(file, description), vm);
-    } catch (const po::error& e) {
-      throw InvalidArgument(path + ": " + e.what());
-    }
-  }
+  if (vm.count("config")) store_config_file(vm["config"].as<std::string>(), description, &vm);
   po::notify(vm);
   if (delta == "unit") {
     options.composite.delta_mode = DeltaMode::kUnit;

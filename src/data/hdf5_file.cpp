@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "mvibr/core/error.h"
@@ -76,14 +77,42 @@ void File::set_attribute(const std::string& name, const std::string& value) {
   }
 }
 
-void File::set_attribute(const std::string& name, long long value) {
+namespace {
+
+void write_scalar_attribute(const File& file, const std::string& name, hid_t file_type,
+                            hid_t memory_type, const void* value) {
   Handle space(H5Screate(H5S_SCALAR), H5Sclose);
   Handle attribute(
-      H5Acreate2(id(), name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+      H5Acreate2(file.id(), name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
       H5Aclose);
-  if (!attribute.valid() || H5Awrite(attribute.get(), H5T_NATIVE_LLONG, &value) < 0) {
-    fail("cannot write attribute " + name);
+  if (!attribute.valid() || H5Awrite(attribute.get(), memory_type, value) < 0) {
+    file.fail("cannot write attribute " + name);
   }
+}
+
+// Opens a one-element numeric attribute of the given class, or fails naming it.
+Handle open_number_attribute(const File& file, const std::string& name, H5T_class_t type_class,
+                             const char* what) {
+  if (H5Aexists(file.id(), name.c_str()) <= 0) file.fail("missing attribute '" + name + "'");
+  Handle attribute(H5Aopen(file.id(), name.c_str(), H5P_DEFAULT), H5Aclose);
+  Handle type(H5Aget_type(attribute.get()), H5Tclose);
+  Handle space(H5Aget_space(attribute.get()), H5Sclose);
+  if (H5Tget_class(type.get()) != type_class || H5Sget_simple_extent_npoints(space.get()) != 1) {
+    file.fail("attribute '" + name + "' is not one " + what);
+  }
+  return attribute;
+}
+
+}  // namespace
+
+void File::set_attribute(const std::string& name, long long value) {
+  write_scalar_attribute(*this, name, H5T_STD_I64LE, H5T_NATIVE_LLONG, &value);
+}
+void File::set_attribute(const std::string& name, uint64_t value) {
+  write_scalar_attribute(*this, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &value);
+}
+void File::set_attribute(const std::string& name, double value) {
+  write_scalar_attribute(*this, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
 }
 
 std::string File::string_attribute(const std::string& name) const {
@@ -104,15 +133,34 @@ std::string File::string_attribute(const std::string& name) const {
 }
 
 long long File::integer_attribute(const std::string& name) const {
-  if (H5Aexists(id(), name.c_str()) <= 0) fail("missing attribute '" + name + "'");
-  Handle attribute(H5Aopen(id(), name.c_str(), H5P_DEFAULT), H5Aclose);
-  Handle type(H5Aget_type(attribute.get()), H5Tclose);
-  Handle space(H5Aget_space(attribute.get()), H5Sclose);
-  if (H5Tget_class(type.get()) != H5T_INTEGER || H5Sget_simple_extent_npoints(space.get()) != 1) {
-    fail("attribute '" + name + "' is not one integer");
-  }
+  const Handle attribute = open_number_attribute(*this, name, H5T_INTEGER, "integer");
   long long value = 0;
   if (H5Aread(attribute.get(), H5T_NATIVE_LLONG, &value) < 0) {
+    fail("cannot read attribute '" + name + "'");
+  }
+  return value;
+}
+
+uint64_t File::unsigned_attribute(const std::string& name) const {
+  const Handle attribute = open_number_attribute(*this, name, H5T_INTEGER, "integer");
+  Handle type(H5Aget_type(attribute.get()), H5Tclose);
+  if (H5Tget_sign(type.get()) != H5T_SGN_NONE) {
+    // HDF5 would clamp a negative value to 0 on conversion; read it signed and refuse it.
+    const long long value = integer_attribute(name);
+    if (value < 0) fail("attribute '" + name + "' is negative: " + std::to_string(value));
+    return uint64_t(value);
+  }
+  uint64_t value = 0;
+  if (H5Aread(attribute.get(), H5T_NATIVE_UINT64, &value) < 0) {
+    fail("cannot read attribute '" + name + "'");
+  }
+  return value;
+}
+
+double File::double_attribute(const std::string& name) const {
+  const Handle attribute = open_number_attribute(*this, name, H5T_FLOAT, "number");
+  double value = 0;
+  if (H5Aread(attribute.get(), H5T_NATIVE_DOUBLE, &value) < 0) {
     fail("cannot read attribute '" + name + "'");
   }
   return value;
@@ -121,10 +169,18 @@ long long File::integer_attribute(const std::string& name) const {
 namespace {
 
 void write_dataset(const File& file, const std::string& name, const std::vector<hsize_t>& shape,
-                   hid_t file_type, hid_t memory_type, const void* data) {
+                   hid_t file_type, hid_t memory_type, const void* data, bool checksummed = false) {
   Handle space(H5Screate_simple(int(shape.size()), shape.data(), nullptr), H5Sclose);
+  Handle properties(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  hsize_t count = 1;
+  for (hsize_t d : shape) count *= d;
+  // Filters need a chunked layout: the whole dataset as one chunk (an empty one has no data).
+  if (checksummed && count > 0 && !shape.empty()) {
+    H5Pset_chunk(properties.get(), int(shape.size()), shape.data());
+    H5Pset_fletcher32(properties.get());
+  }
   Handle dataset(H5Dcreate2(file.id(), name.c_str(), file_type, space.get(), H5P_DEFAULT,
-                            H5P_DEFAULT, H5P_DEFAULT),
+                            properties.get(), H5P_DEFAULT),
                  H5Dclose);
   if (!dataset.valid() ||
       H5Dwrite(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
@@ -153,13 +209,46 @@ void File::write(const std::string& name, const std::vector<hsize_t>& shape,
   write_dataset(*this, name, shape, H5T_STD_I8LE, H5T_NATIVE_SCHAR, data);
 }
 
+void File::write(const std::string& name, const std::vector<hsize_t>& shape, const float* data) {
+  write_dataset(*this, name, shape, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, data, true);
+}
+void File::write(const std::string& name, const std::vector<hsize_t>& shape, const uint64_t* data) {
+  write_dataset(*this, name, shape, H5T_STD_U64LE, H5T_NATIVE_UINT64, data, true);
+}
+
+// Fixed-length strings: variable-length ones live in HDF5's global heap, which the file format
+// does not checksum, and a damaged heap makes the library itself read out of bounds.
 void File::write_strings(const std::string& name, const std::vector<std::string>& values) {
+  size_t longest = 1;
+  for (const std::string& v : values) longest = std::max(longest, v.size());
+  std::string packed(values.size() * longest, '\0');
+  for (size_t i = 0; i < values.size(); ++i) values[i].copy(&packed[i * longest], longest);
   Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_size(type.get(), longest);
+  H5Tset_strpad(type.get(), H5T_STR_NULLPAD);
   H5Tset_cset(type.get(), H5T_CSET_UTF8);
-  std::vector<const char*> pointers;
-  for (const std::string& v : values) pointers.push_back(v.c_str());
-  write_dataset(*this, name, {hsize_t(values.size())}, type.get(), type.get(), pointers.data());
+  write_dataset(*this, name, {hsize_t(values.size())}, type.get(), type.get(), packed.data());
+}
+
+std::vector<std::string> File::members(const std::string& group) const {
+  if (!has(group)) fail("missing group '" + group + "'");
+  Handle handle(H5Gopen2(id(), group.c_str(), H5P_DEFAULT), H5Gclose);
+  H5G_info_t info;
+  if (!handle.valid() || H5Gget_info(handle.get(), &info) < 0) {
+    fail("'" + group + "' is not a readable group");
+  }
+  std::vector<std::string> names;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    const ssize_t size = H5Lget_name_by_idx(handle.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i,
+                                            nullptr, 0, H5P_DEFAULT);
+    if (size < 0) fail("cannot list group '" + group + "'");
+    std::string name(size_t(size) + 1, '\0');
+    H5Lget_name_by_idx(handle.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size(),
+                       H5P_DEFAULT);
+    name.resize(size_t(size));
+    names.push_back(name);
+  }
+  return names;
 }
 
 std::vector<hsize_t> File::shape(const std::string& name,
@@ -197,9 +286,14 @@ std::vector<T> File::read_numbers(const std::string& name, const std::vector<lon
   Handle dataset(H5Dopen2(id(), name.c_str(), H5P_DEFAULT), H5Dclose);
   Handle type(H5Dget_type(dataset.get()), H5Tclose);
   const H5T_class_t type_class = H5Tget_class(type.get());
-  const bool floating = memory_type == H5T_NATIVE_DOUBLE;
+  const bool floating = H5Tget_class(memory_type) == H5T_FLOAT;
   if ((floating && type_class != H5T_FLOAT) || (!floating && type_class != H5T_INTEGER)) {
     fail("dataset '" + name + "' has the wrong element type");
+  }
+  // HDF5 would clamp negative values to 0 when reading signed data as unsigned.
+  if (!floating && H5Tget_sign(memory_type) == H5T_SGN_NONE &&
+      H5Tget_sign(type.get()) != H5T_SGN_NONE) {
+    fail("dataset '" + name + "' is signed, expected unsigned integers");
   }
   std::vector<T> values(count);
   if (count &&
@@ -213,9 +307,17 @@ std::vector<double> File::read_doubles(const std::string& name,
                                        const std::vector<long long>& expected) const {
   return read_numbers<double>(name, expected, H5T_NATIVE_DOUBLE);
 }
+std::vector<float> File::read_floats(const std::string& name,
+                                     const std::vector<long long>& expected) const {
+  return read_numbers<float>(name, expected, H5T_NATIVE_FLOAT);
+}
 std::vector<int> File::read_ints(const std::string& name,
                                  const std::vector<long long>& expected) const {
   return read_numbers<int>(name, expected, H5T_NATIVE_INT);
+}
+std::vector<uint64_t> File::read_uint64s(const std::string& name,
+                                         const std::vector<long long>& expected) const {
+  return read_numbers<uint64_t>(name, expected, H5T_NATIVE_UINT64);
 }
 std::vector<signed char> File::read_bytes(const std::string& name,
                                           const std::vector<long long>& expected) const {
@@ -227,21 +329,21 @@ std::vector<std::string> File::read_strings(const std::string& name,
   shape(name, {expected_count});
   Handle dataset(H5Dopen2(id(), name.c_str(), H5P_DEFAULT), H5Dclose);
   Handle type(H5Dget_type(dataset.get()), H5Tclose);
-  if (H5Tget_class(type.get()) != H5T_STRING || H5Tis_variable_str(type.get()) <= 0) {
-    fail("dataset '" + name + "' is not variable-length strings");
+  if (H5Tget_class(type.get()) != H5T_STRING || H5Tis_variable_str(type.get()) != 0) {
+    fail("dataset '" + name + "' is not fixed-length strings");
   }
-  Handle memory(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(memory.get(), H5T_VARIABLE);
-  H5Tset_cset(memory.get(), H5T_CSET_UTF8);
-  std::vector<char*> pointers(size_t(expected_count), nullptr);
+  const size_t length = H5Tget_size(type.get());
+  if (length == 0 || length > 4096) fail("dataset '" + name + "' has strings of absurd length");
+  std::string packed(size_t(expected_count) * length, '\0');
   if (expected_count &&
-      H5Dread(dataset.get(), memory.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, pointers.data()) < 0) {
-    fail("cannot read dataset '" + name + "'");
+      H5Dread(dataset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, packed.data()) < 0) {
+    fail("cannot read dataset '" + name + "' (corrupt or truncated)");
   }
   std::vector<std::string> values;
-  for (char* p : pointers) values.emplace_back(p ? p : "");
-  Handle space(H5Dget_space(dataset.get()), H5Sclose);
-  H5Dvlen_reclaim(memory.get(), space.get(), H5P_DEFAULT, pointers.data());
+  for (long long i = 0; i < expected_count; ++i) {
+    const std::string padded = packed.substr(size_t(i) * length, length);
+    values.push_back(padded.substr(0, padded.find('\0')));
+  }
   return values;
 }
 

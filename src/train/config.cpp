@@ -3,10 +3,10 @@
 #include "mvibr/train/config.h"
 
 #include <boost/program_options.hpp>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 
+#include "mvibr/core/config_file.h"
 #include "mvibr/core/error.h"
 
 namespace po = boost::program_options;
@@ -139,16 +139,7 @@ bool parse_train_config(const std::vector<std::string>& args, TrainConfig* confi
     std::cout << train_config_help();
     return false;
   }
-  if (vm.count("config")) {
-    file = vm["config"].as<std::string>();
-    std::ifstream stream(file);
-    if (!stream) throw InvalidArgument(file + ": cannot open config file");
-    try {
-      po::store(po::parse_config_file(stream, all), vm);
-    } catch (const po::error& e) {
-      throw InvalidArgument(file + ": " + e.what());
-    }
-  }
+  if (vm.count("config")) store_config_file(vm["config"].as<std::string>(), all, &vm);
   try {
     po::notify(vm);
   } catch (const po::error& e) {

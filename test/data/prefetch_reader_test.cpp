@@ -7,14 +7,12 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <random>
 #include <set>
 #include <thread>
 
 #include "mvibr/core/error.h"
-#include "mvibr/data/neighbours.h"
+#include "mvibr/data/random_pixel_scene.h"
 #include "mvibr/data/shards.h"
-#include "mvibr/testing/random_scene.h"
 
 namespace mvibr::data {
 namespace {
@@ -25,26 +23,13 @@ namespace fs = std::filesystem;
 class PreparedData {
  public:
   explicit PreparedData(int n_shards) {
-    testing::RandomSceneSize size;
-    size.n_views = 24;
-    size.image_width = 10;
-    size.image_height = 8;
-    const testing::RandomScene rig = testing::make_random_scene(size, 3);
-    scene_.name = "reader-test";
-    scene_.source_format = "synthetic";
-    std::mt19937 bytes(1);
-    for (int i = 0; i < size.n_views; ++i) {
-      View v;
-      v.name = "v" + std::to_string(i);
-      v.camera = rig.sources[size_t(i)];
-      v.near_depth = 1;
-      v.far_depth = 8;
-      v.split = i % 6 == 5 ? Split::kTest : Split::kTrain;
-      v.rgb.resize(10 * 8 * 3);
-      for (auto& b : v.rgb) b = uint8_t(bytes());
-      scene_.views.push_back(v);
-    }
-    select_neighbours(&scene_, NeighbourOptions{8, 1});
+    RandomPixelSceneOptions options;
+    options.n_views = 24;
+    options.width = 10;
+    options.height = 8;
+    options.test_every = 6;
+    options.seed = 3;
+    scene_ = make_random_pixel_scene(options);
     write_prepared_scene(scene_, dir_.string(), {n_shards, 0, "test"});
   }
   ~PreparedData() { fs::remove_all(dir_); }

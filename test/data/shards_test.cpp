@@ -12,7 +12,7 @@
 #include <set>
 
 #include "mvibr/core/error.h"
-#include "mvibr/data/neighbours.h"
+#include "mvibr/data/random_pixel_scene.h"
 #include "mvibr/data/shards.h"
 #include "mvibr/testing/random_scene.h"
 
@@ -21,33 +21,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A scene of random pixels on the random test rig: cameras, splits and times vary.
 Scene random_scene(int n_views, bool dynamic) {
-  testing::RandomSceneSize size;
-  size.n_views = n_views;
-  size.image_width = 12;
-  size.image_height = 9;
-  const testing::RandomScene rig = testing::make_random_scene(size, 5);
-  Scene scene;
-  scene.name = "random";
-  scene.source_format = "synthetic";
-  scene.dynamic = dynamic;
-  std::mt19937 bytes(7);
-  for (int i = 0; i < n_views; ++i) {
-    View v;
-    v.name = "random/" + std::to_string(i);
-    v.camera = rig.sources[size_t(i)];
-    v.near_depth = 1.0 + 0.01 * i;
-    v.far_depth = 7.0;
-    v.time_index = dynamic ? i % 3 : 0;
-    v.time = v.time_index / 2.0;
-    v.split = i % 5 == 4 ? Split::kTest : Split::kTrain;
-    v.rgb.resize(12 * 9 * 3);
-    for (auto& b : v.rgb) b = uint8_t(bytes());
-    scene.views.push_back(v);
-  }
-  select_neighbours(&scene, NeighbourOptions{4, 1});
-  return scene;
+  RandomPixelSceneOptions options;
+  options.n_views = n_views;
+  options.width = 12;
+  options.height = 9;
+  options.test_every = 5;
+  options.n_time_steps = dynamic ? 3 : 1;
+  options.seed = 5;
+  return make_random_pixel_scene(options);
 }
 
 struct TempDir {
