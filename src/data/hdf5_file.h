@@ -5,6 +5,7 @@
 
 #include <hdf5.h>
 
+#include <cstdint>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -52,20 +53,35 @@ class File {
 
   void set_attribute(const std::string& name, const std::string& value);
   void set_attribute(const std::string& name, long long value);
+  void set_attribute(const std::string& name, uint64_t value);
+  void set_attribute(const std::string& name, double value);
   std::string string_attribute(const std::string& name) const;
   long long integer_attribute(const std::string& name) const;
+  // A non-negative integer attribute of any integer type (a negative one is an error).
+  uint64_t unsigned_attribute(const std::string& name) const;
+  double double_attribute(const std::string& name) const;
 
   // Whole datasets of doubles, 32-bit ints or 8-bit ints, with their shape.
   void write(const std::string& name, const std::vector<hsize_t>& shape, const double* data);
   void write(const std::string& name, const std::vector<hsize_t>& shape, const int* data);
   void write(const std::string& name, const std::vector<hsize_t>& shape, const signed char* data);
+  // Float32 and uint64 datasets (checkpoints) are one Fletcher32-checksummed chunk each, so a
+  // flipped bit in their data fails the read instead of loading a wrong weight.
+  void write(const std::string& name, const std::vector<hsize_t>& shape, const float* data);
+  void write(const std::string& name, const std::vector<hsize_t>& shape, const uint64_t* data);
   void write_strings(const std::string& name, const std::vector<std::string>& values);
+  // The names of a group's members, in name order.
+  std::vector<std::string> members(const std::string& group) const;
   // The shape of a dataset, checked against `expected` (-1 matches any extent) before anything
   // is read or allocated.
   std::vector<hsize_t> shape(const std::string& name, const std::vector<long long>& expected) const;
   std::vector<double> read_doubles(const std::string& name,
                                    const std::vector<long long>& expected) const;
+  std::vector<float> read_floats(const std::string& name,
+                                 const std::vector<long long>& expected) const;
   std::vector<int> read_ints(const std::string& name, const std::vector<long long>& expected) const;
+  std::vector<uint64_t> read_uint64s(const std::string& name,
+                                     const std::vector<long long>& expected) const;
   std::vector<signed char> read_bytes(const std::string& name,
                                       const std::vector<long long>& expected) const;
   std::vector<std::string> read_strings(const std::string& name, long long expected_count) const;

@@ -1,0 +1,53 @@
+// Training checkpoints: everything a run needs to continue exactly where it stopped, in one HDF5
+// file that other tools can read by name. Each parameter is its own float32 dataset named by its
+// PyTorch module path in PyTorch's shape ("model/net_coarse.base_fc.0.weight"), so h5py and a
+// PyTorch converter need nothing of mvibr; Adam's moments mirror that under
+// "optimizer/exp_avg/<name>" and "optimizer/exp_avg_sq/<name>". Root attributes: format
+// "mvibr-checkpoint", format_version 1, step, mvibr_version, config, random_seed, lr_feature and
+// lr_mlp (the rates of the next update); dataset data_cursors [ranks, 2] (epoch, position).
+//
+// A checkpoint is written under a temporary name, flushed, fsynced and renamed, so a crash leaves
+// the previous file or the new one, never a half-written one under the final name.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mvibr/data/prefetch_reader.h"
+#include "mvibr/nn/optimizer.h"
+#include "mvibr/nn/parameters.h"
+
+namespace mvibr::nn {
+
+// What a checkpoint holds besides the parameters and Adam (whose step count is the run's step).
+struct TrainingState {
+  std::string config;                       // the run's configuration, as text
+  std::vector<data::ReaderCursor> cursors;  // every rank's data stream, by rank
+  uint64_t random_seed = 0;                 // RandomKey::seed; the key's step is the run's step
+};
+
+inline constexpr long long kCheckpointFormatVersion = 1;
+
+// "<run_dir>/checkpoints/ckpt-00001000.h5" for step 1000.
+std::string checkpoint_path(const std::string& run_dir, uint64_t step);
+
+// The complete checkpoint of `run_dir` with the highest step, or "" when there is none
+// (temporaries and other files are ignored).
+std::string latest_checkpoint(const std::string& run_dir);
+
+// Writes the checkpoint of step adam.steps() atomically and returns its path; then deletes all
+// but the `keep_last` newest checkpoints (0 keeps all; the one just written is always kept).
+// A non-finite value is an InvalidArgument naming the parameter, and leaves any existing file
+// untouched; disk failures are RuntimeFailure.
+std::string save_checkpoint(const std::string& run_dir, const ParameterSet& params,
+                            const Adam& adam, const TrainingState& state, int keep_last);
+
+// Restores parameter values, Adam's moments and step, and `state` from `path`. The file must hold
+// exactly the parameters of `params`, each with its shape, and finite values; everything is
+// validated before anything is modified. Errors are one-line InvalidArguments naming the file
+// and, where one is at fault, the parameter.
+void load_checkpoint(const std::string& path, ParameterSet* params, Adam* adam,
+                     TrainingState* state);
+
+}  // namespace mvibr::nn

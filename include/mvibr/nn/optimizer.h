@@ -1,0 +1,74 @@
+// Adam as IBRNet trains with it: torch.optim.Adam (no weight decay) with one learning rate per
+// ParameterGroup, IBRNet's step decay (StepLR stepped once per iteration), and optional
+// clip_grad_norm_. It sweeps the ParameterSet's flat buffers, so its moments are flat buffers of
+// the same layout, which checkpoints store under each parameter's name.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "mvibr/nn/parameters.h"
+
+namespace mvibr::nn {
+
+struct AdamOptions {
+  // IBRNet's defaults (config.py).
+  double lrate_feature = 1e-3, lrate_mlp = 5e-4;
+  double lrate_decay_factor = 0.5;
+  uint64_t lrate_decay_steps = 50000;
+  // torch.optim.Adam's defaults; eps is added to sqrt(v_hat).
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  // Clip the global L2 norm of all gradients to this before the update; 0 = no clipping (IBRNet).
+  double max_grad_norm = 0;
+};
+
+// IBRNet calls scheduler.step() once after every optimizer.step(), so the update that follows
+// `completed` updates uses initial * factor^floor(completed / decay_steps): the first decayed
+// update is update number decay_steps + 1.
+double step_decay_learning_rate(double initial, double factor, uint64_t decay_steps,
+                                uint64_t completed);
+
+// The L2 norm of a whole gradient buffer, accumulated in double over fixed chunks so that the
+// result is the same bits for any number of threads.
+double global_grad_norm(const float* grads, size_t count);
+
+// torch.nn.utils.clip_grad_norm_: scales the gradients by max_norm / (norm + 1e-6) when that is
+// below 1. Returns the norm before clipping (non-finite when a gradient is; then nothing scales).
+double clip_grad_norm(float* grads, size_t count, double max_norm);
+
+class Adam {
+ public:
+  // Moments start at zero, sized and grouped as `params`. Throws InvalidArgument naming a bad
+  // option.
+  Adam(const ParameterSet& params, const AdamOptions& options);
+
+  // One update of params' values from its gradients (clipped in place first when
+  // max_grad_norm > 0). Returns the gradient norm before clipping. `params` must have the layout
+  // Adam was built for.
+  double step(ParameterSet* params);
+
+  // The learning rate of `group` for the next update.
+  double learning_rate(ParameterGroup group) const;
+  uint64_t steps() const { return steps_; }  // updates taken
+  const AdamOptions& options() const { return options_; }
+  const std::vector<float>& exp_avg() const { return exp_avg_; }
+  const std::vector<float>& exp_avg_sq() const { return exp_avg_sq_; }
+
+  // Continues from a checkpoint: the step count and both moments (sizes must match).
+  void restore(uint64_t steps, std::vector<float> exp_avg, std::vector<float> exp_avg_sq);
+
+ private:
+  // A run of consecutive values that train with one learning rate.
+  struct Span {
+    size_t begin, end;
+    ParameterGroup group;
+  };
+
+  AdamOptions options_;
+  std::vector<Span> spans_;
+  std::vector<float> exp_avg_, exp_avg_sq_;
+  uint64_t steps_ = 0;
+};
+
+}  // namespace mvibr::nn

@@ -1,0 +1,139 @@
+// Adam, IBRNet's learning-rate decay and gradient clipping (see optimizer.h). The update follows
+// torch.optim.Adam's single-tensor path operation by operation, in float, with the scalars
+// (bias corrections, step size) computed in double as Python computes them.
+#include "mvibr/nn/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "mvibr/core/error.h"
+
+namespace mvibr::nn {
+
+double step_decay_learning_rate(double initial, double factor, uint64_t decay_steps,
+                                uint64_t completed) {
+  return initial * std::pow(factor, double(completed / decay_steps));
+}
+
+double global_grad_norm(const float* grads, size_t count) {
+  // Partial sums per fixed chunk, added in order: no dependence on the thread count.
+  constexpr size_t kChunk = size_t(1) << 14;
+  const size_t chunks = (count + kChunk - 1) / kChunk;
+  std::vector<double> partial(chunks, 0.0);
+#pragma omp parallel for schedule(static)
+  for (size_t c = 0; c < chunks; ++c) {
+    const size_t end = std::min(count, (c + 1) * kChunk);
+    double sum = 0;
+    for (size_t i = c * kChunk; i < end; ++i) sum += double(grads[i]) * double(grads[i]);
+    partial[c] = sum;
+  }
+  double total = 0;
+  for (double sum : partial) total += sum;
+  return std::sqrt(total);
+}
+
+double clip_grad_norm(float* grads, size_t count, double max_norm) {
+  const double norm = global_grad_norm(grads, count);
+  const double scale = max_norm / (norm + 1e-6);
+  if (scale < 1.0) {
+    const float factor = float(scale);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < count; ++i) grads[i] *= factor;
+  }
+  return norm;
+}
+
+namespace {
+
+void check_option(bool ok, const std::string& what) {
+  if (!ok) throw InvalidArgument("Adam: " + what);
+}
+
+}  // namespace
+
+Adam::Adam(const ParameterSet& params, const AdamOptions& options)
+    : options_(options), exp_avg_(params.size(), 0.0f), exp_avg_sq_(params.size(), 0.0f) {
+  const AdamOptions& o = options_;
+  check_option(std::isfinite(o.lrate_feature) && o.lrate_feature >= 0,
+               "lrate_feature must be a finite number >= 0");
+  check_option(std::isfinite(o.lrate_mlp) && o.lrate_mlp >= 0,
+               "lrate_mlp must be a finite number >= 0");
+  check_option(std::isfinite(o.lrate_decay_factor) && o.lrate_decay_factor > 0,
+               "lrate_decay_factor must be a finite number > 0");
+  check_option(o.lrate_decay_steps >= 1, "lrate_decay_steps must be >= 1");
+  check_option(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1,
+               "betas must be in [0, 1)");
+  check_option(std::isfinite(o.eps) && o.eps >= 0, "eps must be a finite number >= 0");
+  check_option(std::isfinite(o.max_grad_norm) && o.max_grad_norm >= 0,
+               "max_grad_norm must be a finite number >= 0 (0 = no clipping)");
+  for (const ParameterInfo& info : params.infos()) {
+    if (!spans_.empty() && spans_.back().group == info.group && spans_.back().end == info.offset) {
+      spans_.back().end = info.offset + info.size;
+    } else {
+      spans_.push_back({info.offset, info.offset + info.size, info.group});
+    }
+  }
+}
+
+double Adam::learning_rate(ParameterGroup group) const {
+  const double initial =
+      group == ParameterGroup::kFeature ? options_.lrate_feature : options_.lrate_mlp;
+  return step_decay_learning_rate(initial, options_.lrate_decay_factor, options_.lrate_decay_steps,
+                                  steps_);
+}
+
+double Adam::step(ParameterSet* params) {
+  if (params->size() != exp_avg_.size()) {
+    throw InvalidArgument("Adam: built for " + std::to_string(exp_avg_.size()) +
+                          " parameter values, stepped with " + std::to_string(params->size()));
+  }
+  float* grads = params->grads().data();
+  const size_t count = params->size();
+  const double norm = options_.max_grad_norm > 0
+                          ? clip_grad_norm(grads, count, options_.max_grad_norm)
+                          : global_grad_norm(grads, count);
+
+  const double lr[2] = {learning_rate(ParameterGroup::kFeature),
+                        learning_rate(ParameterGroup::kMlp)};
+  ++steps_;
+  const double t = double(steps_);
+  const double bias_correction1 = 1 - std::pow(options_.beta1, t);
+  const double bias_correction2 = 1 - std::pow(options_.beta2, t);
+  const float step_size[2] = {float(lr[0] / bias_correction1), float(lr[1] / bias_correction1)};
+  const float bias_correction2_sqrt = float(std::sqrt(bias_correction2));
+  const float beta1 = float(options_.beta1), beta2 = float(options_.beta2);
+  const float one_minus_beta1 = float(1 - options_.beta1);
+  const float one_minus_beta2 = float(1 - options_.beta2);
+  const float eps = float(options_.eps);
+
+  float* values = params->values().data();
+  float* m = exp_avg_.data();
+  float* v = exp_avg_sq_.data();
+#pragma omp parallel
+  for (const Span& span : spans_) {
+    const float rate = step_size[size_t(span.group)];
+#pragma omp for schedule(static)
+    for (size_t i = span.begin; i < span.end; ++i) {
+      m[i] = m[i] * beta1 + one_minus_beta1 * grads[i];
+      v[i] = v[i] * beta2 + one_minus_beta2 * grads[i] * grads[i];
+      const float denom = std::sqrt(v[i]) / bias_correction2_sqrt + eps;
+      values[i] += -rate * (m[i] / denom);
+    }
+  }
+  return norm;
+}
+
+void Adam::restore(uint64_t steps, std::vector<float> exp_avg, std::vector<float> exp_avg_sq) {
+  if (exp_avg.size() != exp_avg_.size() || exp_avg_sq.size() != exp_avg_sq_.size()) {
+    throw InvalidArgument("Adam: restored moments have " + std::to_string(exp_avg.size()) +
+                          " and " + std::to_string(exp_avg_sq.size()) + " values, the parameters " +
+                          std::to_string(exp_avg_.size()));
+  }
+  steps_ = steps;
+  exp_avg_ = std::move(exp_avg);
+  exp_avg_sq_ = std::move(exp_avg_sq);
+}
+
+}  // namespace mvibr::nn
