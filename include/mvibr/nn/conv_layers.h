@@ -1,0 +1,79 @@
+// The layers of IBRNet's convolutional feature network on the CPU, each with a hand-written
+// backward pass: convolution (oneDNN), reflect padding, instance norm with its activation, and
+// bilinear upsampling. Tensors are batches of NCHW float maps (batch = source views), the layout
+// oneDNN's plain kernels and PyTorch's state_dict shapes share. Convolutions never pad: reflect
+// padding (IBRNet's padding_mode='reflect') is its own layer in front of them.
+#pragma once
+
+#include <cstddef>
+
+namespace mvibr::nn {
+
+// A view of a batch of NCHW float maps; owns nothing.
+struct MapBatch {
+  float* data = nullptr;
+  int batch = 0, channels = 0, height = 0, width = 0;
+  size_t plane_size() const { return size_t(height) * size_t(width); }
+  size_t size() const { return size_t(batch) * size_t(channels) * plane_size(); }
+};
+
+// A 2-D convolution without padding: input [batch, in_channels, in_height, in_width], weights
+// [out_channels, in_channels, kernel, kernel] (PyTorch's layout), output [batch, out_channels,
+// out_height(), out_width()].
+struct ConvShape {
+  int batch = 1, in_channels = 1, out_channels = 1;
+  int in_height = 1, in_width = 1, kernel = 1, stride = 1;
+  int out_height() const { return (in_height - kernel) / stride + 1; }
+  int out_width() const { return (in_width - kernel) / stride + 1; }
+};
+
+// y = conv(x, weight) + bias; bias may be null. oneDNN's primitives are built on a shape's first
+// call and cached.
+void conv2d_forward(const ConvShape& shape, const float* x, const float* weight, const float* bias,
+                    float* y);
+// grad_x = the gradient of the input (overwritten; rows and columns the stride skips get 0).
+void conv2d_backward_data(const ConvShape& shape, const float* weight, const float* grad_y,
+                          float* grad_x);
+// grad_weight += dL/dweight; grad_bias += dL/dbias unless null.
+void conv2d_backward_weights(const ConvShape& shape, const float* x, const float* grad_y,
+                             float* grad_weight, float* grad_bias);
+
+// Reflect padding by `pad` on every side of `planes` maps [height, width], as PyTorch's 'reflect'
+// (the edge is not repeated: row -1 is row 1). Needs pad < height and pad < width.
+void reflect_pad_forward(int planes, int height, int width, int pad, const float* x, float* padded);
+// grad_x += the gradient of the padded map folded back onto the map it was padded from.
+void reflect_pad_backward(int planes, int height, int width, int pad, const float* grad_padded,
+                          float* grad_x);
+
+enum class Activation { kNone, kRelu, kElu };
+
+constexpr float kInstanceNormEps = 1e-5f;
+
+// One instance norm layer: `batch` x `channels` planes of plane_size values each.
+struct InstanceNormShape {
+  int batch = 1, channels = 1, plane_size = 1;
+};
+
+// InstanceNorm2d(affine, biased variance, no running statistics), then an optional residual,
+// then the activation: out = act(gamma[c] (x - mean) / sqrt(var + eps) + beta[c] + residual)
+// per plane. residual may be null.
+void instance_norm_forward(const InstanceNormShape& shape, const float* x, const float* gamma,
+                           const float* beta, const float* residual, Activation activation,
+                           float* out);
+// grad *= act'(·), given the activation's output `out`: the gradient of its input (and so of
+// the residual). In place.
+void activation_backward(Activation activation, size_t count, const float* out, float* grad);
+// In place: grad holds the gradient of the norm's output (gamma x̂ + beta) and becomes that of
+// x, the forward's input. grad_gamma and grad_beta [channels] accumulate (+=). The statistics
+// are taken again from x in double: the Jacobian subtracts two nearly equal terms on small
+// planes, which normalised values stored in fp32 would not resolve.
+void instance_norm_backward(const InstanceNormShape& shape, const float* x, const float* gamma,
+                            float* grad, float* grad_gamma, float* grad_beta);
+
+// Bilinear upsampling by 2 with align_corners=True (F.interpolate(scale_factor=2)): `planes`
+// maps [height, width] to [2 height, 2 width].
+void upsample2x_forward(int planes, int height, int width, const float* x, float* y);
+// grad_x (overwritten) from grad_y [planes, 2 height, 2 width].
+void upsample2x_backward(int planes, int height, int width, const float* grad_y, float* grad_x);
+
+}  // namespace mvibr::nn

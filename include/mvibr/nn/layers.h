@@ -1,0 +1,147 @@
+// CPU layers with hand-written backward passes: Linear (BLAS), ELU / ReLU / Sigmoid, LayerNorm
+// and masked multi-head self-attention, enough to build IBRNet's networks.
+//
+// Layers hold no activations and no parameter values, only where their parameters sit inside a
+// ParameterBlock (one module's contiguous run of the ParameterSet). Every call takes that run as
+// a pointer: the set's float values in training, a double copy in tests (the finite-difference
+// oracle), or a small per-chunk gradient slot, all with the same code. Callers own the buffers
+// a backward pass needs (the forward inputs, and outputs where the derivative is cheaper from
+// them), so a network can keep, or recompute, exactly what it wants.
+//
+// Rows are row-major [n, features]. Backward passes accumulate (+=) parameter gradients and
+// overwrite the gradient of the input unless they say otherwise. float and double are
+// instantiated. Large element-wise work runs in parallel with OpenMP when called outside a
+// parallel region, and serially inside one; results do not depend on the thread count.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "mvibr/nn/parameters.h"
+
+namespace mvibr::nn {
+
+// Registers one module's parameters back to back in a ParameterSet, under "<prefix><name>", and
+// hands out their offsets within the run. Throws InvalidArgument if anything else registers in
+// between (the run must stay contiguous).
+class ParameterBlock {
+ public:
+  ParameterBlock(ParameterSet& set, std::string prefix, ParameterGroup group);
+
+  size_t add(const std::string& name, std::vector<int> shape);  // offset within the block
+  size_t offset() const { return offset_; }                     // of the block within the set
+  size_t size() const { return size_; }
+  ParameterSet& set() const { return *set_; }
+  float* values() const { return set_->values().data() + offset_; }
+  float* grads() const { return set_->grads().data() + offset_; }
+
+ private:
+  ParameterSet* set_;
+  std::string prefix_;
+  ParameterGroup group_;
+  size_t offset_ = 0, size_ = 0;
+};
+
+// y[n,out] = x[n,in] W^T + b with PyTorch's weight layout W[out,in] ("<name>.weight", and
+// "<name>.bias" when it has one).
+class Linear {
+ public:
+  Linear(ParameterBlock& block, const std::string& name, int in, int out, bool bias = true);
+
+  int in() const { return in_; }
+  int out() const { return out_; }
+  // nn.Linear's default: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias.
+  void init_default(float* params, Initializer& init) const;
+  // IBRNet's weights_init: kaiming_normal_ (fan_in) weight, zero bias.
+  void init_kaiming(float* params, Initializer& init) const;
+
+  template <typename T>
+  void forward(const T* params, size_t n, const T* x, T* y) const;
+  // grad_x (nullable) is overwritten, or accumulated into when `accumulate`.
+  template <typename T>
+  void backward(const T* params, T* grads, size_t n, const T* x, const T* grad_y, T* grad_x,
+                bool accumulate = false) const;
+
+ private:
+  int in_, out_;
+  size_t weight_, bias_;
+  bool has_bias_;
+};
+
+// In place. The backward passes take the activation's output (all three derivatives are cheap
+// from it, so the pre-activation need not be kept) and scale the gradient in place.
+template <typename T>
+void elu(size_t n, T* x);  // alpha 1
+template <typename T>
+void elu_backward(size_t n, const T* y, T* grad);
+template <typename T>
+void relu(size_t n, T* x);
+template <typename T>
+void relu_backward(size_t n, const T* y, T* grad);
+template <typename T>
+void sigmoid(size_t n, T* x);
+template <typename T>
+void sigmoid_backward(size_t n, const T* y, T* grad);
+
+// Over the last dimension, biased variance, PyTorch's nn.LayerNorm ("<name>.weight", ".bias").
+class LayerNorm {
+ public:
+  LayerNorm(ParameterBlock& block, const std::string& name, int dim, double eps);
+
+  int dim() const { return dim_; }
+  void init(float* params) const;  // weight 1, bias 0
+
+  // Saves the normalised input xhat[n,dim] and 1/sqrt(var + eps) rstd[n] for the backward.
+  template <typename T>
+  void forward(const T* params, size_t n, const T* x, T* y, T* xhat, T* rstd) const;
+  template <typename T>
+  void backward(const T* params, T* grads, size_t n, const T* xhat, const T* rstd, const T* grad_y,
+                T* grad_x) const;
+
+ private:
+  int dim_;
+  double eps_;
+  size_t weight_, bias_;
+};
+
+// Which side of the score matrix a 0 in the validity mask fills with -1e9.
+enum class AttentionMask {
+  kKeys,     // invalid keys get no attention (the usual transformer key-padding mask)
+  kQueries,  // invalid queries attend uniformly to every key: what IBRNet's code does, as its
+             // [B,L,1] mask broadcasts over the key axis
+};
+
+// Self-attention along sequences of `len` tokens, `batch` sequences: bias-free projections
+// w_qs, w_ks, w_vs, fc, scores q/sqrt(d_k) . k masked_fill(-1e9) where invalid, softmax over keys,
+// fc(concat heads) + residual, then layer_norm (eps 1e-6). The module of "Attention Is All You
+// Need" as IBRNet's ray transformer uses it (no dropout, no feed-forward).
+class MultiHeadAttention {
+ public:
+  MultiHeadAttention(ParameterBlock& block, const std::string& name, int n_head, int d_model,
+                     int d_k, int d_v, AttentionMask mask);
+
+  int d_model() const { return d_model_; }
+  void init_default(float* params, Initializer& init) const;  // nn.Linear defaults, LayerNorm 1/0
+
+  // Elements of the `saved` buffer the forward fills and the backward reads, and of the
+  // backward's scratch buffer.
+  size_t saved_size(size_t batch, size_t len) const;
+  size_t scratch_size(size_t batch, size_t len) const;
+
+  // x, y [batch*len, d_model]; valid [batch*len] is 1 for a valid token and 0 otherwise.
+  template <typename T>
+  void forward(const T* params, size_t batch, size_t len, const T* x, const T* valid, T* saved,
+               T* y) const;
+  template <typename T>
+  void backward(const T* params, T* grads, size_t batch, size_t len, const T* x, const T* valid,
+                const T* saved, const T* grad_y, T* grad_x, T* scratch) const;
+
+ private:
+  int n_head_, d_model_, d_k_, d_v_;
+  AttentionMask mask_;
+  Linear w_qs_, w_ks_, w_vs_, fc_;
+  LayerNorm layer_norm_;
+};
+
+}  // namespace mvibr::nn

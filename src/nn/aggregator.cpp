@@ -1,0 +1,671 @@
+// IBRNet's aggregation network, chunked over rays with recomputation (see aggregator.h).
+//
+// Names follow IBRNet's forward: per (ray, sample, view) "rows" and per (ray, sample) "samples".
+// Every per-view MLP runs on all rows of a chunk as one GEMM; pooling over views and the
+// softmax over views are short loops per sample; the ray transformer runs per ray.
+#include "mvibr/nn/aggregator.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "mvibr/core/error.h"
+
+namespace mvibr::nn {
+namespace {
+
+constexpr int kDirHidden = 16, kBase = 64, kWidth = 32, kGeometryIn = 2 * kWidth + 1;
+constexpr int kGeometry = 64, kToken = 16, kRgbIn = kWidth + 1 + 4, kRgbHidden = 16,
+              kRgbHidden2 = 8;
+// IBRNet's guards against empty sums and its fill for masked blending logits.
+constexpr double kWeightEpsilon = 1e-8, kMaskedLogit = -1e9;
+// Rows per chunk: a few MiB of activations per thread, and GEMMs tall enough for BLAS.
+constexpr size_t kChunkRows = 2048;
+// Chunks whose gradient slots are live at once: bounds the slots' memory for any batch.
+constexpr size_t kChunksPerWave = 64;
+
+// Pooling over the views of one sample uses weights w_v = raw_v / D with D = sum_u raw_u + eps.
+// Their sum is 1 - eps / D, which float cannot resolve from 1, and the gradients below depend on
+// that gap (for a sample one view sees, they are nothing else), so the backward passes never
+// form 1 - sum_u w_u by subtraction: they use eps / D.
+
+// Backward of mean = sum_v w_v x_v and var = sum_v w_v (x_v - mean)^2 (mean not detached) over
+// rows x[V, width]: adds the gradient of every x_v to g_x, and writes the gradient of each
+// weight in two parts, g_weight[v] + the returned part common to all views. The common part,
+// mean . (g_mean + ...), is large where the features are; split off, it cancels exactly in the
+// normalisation's backward instead of in float.
+template <typename T>
+T mean_var_backward(size_t n_views, size_t width, const T* x, const T* weight, T denominator,
+                    const T* mean, const T* g_mean, const T* g_var, T* g_x, T* g_weight) {
+  const T gap = T(kWeightEpsilon) / denominator;  // 1 - sum_v w_v
+  T common = 0;
+  for (size_t v = 0; v < n_views; ++v) g_weight[v] = 0;
+  for (size_t c = 0; c < width; ++c) {
+    // d var / d mean = -2 sum_v w_v (x_v - mean) = -2 mean gap.
+    const T g_mean_total = g_mean[c] - 2 * g_var[c] * mean[c] * gap;
+    common += mean[c] * g_mean_total;
+    for (size_t v = 0; v < n_views; ++v) {
+      const T dev = x[v * width + c] - mean[c];
+      g_x[v * width + c] += weight[v] * (g_mean_total + 2 * g_var[c] * dev);
+      g_weight[v] += dev * g_mean_total + g_var[c] * dev * dev;
+    }
+  }
+  return common;
+}
+
+// Backward of w_v = raw_v / D for view v, given dL/dw_u = g[u] + common:
+// dL/draw_v = (g_v - sum_u w_u g_u + common gap) / D, with g_v - sum_u w_u g_u formed as
+// sum_u w_u (g_v - g_u) + g_v gap.
+template <typename T>
+T normalisation_backward(size_t n_views, size_t v, const T* weight, const T* g, T common,
+                         T denominator) {
+  const T gap = T(kWeightEpsilon) / denominator;
+  T spread = 0;
+  for (size_t u = 0; u < n_views; ++u) spread += weight[u] * (g[v] - g[u]);
+  return (spread + (g[v] + common) * gap) / denominator;
+}
+
+// OpenBLAS's pthread build would start its own threads inside each of ours: it runs serially
+// while we parallelise over chunks. (Its OpenMP build already does, inside a parallel region.)
+class SerialBlas {
+ public:
+  SerialBlas() : threads_(openblas_get_num_threads()) {
+    if (openblas_get_parallel() == 1) openblas_set_num_threads(1);
+  }
+  ~SerialBlas() {
+    if (openblas_get_parallel() == 1) openblas_set_num_threads(threads_);
+  }
+  SerialBlas(const SerialBlas&) = delete;
+  SerialBlas& operator=(const SerialBlas&) = delete;
+
+ private:
+  int threads_;
+};
+
+}  // namespace
+
+// One chunk's buffers, carved from one arena: the forward's activations (post-activation values
+// of every ELU, which is all their backward needs) and, for the backward, a gradient for each.
+template <typename T>
+struct IbrnetAggregator::Activations {
+  size_t rays = 0, samples = 0, rows = 0;     // rows = samples x views
+  int n_samples = 0, n_views = 0, width = 0;  // width = 3 + C
+  // forward, per row
+  T *h_dir, *dir, *feat, *pool, *base_in, *h_base, *x_base, *x_pooled, *h_vis, *x_vis, *sig_vis, *x,
+      *x_vis_weighted, *h_vis2, *vis2, *vis, *vis_weight, *rgb_in, *h_rgb, *h_rgb2, *blend;
+  // forward, per sample
+  T *pool_denominator, *vis_denominator, *geometry_in, *h_geometry, *geometry_out, *tokens,
+      *valid_tokens, *n_valid, *attention_saved, *attention_out, *h_sigma, *sigma_relu;
+  // backward
+  T *g_logit, *g_h_rgb2, *g_h_rgb, *g_rgb_in, *g_sigma, *g_h_sigma, *g_attention_out, *g_tokens,
+      *attention_scratch, *g_h_geometry, *g_geometry_in, *g_x, *g_vis, *g_vis_weight,
+      *g_x_vis_weighted, *g_h_vis2, *g_vis2, *g_x_vis, *g_h_vis, *g_x_pooled, *g_x_base, *g_pool,
+      *g_pool_common, *g_h_base, *g_base_in, *g_feat, *g_dir, *g_h_dir;
+
+  // Lays the buffers out over `arena` (null: only counts), returns the elements used.
+  size_t layout(T* arena, const MultiHeadAttention& attention, bool with_backward) {
+    size_t used = 0;
+    auto take = [&](T*& p, size_t count) {
+      p = arena ? arena + used : nullptr;
+      used += count;
+    };
+    const size_t n = rows, m = samples, w = size_t(width);
+    take(h_dir, n * kDirHidden);
+    take(dir, n * w);
+    take(feat, n * w);
+    take(pool, n);
+    take(base_in, n * 3 * w);
+    take(h_base, n * kBase);
+    take(x_base, n * kWidth);
+    take(x_pooled, n * kWidth);
+    take(h_vis, n * kWidth);
+    take(x_vis, n * (kWidth + 1));
+    take(sig_vis, n);
+    take(x, n * kWidth);
+    take(x_vis_weighted, n * kWidth);
+    take(h_vis2, n * kWidth);
+    take(vis2, n);
+    take(vis, n);
+    take(vis_weight, n);
+    take(rgb_in, n * kRgbIn);
+    take(h_rgb, n * kRgbHidden);
+    take(h_rgb2, n * kRgbHidden2);
+    take(blend, n);
+    take(pool_denominator, m);
+    take(vis_denominator, m);
+    take(geometry_in, m * kGeometryIn);
+    take(h_geometry, m * kGeometry);
+    take(geometry_out, m * kToken);
+    take(tokens, m * kToken);
+    take(valid_tokens, m);
+    take(n_valid, m);
+    take(attention_saved, attention.saved_size(rays, size_t(n_samples)));
+    take(attention_out, m * kToken);
+    take(h_sigma, m * kToken);
+    take(sigma_relu, m);
+    if (!with_backward) return used;
+    take(g_logit, n);
+    take(g_h_rgb2, n * kRgbHidden2);
+    take(g_h_rgb, n * kRgbHidden);
+    take(g_rgb_in, n * kRgbIn);
+    take(g_sigma, m);
+    take(g_h_sigma, m * kToken);
+    take(g_attention_out, m * kToken);
+    take(g_tokens, m * kToken);
+    take(attention_scratch, attention.scratch_size(rays, size_t(n_samples)));
+    take(g_h_geometry, m * kGeometry);
+    take(g_geometry_in, m * kGeometryIn);
+    take(g_x, n * kWidth);
+    take(g_vis, n);
+    take(g_vis_weight, n);
+    take(g_x_vis_weighted, n * kWidth);
+    take(g_h_vis2, n * kWidth);
+    take(g_vis2, n);
+    take(g_x_vis, n * (kWidth + 1));
+    take(g_h_vis, n * kWidth);
+    take(g_x_pooled, n * kWidth);
+    take(g_x_base, n * kWidth);
+    take(g_pool, n);
+    take(g_pool_common, m);
+    take(g_h_base, n * kBase);
+    take(g_base_in, n * 3 * w);
+    take(g_feat, n * w);
+    take(g_dir, n * w);
+    take(g_h_dir, n * kDirHidden);
+    return used;
+  }
+};
+
+IbrnetAggregator::IbrnetAggregator(ParameterSet& set, const std::string& prefix,
+                                   AggregatorOptions options)
+    : options_(options),
+      block_(set, prefix, ParameterGroup::kMlp),
+      s_(options.anti_alias_pooling ? block_.add("s", {}) : 0),
+      ray_dir_0_(block_, "ray_dir_fc.0", 4, kDirHidden),
+      ray_dir_2_(block_, "ray_dir_fc.2", kDirHidden, options.feature_channels + 3),
+      base_0_(block_, "base_fc.0", 3 * (options.feature_channels + 3), kBase),
+      base_2_(block_, "base_fc.2", kBase, kWidth),
+      vis_0_(block_, "vis_fc.0", kWidth, kWidth),
+      vis_2_(block_, "vis_fc.2", kWidth, kWidth + 1),
+      vis2_0_(block_, "vis_fc2.0", kWidth, kWidth),
+      vis2_2_(block_, "vis_fc2.2", kWidth, 1),
+      geometry_0_(block_, "geometry_fc.0", kGeometryIn, kGeometry),
+      geometry_2_(block_, "geometry_fc.2", kGeometry, kToken),
+      ray_attention_(block_, "ray_attention", 4, kToken, 4, 4, options.attention_mask),
+      out_geometry_0_(block_, "out_geometry_fc.0", kToken, kToken),
+      out_geometry_2_(block_, "out_geometry_fc.2", kToken, 1),
+      rgb_0_(block_, "rgb_fc.0", kRgbIn, kRgbHidden),
+      rgb_2_(block_, "rgb_fc.2", kRgbHidden, kRgbHidden2),
+      rgb_4_(block_, "rgb_fc.4", kRgbHidden2, 1) {
+  if (options.feature_channels < 1 || options.n_samples_max < 1) {
+    throw InvalidArgument("aggregator '" + prefix +
+                          "': feature_channels and n_samples_max must "
+                          "be positive");
+  }
+  // IBRNet's sinusoid table: angle pos / 10000^(2 (j / 2) / 16), sin on even j, cos on odd j.
+  positional_encoding_.resize(size_t(options.n_samples_max) * kToken);
+  for (int pos = 0; pos < options.n_samples_max; ++pos) {
+    for (int j = 0; j < kToken; ++j) {
+      const double angle = pos / std::pow(10000.0, 2.0 * (j / 2) / kToken);
+      positional_encoding_[size_t(pos) * kToken + j] =
+          j % 2 == 0 ? std::sin(angle) : std::cos(angle);
+    }
+  }
+}
+
+void IbrnetAggregator::initialize(Initializer& init) {
+  float* p = block_.values();
+  if (options_.anti_alias_pooling) p[s_] = 0.2f;
+  ray_dir_0_.init_default(p, init);
+  ray_dir_2_.init_default(p, init);
+  for (const Linear* layer :
+       {&base_0_, &base_2_, &vis_0_, &vis_2_, &vis2_0_, &vis2_2_, &geometry_0_, &geometry_2_}) {
+    layer->init_kaiming(p, init);
+  }
+  ray_attention_.init_default(p, init);
+  out_geometry_0_.init_default(p, init);
+  out_geometry_2_.init_default(p, init);
+  for (const Linear* layer : {&rgb_0_, &rgb_2_, &rgb_4_}) layer->init_kaiming(p, init);
+}
+
+void IbrnetAggregator::forward(int n_rays, int n_samples, int n_views, const float* rgb_features,
+                               const float* ray_diff, const float* mask,
+                               AggregatorWorkspace<float>* workspace, float* rgb,
+                               float* sigma) const {
+  forward(block_.values(), n_rays, n_samples, n_views, rgb_features, ray_diff, mask, workspace, rgb,
+          sigma);
+}
+
+void IbrnetAggregator::backward(const AggregatorWorkspace<float>& workspace, const float* grad_rgb,
+                                const float* grad_sigma, float* grad_rgb_features) {
+  backward(block_.values(), block_.grads(), workspace, grad_rgb, grad_sigma, grad_rgb_features);
+}
+
+template <typename T>
+void IbrnetAggregator::forward(const T* params, int n_rays, int n_samples, int n_views,
+                               const T* rgb_features, const T* ray_diff, const T* mask,
+                               AggregatorWorkspace<T>* workspace, T* rgb, T* sigma) const {
+  if (n_rays < 0 || n_samples < 1 || n_samples > options_.n_samples_max || n_views < 1) {
+    throw InvalidArgument("aggregator: need n_rays >= 0, 1 <= n_samples <= " +
+                          std::to_string(options_.n_samples_max) + " and n_views >= 1 (got " +
+                          std::to_string(n_rays) + ", " + std::to_string(n_samples) + ", " +
+                          std::to_string(n_views) + ")");
+  }
+  if (workspace) *workspace = {n_rays, n_samples, n_views, rgb_features, ray_diff, mask};
+  const size_t per_ray = size_t(n_samples) * n_views;
+  const size_t rays_per_chunk = std::max<size_t>(1, kChunkRows / per_ray);
+  const size_t n_chunks = (size_t(n_rays) + rays_per_chunk - 1) / rays_per_chunk;
+  const size_t width = size_t(options_.feature_channels) + 3;
+  SerialBlas serial_blas;
+#pragma omp parallel
+  {
+    Activations<T> a;
+    a.n_samples = n_samples;
+    a.n_views = n_views;
+    a.width = int(width);
+    a.rays = rays_per_chunk;
+    a.samples = a.rays * n_samples;
+    a.rows = a.samples * n_views;
+    std::vector<T> arena(a.layout(nullptr, ray_attention_, false));
+#pragma omp for schedule(dynamic)
+    for (size_t c = 0; c < n_chunks; ++c) {
+      const size_t first = c * rays_per_chunk;
+      a.rays = std::min(rays_per_chunk, size_t(n_rays) - first);
+      a.samples = a.rays * n_samples;
+      a.rows = a.samples * n_views;
+      a.layout(arena.data(), ray_attention_, false);
+      const size_t row = first * per_ray, sample = first * n_samples;
+      forward_chunk(params, a, rgb_features + row * width, ray_diff + row * 4, mask + row,
+                    rgb + sample * 3, sigma + sample);
+    }
+  }
+}
+
+template <typename T>
+void IbrnetAggregator::backward(const T* params, T* grads, const AggregatorWorkspace<T>& ws,
+                                const T* grad_rgb, const T* grad_sigma,
+                                T* grad_rgb_features) const {
+  if (ws.n_rays > 0 && (ws.n_samples < 1 || ws.n_views < 1 || !ws.rgb_features)) {
+    throw InvalidArgument("aggregator backward: the workspace holds no forward pass");
+  }
+  const size_t per_ray = size_t(ws.n_samples) * ws.n_views;
+  const size_t rays_per_chunk = std::max<size_t>(1, kChunkRows / per_ray);
+  const size_t n_chunks = (size_t(ws.n_rays) + rays_per_chunk - 1) / rays_per_chunk;
+  const size_t width = size_t(options_.feature_channels) + 3;
+  const size_t n_params = block_.size();
+  std::vector<T> slots(std::min(n_chunks, kChunksPerWave) * n_params);
+  SerialBlas serial_blas;
+  for (size_t wave = 0; wave < n_chunks; wave += kChunksPerWave) {
+    const size_t wave_end = std::min(n_chunks, wave + kChunksPerWave);
+    std::fill(slots.begin(), slots.end(), T(0));
+#pragma omp parallel
+    {
+      Activations<T> a;
+      a.n_samples = ws.n_samples;
+      a.n_views = ws.n_views;
+      a.width = int(width);
+      a.rays = rays_per_chunk;
+      a.samples = a.rays * ws.n_samples;
+      a.rows = a.samples * ws.n_views;
+      std::vector<T> arena(a.layout(nullptr, ray_attention_, true));
+      std::vector<T> rgb(a.samples * 3), sigma(a.samples);
+#pragma omp for schedule(dynamic)
+      for (size_t c = wave; c < wave_end; ++c) {
+        const size_t first = c * rays_per_chunk;
+        a.rays = std::min(rays_per_chunk, size_t(ws.n_rays) - first);
+        a.samples = a.rays * ws.n_samples;
+        a.rows = a.samples * ws.n_views;
+        a.layout(arena.data(), ray_attention_, true);
+        const size_t row = first * per_ray, sample = first * ws.n_samples;
+        const T* features = ws.rgb_features + row * width;
+        const T* diff = ws.ray_diff + row * 4;
+        const T* valid = ws.mask + row;
+        forward_chunk(params, a, features, diff, valid, rgb.data(), sigma.data());
+        backward_chunk(params, slots.data() + (c - wave) * n_params, a, features, diff, valid,
+                       grad_rgb + sample * 3, grad_sigma + sample,
+                       grad_rgb_features ? grad_rgb_features + row * width : nullptr);
+      }
+    }
+    // Chunk order, whatever thread ran which chunk.
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n_params; ++i) {
+      for (size_t c = 0; c < wave_end - wave; ++c) grads[i] += slots[c * n_params + i];
+    }
+  }
+}
+
+template <typename T>
+void IbrnetAggregator::forward_chunk(const T* params, const Activations<T>& a,
+                                     const T* rgb_features, const T* ray_diff, const T* mask,
+                                     T* rgb, T* sigma) const {
+  const size_t n = a.rows, m = a.samples, V = size_t(a.n_views), w = size_t(a.width);
+
+  // Direction features, added to colours and features.
+  ray_dir_0_.forward(params, n, ray_diff, a.h_dir);
+  elu(n * kDirHidden, a.h_dir);
+  ray_dir_2_.forward(params, n, a.h_dir, a.dir);
+  elu(n * w, a.dir);
+  for (size_t i = 0; i < n * w; ++i) a.feat[i] = rgb_features[i] + a.dir[i];
+
+  // Pooling weights over views: anti-aliased (sharper towards the target direction) or uniform.
+  const T s = options_.anti_alias_pooling ? std::abs(params[s_]) : T(0);
+  for (size_t j = 0; j < m; ++j) {
+    const T* d = ray_diff + j * V * 4;
+    const T* valid = mask + j * V;
+    T* pool = a.pool + j * V;
+    T sum = 0;
+    if (options_.anti_alias_pooling) {
+      T lowest = std::exp(s * (d[3] - 1));
+      for (size_t v = 1; v < V; ++v) lowest = std::min(lowest, std::exp(s * (d[v * 4 + 3] - 1)));
+      for (size_t v = 0; v < V; ++v) {
+        pool[v] = (std::exp(s * (d[v * 4 + 3] - 1)) - lowest) * valid[v];
+        sum += pool[v];
+      }
+    } else {
+      for (size_t v = 0; v < V; ++v) sum += pool[v] = valid[v];
+    }
+    a.pool_denominator[j] = sum + T(kWeightEpsilon);
+    for (size_t v = 0; v < V; ++v) pool[v] /= a.pool_denominator[j];
+  }
+
+  // Weighted mean and variance over views, broadcast to every view next to its own features.
+  for (size_t j = 0; j < m; ++j) {
+    T* first = a.base_in + j * V * 3 * w;
+    T* mean = first;
+    T* var = first + w;
+    std::fill(mean, mean + 2 * w, T(0));
+    for (size_t v = 0; v < V; ++v) {
+      for (size_t c = 0; c < w; ++c) mean[c] += a.feat[(j * V + v) * w + c] * a.pool[j * V + v];
+    }
+    for (size_t v = 0; v < V; ++v) {
+      for (size_t c = 0; c < w; ++c) {
+        const T dev = a.feat[(j * V + v) * w + c] - mean[c];
+        var[c] += a.pool[j * V + v] * dev * dev;
+      }
+    }
+    for (size_t v = 0; v < V; ++v) {
+      T* row = first + v * 3 * w;
+      if (v > 0) std::copy(first, first + 2 * w, row);
+      std::copy(a.feat + (j * V + v) * w, a.feat + (j * V + v + 1) * w, row + 2 * w);
+    }
+  }
+  base_0_.forward(params, n, a.base_in, a.h_base);
+  elu(n * kBase, a.h_base);
+  base_2_.forward(params, n, a.h_base, a.x_base);
+  elu(n * kWidth, a.x_base);
+
+  // Visibility: a residual for the features and a first visibility from the pooled features.
+  for (size_t i = 0; i < n; ++i) {
+    for (int c = 0; c < kWidth; ++c)
+      a.x_pooled[i * kWidth + c] = a.x_base[i * kWidth + c] * a.pool[i];
+  }
+  vis_0_.forward(params, n, a.x_pooled, a.h_vis);
+  elu(n * kWidth, a.h_vis);
+  vis_2_.forward(params, n, a.h_vis, a.x_vis);
+  elu(n * (kWidth + 1), a.x_vis);
+  for (size_t i = 0; i < n; ++i) {
+    const T* xv = a.x_vis + i * (kWidth + 1);
+    a.sig_vis[i] = T(1) / (T(1) + std::exp(-xv[kWidth]));
+    const T first_vis = a.sig_vis[i] * mask[i];
+    for (int c = 0; c < kWidth; ++c) {
+      a.x[i * kWidth + c] = a.x_base[i * kWidth + c] + xv[c];
+      a.x_vis_weighted[i * kWidth + c] = a.x[i * kWidth + c] * first_vis;
+    }
+  }
+  vis2_0_.forward(params, n, a.x_vis_weighted, a.h_vis2);
+  elu(n * kWidth, a.h_vis2);
+  vis2_2_.forward(params, n, a.h_vis2, a.vis2);
+  sigmoid(n, a.vis2);
+  for (size_t i = 0; i < n; ++i) a.vis[i] = a.vis2[i] * mask[i];
+
+  // Visibility-weighted mean and variance of x, and the mean weight, per sample.
+  for (size_t j = 0; j < m; ++j) {
+    T sum = 0;
+    for (size_t v = 0; v < V; ++v) sum += a.vis[j * V + v];
+    T* g = a.geometry_in + j * kGeometryIn;
+    std::fill(g, g + kGeometryIn, T(0));
+    a.vis_denominator[j] = sum + T(kWeightEpsilon);
+    for (size_t v = 0; v < V; ++v) {
+      const T weight = a.vis[j * V + v] / a.vis_denominator[j];
+      a.vis_weight[j * V + v] = weight;
+      for (int c = 0; c < kWidth; ++c) g[c] += a.x[(j * V + v) * kWidth + c] * weight;
+      g[2 * kWidth] += weight;
+    }
+    g[2 * kWidth] /= T(V);
+    for (size_t v = 0; v < V; ++v) {
+      for (int c = 0; c < kWidth; ++c) {
+        const T dev = a.x[(j * V + v) * kWidth + c] - g[c];
+        g[kWidth + c] += a.vis_weight[j * V + v] * dev * dev;
+      }
+    }
+  }
+  geometry_0_.forward(params, m, a.geometry_in, a.h_geometry);
+  elu(m * kGeometry, a.h_geometry);
+  geometry_2_.forward(params, m, a.h_geometry, a.geometry_out);
+  elu(m * kToken, a.geometry_out);
+
+  // Ray transformer over the samples of each ray, then density.
+  for (size_t j = 0; j < m; ++j) {
+    T count = 0;
+    for (size_t v = 0; v < V; ++v) count += mask[j * V + v];
+    a.n_valid[j] = count;
+    a.valid_tokens[j] = count > 1 ? T(1) : T(0);
+    const double* pe = positional_encoding_.data() + (j % a.n_samples) * kToken;
+    for (int c = 0; c < kToken; ++c) {
+      a.tokens[j * kToken + c] = a.geometry_out[j * kToken + c] + T(pe[c]);
+    }
+  }
+  ray_attention_.forward(params, a.rays, size_t(a.n_samples), a.tokens, a.valid_tokens,
+                         a.attention_saved, a.attention_out);
+  out_geometry_0_.forward(params, m, a.attention_out, a.h_sigma);
+  elu(m * kToken, a.h_sigma);
+  out_geometry_2_.forward(params, m, a.h_sigma, a.sigma_relu);
+  relu(m, a.sigma_relu);
+  for (size_t j = 0; j < m; ++j) sigma[j] = a.n_valid[j] < 1 ? T(0) : a.sigma_relu[j];
+
+  // Colour: blending weights over views from x, the visibility and the direction difference.
+  for (size_t i = 0; i < n; ++i) {
+    T* in = a.rgb_in + i * kRgbIn;
+    std::copy(a.x + i * kWidth, a.x + (i + 1) * kWidth, in);
+    in[kWidth] = a.vis[i];
+    std::copy(ray_diff + i * 4, ray_diff + i * 4 + 4, in + kWidth + 1);
+  }
+  rgb_0_.forward(params, n, a.rgb_in, a.h_rgb);
+  elu(n * kRgbHidden, a.h_rgb);
+  rgb_2_.forward(params, n, a.h_rgb, a.h_rgb2);
+  elu(n * kRgbHidden2, a.h_rgb2);
+  rgb_4_.forward(params, n, a.h_rgb2, a.blend);
+  for (size_t j = 0; j < m; ++j) {
+    T* b = a.blend + j * V;
+    for (size_t v = 0; v < V; ++v) b[v] = mask[j * V + v] == 0 ? T(kMaskedLogit) : b[v];
+    const T top = *std::max_element(b, b + V);
+    T sum = 0;
+    for (size_t v = 0; v < V; ++v) sum += b[v] = std::exp(b[v] - top);
+    for (int c = 0; c < 3; ++c) rgb[j * 3 + c] = 0;
+    for (size_t v = 0; v < V; ++v) {
+      b[v] /= sum;
+      for (int c = 0; c < 3; ++c) rgb[j * 3 + c] += rgb_features[(j * V + v) * w + c] * b[v];
+    }
+  }
+}
+
+// Mirrors forward_chunk from the outputs back. g_* is the gradient of the loss with respect to
+// the activation of the same name.
+template <typename T>
+void IbrnetAggregator::backward_chunk(const T* params, T* grads, const Activations<T>& a,
+                                      const T* rgb_features, const T* ray_diff, const T* mask,
+                                      const T* grad_rgb, const T* grad_sigma,
+                                      T* grad_rgb_features) const {
+  const size_t n = a.rows, m = a.samples, V = size_t(a.n_views), w = size_t(a.width);
+
+  // Colour: softmax over views (no gradient into masked logits), then rgb_fc.
+  for (size_t j = 0; j < m; ++j) {
+    const T* b = a.blend + j * V;
+    const T* up = grad_rgb + j * 3;
+    T weighted = 0;
+    for (size_t v = 0; v < V; ++v) {
+      const T* colour = rgb_features + (j * V + v) * w;
+      a.g_logit[j * V + v] = up[0] * colour[0] + up[1] * colour[1] + up[2] * colour[2];
+      weighted += b[v] * a.g_logit[j * V + v];
+    }
+    for (size_t v = 0; v < V; ++v) {
+      T& g = a.g_logit[j * V + v];
+      g = mask[j * V + v] == 0 ? T(0) : b[v] * (g - weighted);
+    }
+  }
+  rgb_4_.backward(params, grads, n, a.h_rgb2, a.g_logit, a.g_h_rgb2);
+  elu_backward(n * kRgbHidden2, a.h_rgb2, a.g_h_rgb2);
+  rgb_2_.backward(params, grads, n, a.h_rgb, a.g_h_rgb2, a.g_h_rgb);
+  elu_backward(n * kRgbHidden, a.h_rgb, a.g_h_rgb);
+  rgb_0_.backward(params, grads, n, a.rgb_in, a.g_h_rgb, a.g_rgb_in);
+  for (size_t i = 0; i < n; ++i) {
+    const T* g = a.g_rgb_in + i * kRgbIn;
+    std::copy(g, g + kWidth, a.g_x + i * kWidth);
+    a.g_vis[i] = g[kWidth];
+  }
+
+  // Density: zero where no view sees the sample, then the ReLU, out_geometry_fc and attention.
+  for (size_t j = 0; j < m; ++j) a.g_sigma[j] = a.n_valid[j] < 1 ? T(0) : grad_sigma[j];
+  relu_backward(m, a.sigma_relu, a.g_sigma);
+  out_geometry_2_.backward(params, grads, m, a.h_sigma, a.g_sigma, a.g_h_sigma);
+  elu_backward(m * kToken, a.h_sigma, a.g_h_sigma);
+  out_geometry_0_.backward(params, grads, m, a.attention_out, a.g_h_sigma, a.g_attention_out);
+  ray_attention_.backward(params, grads, a.rays, size_t(a.n_samples), a.tokens, a.valid_tokens,
+                          a.attention_saved, a.g_attention_out, a.g_tokens, a.attention_scratch);
+  elu_backward(m * kToken, a.geometry_out, a.g_tokens);  // the encoding is a constant
+  geometry_2_.backward(params, grads, m, a.h_geometry, a.g_tokens, a.g_h_geometry);
+  elu_backward(m * kGeometry, a.h_geometry, a.g_h_geometry);
+  geometry_0_.backward(params, grads, m, a.geometry_in, a.g_h_geometry, a.g_geometry_in);
+
+  // Mean, variance and mean weight of x under the visibility weights, then their normalisation.
+  for (size_t j = 0; j < m; ++j) {
+    const T* g_in = a.g_geometry_in + j * kGeometryIn;
+    T* g_weight = a.g_vis_weight + j * V;
+    const T common = mean_var_backward(V, kWidth, a.x + j * V * kWidth, a.vis_weight + j * V,
+                                       a.vis_denominator[j], a.geometry_in + j * kGeometryIn, g_in,
+                                       g_in + kWidth, a.g_x + j * V * kWidth, g_weight);
+    const T g_mean_weight = g_in[2 * kWidth] / T(V);
+    for (size_t v = 0; v < V; ++v) {
+      a.g_vis[j * V + v] += normalisation_backward(V, v, a.vis_weight + j * V, g_weight,
+                                                   common + g_mean_weight, a.vis_denominator[j]);
+    }
+  }
+
+  // vis_fc2 and the first visibility.
+  for (size_t i = 0; i < n; ++i) a.g_vis2[i] = a.g_vis[i] * mask[i];
+  sigmoid_backward(n, a.vis2, a.g_vis2);
+  vis2_2_.backward(params, grads, n, a.h_vis2, a.g_vis2, a.g_h_vis2);
+  elu_backward(n * kWidth, a.h_vis2, a.g_h_vis2);
+  vis2_0_.backward(params, grads, n, a.x_vis_weighted, a.g_h_vis2, a.g_x_vis_weighted);
+  for (size_t i = 0; i < n; ++i) {
+    const T first_vis = a.sig_vis[i] * mask[i];
+    T g_first_vis = 0;
+    T* g_xv = a.g_x_vis + i * (kWidth + 1);
+    for (int c = 0; c < kWidth; ++c) {
+      const T g = a.g_x_vis_weighted[i * kWidth + c];
+      g_first_vis += g * a.x[i * kWidth + c];
+      a.g_x[i * kWidth + c] += g * first_vis;
+      g_xv[c] = a.g_x[i * kWidth + c];  // x = x_base + residual
+    }
+    g_xv[kWidth] = g_first_vis * mask[i] * a.sig_vis[i] * (T(1) - a.sig_vis[i]);
+  }
+  elu_backward(n * (kWidth + 1), a.x_vis, a.g_x_vis);
+  vis_2_.backward(params, grads, n, a.h_vis, a.g_x_vis, a.g_h_vis);
+  elu_backward(n * kWidth, a.h_vis, a.g_h_vis);
+  vis_0_.backward(params, grads, n, a.x_pooled, a.g_h_vis, a.g_x_pooled);
+  for (size_t i = 0; i < n; ++i) {
+    T g_pool = 0;
+    for (int c = 0; c < kWidth; ++c) {
+      const T g = a.g_x_pooled[i * kWidth + c];
+      g_pool += g * a.x_base[i * kWidth + c];
+      a.g_x_base[i * kWidth + c] = a.g_x[i * kWidth + c] + g * a.pool[i];
+    }
+    a.g_pool[i] = g_pool;
+  }
+
+  // base_fc, then the pooled mean and variance of the features back to every view.
+  elu_backward(n * kWidth, a.x_base, a.g_x_base);
+  base_2_.backward(params, grads, n, a.h_base, a.g_x_base, a.g_h_base);
+  elu_backward(n * kBase, a.h_base, a.g_h_base);
+  base_0_.backward(params, grads, n, a.base_in, a.g_h_base, a.g_base_in);
+  std::vector<T> g_pooled(2 * w), g_weight(V);
+  for (size_t j = 0; j < m; ++j) {
+    std::fill(g_pooled.begin(), g_pooled.end(), T(0));  // mean and variance, summed over views
+    for (size_t v = 0; v < V; ++v) {
+      const T* g = a.g_base_in + (j * V + v) * 3 * w;
+      for (size_t c = 0; c < 2 * w; ++c) g_pooled[c] += g[c];
+    }
+    for (size_t v = 0; v < V; ++v) {  // each view's own features
+      const T* g = a.g_base_in + (j * V + v) * 3 * w + 2 * w;
+      std::copy(g, g + w, a.g_feat + (j * V + v) * w);
+    }
+    a.g_pool_common[j] = mean_var_backward(
+        V, w, a.feat + j * V * w, a.pool + j * V, a.pool_denominator[j], a.base_in + j * V * 3 * w,
+        g_pooled.data(), g_pooled.data() + w, a.g_feat + j * V * w, g_weight.data());
+    for (size_t v = 0; v < V; ++v) a.g_pool[j * V + v] += g_weight[v];
+  }
+
+  // The sharpness s of the anti-aliased pooling, through raw_v = (e_v - min_u e_u) mask_v with
+  // e_v = exp(|s| (d_v - 1)), de_v/d|s| = (d_v - 1) e_v, normalised to pool_v = raw_v / D. The
+  // raw weights are nearly proportional to |s|, which the normalisation divides out, so each
+  // sample's sum cancels to a small fraction of its terms: it is formed in double, from the
+  // weights recomputed in double, even in a float run (float alone leaves errors near 1e-3, as
+  // PyTorch's float32 autograd shows). The incoming g_pool needs no such care.
+  if (options_.anti_alias_pooling) {
+    const double s = params[s_], scale = std::abs(s);
+    std::vector<double> e(V), pool(V), g(V);
+    double g_scale = 0;
+    for (size_t j = 0; j < m; ++j) {
+      const T* d = ray_diff + j * V * 4;
+      const T* valid = mask + j * V;
+      for (size_t v = 0; v < V; ++v) e[v] = std::exp(scale * (double(d[v * 4 + 3]) - 1));
+      // The first minimum, as torch.min picks (ties have equal slopes anyway).
+      const size_t low = size_t(std::min_element(e.begin(), e.end()) - e.begin());
+      double sum = 0;
+      for (size_t v = 0; v < V; ++v) sum += (e[v] - e[low]) * valid[v];
+      const double denominator = sum + kWeightEpsilon;
+      for (size_t v = 0; v < V; ++v) {
+        pool[v] = (e[v] - e[low]) * valid[v] / denominator;
+        g[v] = a.g_pool[j * V + v];
+      }
+      const double low_slope = (double(d[low * 4 + 3]) - 1) * e[low];
+      for (size_t v = 0; v < V; ++v) {
+        if (valid[v] == 0) continue;
+        const double g_raw = normalisation_backward(V, v, pool.data(), g.data(),
+                                                    double(a.g_pool_common[j]), denominator);
+        g_scale += g_raw * ((double(d[v * 4 + 3]) - 1) * e[v] - low_slope);
+      }
+    }
+    grads[s_] += T((s > 0 ? 1 : (s < 0 ? -1 : 0)) * g_scale);  // d|s|/ds, 0 at 0
+  }
+
+  // ray_dir_fc, through the direction features added to every channel.
+  for (size_t i = 0; i < n * w; ++i) a.g_dir[i] = a.g_feat[i];
+  elu_backward(n * w, a.dir, a.g_dir);
+  ray_dir_2_.backward(params, grads, n, a.h_dir, a.g_dir, a.g_h_dir);
+  elu_backward(n * kDirHidden, a.h_dir, a.g_h_dir);
+  ray_dir_0_.backward(params, grads, n, ray_diff, a.g_h_dir, static_cast<T*>(nullptr));
+
+  if (!grad_rgb_features) return;
+  std::copy(a.g_feat, a.g_feat + n * w, grad_rgb_features);
+  for (size_t j = 0; j < m; ++j) {  // the colours also blend into the output directly
+    for (size_t v = 0; v < V; ++v) {
+      for (int c = 0; c < 3; ++c) {
+        grad_rgb_features[(j * V + v) * w + c] += grad_rgb[j * 3 + c] * a.blend[j * V + v];
+      }
+    }
+  }
+}
+
+#define MVIBR_AGGREGATOR(T)                                                                       \
+  template void IbrnetAggregator::forward(const T*, int, int, int, const T*, const T*, const T*,  \
+                                          AggregatorWorkspace<T>*, T*, T*) const;                 \
+  template void IbrnetAggregator::backward(const T*, T*, const AggregatorWorkspace<T>&, const T*, \
+                                           const T*, T*) const;
+MVIBR_AGGREGATOR(float)
+MVIBR_AGGREGATOR(double)
+#undef MVIBR_AGGREGATOR
+
+}  // namespace mvibr::nn

@@ -1,0 +1,117 @@
+// Instance norm with the residual add and activation that follow it in IBRNet's ResUNet, forward
+// and backward (see conv_layers.h). Fused because every instance norm there is followed by one
+// of them, and one pass over the map is cheaper than three. Statistics and the normalised values
+// are computed in double: planes are as small as 2x3 values deep in the encoder, where fp32
+// would lose the rounding bound (the variance subtracts the mean, the backward subtracts two
+// nearly equal projections).
+#include <cmath>
+#include <vector>
+
+#include "mvibr/nn/conv_layers.h"
+
+namespace mvibr::nn {
+namespace {
+
+struct PlaneStatistics {
+  double mean, inverse_std;
+};
+
+// Two passes (mean, then squared deviations): exact enough where |mean| >> std.
+PlaneStatistics statistics(const float* values, size_t n) {
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += values[i];
+  const double mean = sum / double(n);
+  double squares = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double d = values[i] - mean;
+    squares += d * d;
+  }
+  return {mean, 1.0 / std::sqrt(squares / double(n) + double(kInstanceNormEps))};
+}
+
+}  // namespace
+
+void instance_norm_forward(const InstanceNormShape& shape, const float* x, const float* gamma,
+                           const float* beta, const float* residual, Activation activation,
+                           float* out) {
+  const int planes = shape.batch * shape.channels;
+  const size_t n = size_t(shape.plane_size);
+#pragma omp parallel for schedule(static)
+  for (int p = 0; p < planes; ++p) {
+    const float* values = x + size_t(p) * n;
+    const PlaneStatistics s = statistics(values, n);
+    const int c = p % shape.channels;
+    const double scale = gamma[c] * s.inverse_std, shift = beta[c] - scale * s.mean;
+    const float* added = residual ? residual + size_t(p) * n : nullptr;
+    float* result = out + size_t(p) * n;
+    for (size_t i = 0; i < n; ++i) {
+      float z = float(scale * values[i] + shift);
+      if (added) z += added[i];
+      switch (activation) {
+        case Activation::kNone:
+          break;
+        case Activation::kRelu:
+          z = z > 0.0f ? z : 0.0f;
+          break;
+        case Activation::kElu:
+          z = z > 0.0f ? z : std::expm1(z);
+          break;
+      }
+      result[i] = z;
+    }
+  }
+}
+
+void activation_backward(Activation activation, size_t count, const float* out, float* grad) {
+  const long long n = static_cast<long long>(count);
+  switch (activation) {
+    case Activation::kNone:
+      break;
+    case Activation::kRelu:
+#pragma omp parallel for schedule(static)
+      for (long long i = 0; i < n; ++i) grad[i] = out[i] > 0.0f ? grad[i] : 0.0f;
+      break;
+    case Activation::kElu:  // d/dz expm1(z) = exp(z) = out + 1
+#pragma omp parallel for schedule(static)
+      for (long long i = 0; i < n; ++i) {
+        grad[i] = out[i] > 0.0f ? grad[i] : grad[i] * (out[i] + 1.0f);
+      }
+      break;
+  }
+}
+
+void instance_norm_backward(const InstanceNormShape& shape, const float* x, const float* gamma,
+                            float* grad, float* grad_gamma, float* grad_beta) {
+  const int planes = shape.batch * shape.channels;
+  const size_t n = size_t(shape.plane_size);
+  // Per-plane sums first, so that planes of one channel (different views) never race on the
+  // channel's gamma and beta gradients.
+  const size_t plane_count = size_t(planes);
+  std::vector<double> sum_grad(plane_count), sum_grad_normalised(plane_count);
+#pragma omp parallel for schedule(static)
+  for (int p = 0; p < planes; ++p) {
+    const float* values = x + size_t(p) * n;
+    const PlaneStatistics s = statistics(values, n);
+    float* g = grad + size_t(p) * n;
+    double sum = 0, dot = 0;
+    for (size_t i = 0; i < n; ++i) {
+      sum += g[i];
+      dot += g[i] * ((values[i] - s.mean) * s.inverse_std);
+    }
+    sum_grad[size_t(p)] = sum;
+    sum_grad_normalised[size_t(p)] = dot;
+    // dx = gamma rstd (g - mean(g) - x̂ mean(g x̂)): the normalisation's Jacobian.
+    const double scale = gamma[p % shape.channels] * s.inverse_std;
+    const double mean_grad = sum / double(n), mean_dot = dot / double(n);
+    for (size_t i = 0; i < n; ++i) {
+      const double normalised = (values[i] - s.mean) * s.inverse_std;
+      g[i] = float(scale * (g[i] - mean_grad - normalised * mean_dot));
+    }
+  }
+  for (int p = 0; p < planes; ++p) {
+    grad_gamma[p % shape.channels] += float(sum_grad_normalised[size_t(p)]);
+    grad_beta[p % shape.channels] += float(sum_grad[size_t(p)]);
+  }
+}
+
+}  // namespace mvibr::nn

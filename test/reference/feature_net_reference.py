@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""PyTorch reference of the feature network: the oracle for its layers and the whole ResUNet.
+
+Written from the description of IBRNet's ResUNet (ibrnet/feature_network.py): float64, with
+autograd for every gradient. Used by test/nn/feature_net_test.cpp, which writes each case as .npy
+inputs plus case.json into a folder; this script writes the reference outputs next to them as
+ref_<name>.npy. A ResUNet case holds its parameters as params/<name>.npy under their PyTorch
+names; the script builds the network from the options and fails unless it uses exactly those.
+It also holds the fp32 side's ReLU masks (mask_<conv>.npy), which the reference follows: see
+relu_on_our_side.
+
+    feature_net_reference.py CASES_DIR      (every sub-folder holding a case.json)
+"""
+import json
+import pathlib
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+torch.set_default_dtype(torch.float64)
+
+EPS = 1e-5
+
+
+def load(case, name, grad=False):
+    tensor = torch.from_numpy(np.load(case / f"{name}.npy")).to(torch.float64)
+    return tensor.requires_grad_(grad)
+
+
+def save(case, name, tensor):
+    values = np.ascontiguousarray(tensor.detach().numpy(), dtype=np.float64)
+    np.save(case / f"ref_{name}.npy", values)
+
+
+def instance_norm(x, gamma, beta):
+    """InstanceNorm2d(affine, track_running_stats=False): biased variance per (view, channel)."""
+    mean = x.mean(dim=(2, 3), keepdim=True)
+    var = ((x - mean) ** 2).mean(dim=(2, 3), keepdim=True)
+    normalised = (x - mean) / torch.sqrt(var + EPS)
+    return normalised * gamma[None, :, None, None] + beta[None, :, None, None]
+
+
+def activate(x, activation):
+    if activation == "relu":
+        return F.relu(x)
+    if activation == "elu":
+        return F.elu(x)
+    return x
+
+
+def upsample(x):
+    return F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True)
+
+
+# --- single layers ---------------------------------------------------------------------------
+
+def conv(case, p):
+    x, weight = load(case, "x", True), load(case, "weight", True)
+    bias = load(case, "bias", True) if p["bias"] else None
+    y = F.conv2d(x, weight, bias, stride=p["stride"])
+    (y * load(case, "grad_y")).sum().backward()
+    save(case, "y", y)
+    save(case, "grad_x", x.grad)
+    save(case, "grad_weight", weight.grad)
+    if bias is not None:
+        save(case, "grad_bias", bias.grad)
+
+
+def reflect_pad(case, p):
+    x = load(case, "x", True)  # [planes, H, W]
+    pad = p["pad"]
+    y = F.pad(x[None], (pad, pad, pad, pad), mode="reflect")[0]
+    (y * load(case, "grad_y")).sum().backward()
+    save(case, "y", y)
+    save(case, "grad_x", x.grad)
+
+
+def norm(case, p):
+    x, gamma, beta = load(case, "x", True), load(case, "gamma", True), load(case, "beta", True)
+    z = instance_norm(x, gamma, beta)
+    residual = None
+    if p["residual"]:
+        residual = load(case, "residual", True)
+        z = z + residual
+    out = activate(z, p["activation"])
+    (out * load(case, "grad_out")).sum().backward()
+    save(case, "out", out)
+    save(case, "grad_x", x.grad)
+    save(case, "grad_gamma", gamma.grad)
+    save(case, "grad_beta", beta.grad)
+    if residual is not None:
+        save(case, "grad_residual", residual.grad)
+
+
+def upsample_case(case, p):
+    x = load(case, "x", True)  # [planes, H, W]
+    y = upsample(x[None])[0]
+    (y * load(case, "grad_y")).sum().backward()
+    save(case, "y", y)
+    save(case, "grad_x", x.grad)
+
+
+# --- the whole network -----------------------------------------------------------------------
+
+class Parameters:
+    """The case's params/*.npy by name, recording which the network asked for."""
+
+    def __init__(self, case, prefix):
+        self.folder, self.prefix, self.tensors = case / "params", prefix, {}
+
+    def __call__(self, name):
+        full = self.prefix + name
+        if full not in self.tensors:
+            self.tensors[full] = load(self.folder, full, True)
+        return self.tensors[full]
+
+    def check_all_used(self):
+        given = {path.name[:-len(".npy")] for path in self.folder.glob("*.npy")}
+        if given != set(self.tensors):
+            raise RuntimeError(f"parameters given but unused: {sorted(given - set(self.tensors))}; "
+                               f"used but not given: {sorted(set(self.tensors) - given)}")
+
+
+def relu_on_our_side(case, z, name):
+    """ReLU with the mask the fp32 side took (mask_<conv>.npy: 1 where its output is positive).
+
+    Both sides then differentiate the same branch. Where our mask disagrees with float64's sign,
+    the pre-activation must be within fp32 rounding of the kink, or ours is simply wrong.
+    """
+    mask = load(case, "mask_" + name)
+    disagree = (z > 0).to(torch.float64) != mask
+    if disagree.any():
+        worst = z.detach().abs()[disagree].max().item()
+        if worst > 1e-4 * z.detach().abs().max().item():
+            raise RuntimeError(f"{name}: our ReLU mask differs where the pre-activation is {worst}")
+    return z * mask
+
+
+def resunet(case, p):
+    param = Parameters(case, p["prefix"])
+    widths, blocks = p["widths"], p["blocks"]
+
+    def unit(x, conv_name, norm_name, stride, activation, bias=False, residual=None):
+        weight = param(conv_name + ".weight")
+        pad = (weight.shape[-1] - 1) // 2
+        if pad > 0:
+            x = F.pad(x, (pad, pad, pad, pad), mode="reflect")
+        y = F.conv2d(x, weight, param(conv_name + ".bias") if bias else None, stride=stride)
+        y = instance_norm(y, param(norm_name + ".weight"), param(norm_name + ".bias"))
+        if residual is not None:
+            y = y + residual
+        if activation == "relu":
+            return relu_on_our_side(case, y, conv_name)
+        return activate(y, activation)
+
+    def skipconnect(encoder, decoded):
+        """cat([decoded, encoder zero-padded to its size (diff // 2 before, the rest after)])."""
+        dy = decoded.shape[2] - encoder.shape[2]
+        dx = decoded.shape[3] - encoder.shape[3]
+        encoder = F.pad(encoder, (dx // 2, dx - dx // 2, dy // 2, dy - dy // 2))
+        return torch.cat([decoded, encoder], dim=1)
+
+    x = load(case, "images").permute(0, 3, 1, 2)  # [V, H, W, 3] -> [V, 3, H, W]
+    x = unit(x, "conv1", "bn1", 2, "relu")
+    in_channels, encoded = widths[0], []
+    for stage in range(3):
+        for b in range(blocks[stage]):
+            name, stride = f"layer{stage + 1}.{b}.", 2 if b == 0 else 1
+            identity = x
+            if stride != 1 or in_channels != widths[stage]:
+                identity = unit(x, name + "downsample.0", name + "downsample.1", stride, "none")
+            inner = unit(x, name + "conv1", name + "bn1", stride, "relu")
+            x = unit(inner, name + "conv2", name + "bn2", 1, "relu", residual=identity)
+            in_channels = widths[stage]
+        encoded.append(x)
+
+    x = unit(upsample(encoded[2]), "upconv3.conv.conv", "upconv3.conv.bn", 1, "elu", bias=True)
+    x = unit(skipconnect(encoded[1], x), "iconv3.conv", "iconv3.bn", 1, "elu", bias=True)
+    x = unit(upsample(x), "upconv2.conv.conv", "upconv2.conv.bn", 1, "elu", bias=True)
+    x = unit(skipconnect(encoded[0], x), "iconv2.conv", "iconv2.bn", 1, "elu", bias=True)
+    out = F.conv2d(x, param("out_conv.weight"), param("out_conv.bias"))
+    param.check_all_used()
+
+    coarse_channels = p["coarse_out_ch"]
+    coarse = out[:, :coarse_channels].permute(0, 2, 3, 1)
+    loss = (coarse * load(case, "grad_coarse")).sum()
+    save(case, "coarse", coarse)
+    if not p["coarse_only"]:
+        fine = out[:, -p["fine_out_ch"]:].permute(0, 2, 3, 1)
+        loss = loss + (fine * load(case, "grad_fine")).sum()
+        save(case, "fine", fine)
+    loss.backward()
+    for name, tensor in param.tensors.items():
+        save(case, "grad_" + name, tensor.grad)
+
+
+OPS = {"conv": conv, "reflect_pad": reflect_pad, "instance_norm": norm, "upsample": upsample_case,
+       "resunet": resunet}
+
+
+def main():
+    root = pathlib.Path(sys.argv[1])
+    for spec in sorted(root.glob("*/case.json")):
+        p = json.loads(spec.read_text())
+        OPS[p["op"]](spec.parent, p)
+
+
+if __name__ == "__main__":
+    main()
