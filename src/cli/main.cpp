@@ -22,6 +22,7 @@ constexpr const char* kUsage =
     "  prep        turn a scene (built-in synthetic, NeRF-synthetic/instant-ngp, LLFF,\n"
     "              COLMAP, D-NeRF) into scene.h5 and self-contained HDF5 shards\n"
     "  inspect     print what a prepared scene or shard holds, and check every frame\n"
+    "  train       train IBRNet on a prepared scene (IBRNet's config keys)\n"
     "  selfcheck   run the rendering core on random data: forward, backward and\n"
     "              finite-difference gradient checks, on every backend built\n"
     "\n"
@@ -61,6 +62,7 @@ int dispatch(const std::vector<std::string>& argv) {
     return mvibr::cli::run_prep(rest, command_line);
   }
   if (command == "inspect") return mvibr::cli::run_inspect(rest);
+  if (command == "train") return mvibr::cli::run_train(rest);
   std::cerr << "mvibr: unknown command '" << command << "' (see mvibr --help)\n";
   return 2;
 }

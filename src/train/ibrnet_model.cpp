@@ -1,0 +1,274 @@
+// The IBRNet training step on the CPU backend (see ibrnet_model.h). One Pass holds everything a
+// coarse or fine pass computes, so the backward walks the same buffers in reverse; buffers are
+// members and reused from step to step.
+#include "mvibr/train/ibrnet_model.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "mvibr/core/error.h"
+#include "mvibr/nn/aggregator.h"
+#include "mvibr/nn/feature_net.h"
+#include "mvibr/ops/render_ops.h"
+#include "mvibr/render/loss.h"
+
+namespace mvibr::train {
+
+namespace {
+
+// Everything one pass (coarse or fine) computes for a batch of rays.
+struct Pass {
+  int n_samples = 0;
+  std::vector<float> depths, rgb_features, ray_diff, mask, rgb, sigma;
+  std::vector<float> rgb_map, depth_map, acc_map, weights, ray_mask, loss{0, 0};
+  nn::AggregatorWorkspace<float> aggregator;
+  // Backward scratch.
+  std::vector<float> grad_rgb_map, grad_sigma, grad_rgb, grad_rgb_features;
+};
+
+// The source views of one sample as the rendering core reads them.
+struct Sources {
+  int n_views = 0, height = 0, width = 0, feature_height = 0, feature_width = 0;
+  std::vector<PinholeCamera<float>> cameras;
+  std::vector<float> images;                  // [V,H,W,3] in [0,1]
+  std::vector<float> coarse_maps, fine_maps;  // [V,Hf,Wf,C]
+  std::vector<float> grad_coarse_maps, grad_fine_maps;
+};
+
+CompositeOptions composite_options(const TrainConfig& c) {
+  return {c.delta == "interval" ? DeltaMode::kInterval : DeltaMode::kUnit, c.white_bkgd};
+}
+
+}  // namespace
+
+struct IbrnetModel::State {
+  TrainConfig config;
+  nn::ParameterSet parameters;
+  nn::ResUNet feature_net;
+  nn::IbrnetAggregator net_coarse;
+  std::unique_ptr<nn::IbrnetAggregator> net_fine;
+  nn::ResUNet::Workspace feature_workspace;
+  Sources sources;
+  Pass coarse, fine;
+  std::vector<float> origins, directions;
+
+  static nn::ResUNetOptions feature_options(const TrainConfig& c) {
+    nn::ResUNetOptions o = nn::ResUNetOptions::preset(c.feature_net);
+    o.coarse_out_ch = c.coarse_feat_dim;
+    o.fine_out_ch = c.fine_feat_dim;
+    o.coarse_only = c.coarse_only;
+    return o;
+  }
+  static nn::AggregatorOptions aggregator_options(const TrainConfig& c, int channels) {
+    nn::AggregatorOptions o;
+    o.feature_channels = channels;
+    o.n_samples_max = c.N_samples + (c.coarse_only ? 0 : c.N_importance);
+    o.anti_alias_pooling = c.anti_alias_pooling;
+    return o;
+  }
+
+  explicit State(const TrainConfig& c)
+      : config(c),
+        feature_net(feature_options(c), &parameters, "feature_net."),
+        net_coarse(parameters, "net_coarse.", aggregator_options(c, c.coarse_feat_dim)) {
+    if (!c.coarse_only) {
+      net_fine = std::make_unique<nn::IbrnetAggregator>(parameters, "net_fine.",
+                                                        aggregator_options(c, c.fine_feat_dim));
+    }
+  }
+
+  // Source images to floats, cameras to float, and the feature network's maps.
+  void prepare_sources(const data::TrainingSample& sample) {
+    Sources& s = sources;
+    s.n_views = int(sample.sources.size());
+    if (s.n_views < 1)
+      throw InvalidArgument("sample of view " + sample.target.name + " has no sources");
+    s.height = sample.target.camera.height;
+    s.width = sample.target.camera.width;
+    const size_t pixels = size_t(s.height) * s.width * 3;
+    s.images.resize(size_t(s.n_views) * pixels);
+    s.cameras.clear();
+    for (int v = 0; v < s.n_views; ++v) {
+      const data::View& view = sample.sources[size_t(v)];
+      s.cameras.push_back(camera_cast<float>(view.camera));
+      for (size_t i = 0; i < pixels; ++i) s.images[v * pixels + i] = float(view.rgb[i]) / 255.0f;
+    }
+    std::tie(s.feature_height, s.feature_width) = nn::ResUNet::output_size(s.height, s.width);
+    const size_t cells = size_t(s.n_views) * s.feature_height * s.feature_width;
+    s.coarse_maps.resize(cells * size_t(config.coarse_feat_dim));
+    s.fine_maps.resize(config.coarse_only ? 0 : cells * size_t(config.fine_feat_dim));
+    feature_net.forward(s.n_views, s.height, s.width, s.images.data(), &feature_workspace,
+                        s.coarse_maps.data(), config.coarse_only ? nullptr : s.fine_maps.data());
+  }
+
+  SourceViews<float> views(bool use_fine) const {
+    SourceViews<float> v;
+    v.n_views = sources.n_views;
+    v.cameras = sources.cameras.data();
+    v.image_height = sources.height;
+    v.image_width = sources.width;
+    v.images = sources.images.data();
+    v.feature_height = sources.feature_height;
+    v.feature_width = sources.feature_width;
+    v.feature_channels = use_fine ? config.fine_feat_dim : config.coarse_feat_dim;
+    v.features = use_fine ? sources.fine_maps.data() : sources.coarse_maps.data();
+    return v;
+  }
+
+  // Gather → aggregation network → compositing for the pass's depths; with targets, the loss.
+  void run_pass(bool use_fine, int n_rays, const data::View& target, const float* target_rgb,
+                bool keep_for_backward, Pass* p) {
+    const SourceViews<float> v = views(use_fine);
+    const size_t rows = size_t(n_rays) * p->n_samples;
+    p->rgb_features.resize(rows * v.n_views * (3 + v.feature_channels));
+    p->ray_diff.resize(rows * v.n_views * 4);
+    p->mask.resize(rows * v.n_views);
+    const Vec3<float> center = camera_cast<float>(target.camera).center();
+    cpu::gather_samples(
+        n_rays, p->n_samples, origins.data(), directions.data(), p->depths.data(), center, v,
+        GatherOutputs<float>{p->rgb_features.data(), p->ray_diff.data(), p->mask.data()});
+    p->rgb.resize(rows * 3);
+    p->sigma.resize(rows);
+    const nn::IbrnetAggregator& net = use_fine ? *net_fine : net_coarse;
+    net.forward(n_rays, p->n_samples, v.n_views, p->rgb_features.data(), p->ray_diff.data(),
+                p->mask.data(), keep_for_backward ? &p->aggregator : nullptr, p->rgb.data(),
+                p->sigma.data());
+    p->rgb_map.resize(size_t(n_rays) * 3);
+    p->depth_map.resize(n_rays);
+    p->acc_map.resize(n_rays);
+    p->weights.resize(rows);
+    cpu::composite_rays(n_rays, p->n_samples, p->sigma.data(), p->rgb.data(), p->depths.data(),
+                        directions.data(), composite_options(config), p->rgb_map.data(),
+                        p->depth_map.data(), p->acc_map.data(), p->weights.data());
+    if (!target_rgb) return;
+    p->ray_mask.resize(n_rays);
+    cpu::ray_mask(n_rays, p->n_samples, v.n_views, p->mask.data(), RayMaskRule{},
+                  p->ray_mask.data());
+    cpu::masked_mse(n_rays, p->rgb_map.data(), target_rgb, p->ray_mask.data(), p->loss.data());
+  }
+
+  // d loss / d parameters of one pass, into the parameter grads and the pass's feature maps.
+  void backward_pass(bool use_fine, int n_rays, const float* target_rgb, Pass* p) {
+    const SourceViews<float> v = views(use_fine);
+    const size_t rows = size_t(n_rays) * p->n_samples;
+    p->grad_rgb_map.resize(size_t(n_rays) * 3);
+    cpu::masked_mse_backward(n_rays, p->rgb_map.data(), target_rgb, p->ray_mask.data(),
+                             p->loss.data(), 1.0f, p->grad_rgb_map.data());
+    p->grad_sigma.resize(rows);
+    p->grad_rgb.resize(rows * 3);
+    cpu::composite_rays_backward(
+        n_rays, p->n_samples, p->sigma.data(), p->rgb.data(), p->depths.data(), directions.data(),
+        composite_options(config), p->grad_rgb_map.data(), static_cast<const float*>(nullptr),
+        static_cast<const float*>(nullptr), static_cast<const float*>(nullptr),
+        p->grad_sigma.data(), p->grad_rgb.data());
+    p->grad_rgb_features.resize(p->rgb_features.size());
+    nn::IbrnetAggregator& net = use_fine ? *net_fine : net_coarse;
+    net.backward(p->aggregator, p->grad_rgb.data(), p->grad_sigma.data(),
+                 p->grad_rgb_features.data());
+    std::vector<float>& grad_maps = use_fine ? sources.grad_fine_maps : sources.grad_coarse_maps;
+    cpu::gather_samples_backward(n_rays, p->n_samples, origins.data(), directions.data(),
+                                 p->depths.data(), v, p->grad_rgb_features.data(),
+                                 static_cast<float*>(nullptr), grad_maps.data());
+  }
+
+  void sample_depths(int n_rays, const data::View& target, RandomKey key, uint32_t first_ray) {
+    coarse.n_samples = config.N_samples;
+    coarse.depths.resize(size_t(n_rays) * config.N_samples);
+    cpu::sample_coarse_depths(n_rays,
+                              DepthSampling{target.near_depth, target.far_depth, config.N_samples,
+                                            config.inv_uniform, config.det},
+                              key, first_ray, coarse.depths.data());
+  }
+
+  // Importance samples from the coarse weights (a stop-gradient, as IBRNet detaches them).
+  void fine_depths(int n_rays, RandomKey key, uint32_t first_ray) {
+    fine.n_samples = config.N_samples + config.N_importance;
+    fine.depths.resize(size_t(n_rays) * fine.n_samples);
+    cpu::sample_importance_depths(
+        n_rays,
+        ImportanceSampling{config.N_samples, config.N_importance, config.inv_uniform, config.det},
+        coarse.depths.data(), coarse.weights.data(), key, first_ray, fine.depths.data());
+  }
+
+  void make_rays(const data::View& target, const float* pixels, int n_rays) {
+    origins.resize(size_t(n_rays) * 3);
+    directions.resize(size_t(n_rays) * 3);
+    cpu::generate_rays(camera_cast<float>(target.camera), pixels, n_rays, origins.data(),
+                       directions.data());
+  }
+
+  bool has_fine() const { return net_fine != nullptr && config.N_importance > 0; }
+};
+
+IbrnetModel::IbrnetModel(const TrainConfig& config) : state_(std::make_unique<State>(config)) {}
+IbrnetModel::~IbrnetModel() = default;
+
+nn::ParameterSet& IbrnetModel::parameters() {
+  return state_->parameters;
+}
+const nn::ParameterSet& IbrnetModel::parameters() const {
+  return state_->parameters;
+}
+
+void IbrnetModel::initialize(uint64_t seed) {
+  nn::Initializer init(seed);
+  state_->feature_net.initialize(init);
+  state_->net_coarse.initialize(init);
+  if (state_->net_fine) state_->net_fine->initialize(init);
+}
+
+StepResult IbrnetModel::train_step(const data::TrainingSample& sample, const RayBatch& rays,
+                                   RandomKey key, uint32_t first_ray) {
+  State& s = *state_;
+  const int n_rays = int(rays.pixels.size() / 2);
+  const float* target_rgb = rays.target_rgb.data();
+  s.prepare_sources(sample);
+  s.make_rays(sample.target, rays.pixels.data(), n_rays);
+  s.sample_depths(n_rays, sample.target, key, first_ray);
+  s.run_pass(false, n_rays, sample.target, target_rgb, true, &s.coarse);
+  if (s.has_fine()) {
+    s.fine_depths(n_rays, key, first_ray);
+    s.run_pass(true, n_rays, sample.target, target_rgb, true, &s.fine);
+  }
+
+  s.sources.grad_coarse_maps.assign(s.sources.coarse_maps.size(), 0.0f);
+  s.sources.grad_fine_maps.assign(s.sources.fine_maps.size(), 0.0f);
+  s.backward_pass(false, n_rays, target_rgb, &s.coarse);
+  if (s.has_fine()) s.backward_pass(true, n_rays, target_rgb, &s.fine);
+  s.feature_net.backward(&s.feature_workspace, s.sources.grad_coarse_maps.data(),
+                         s.config.coarse_only ? nullptr : s.sources.grad_fine_maps.data());
+
+  StepResult result;
+  result.mse_coarse = s.coarse.loss[0];
+  result.mse_fine = s.has_fine() ? s.fine.loss[0] : 0.0;
+  result.loss = result.mse_coarse + result.mse_fine;
+  result.psnr = mse_to_psnr(s.has_fine() ? result.mse_fine : result.mse_coarse);
+  const Pass& last = s.has_fine() ? s.fine : s.coarse;
+  result.valid_rays = int(std::count(last.ray_mask.begin(), last.ray_mask.end(), 1.0f));
+  return result;
+}
+
+void IbrnetModel::render(const data::TrainingSample& sample, const std::vector<float>& pixels,
+                         RandomKey key, std::vector<float>* rgb, std::vector<float>* depth) {
+  State& s = *state_;
+  const int total = int(pixels.size() / 2);
+  rgb->resize(size_t(total) * 3);
+  depth->resize(total);
+  s.prepare_sources(sample);
+  for (int first = 0; first < total; first += s.config.chunk_size) {
+    const int n_rays = std::min(s.config.chunk_size, total - first);
+    s.make_rays(sample.target, pixels.data() + 2 * size_t(first), n_rays);
+    s.sample_depths(n_rays, sample.target, key, uint32_t(first));
+    s.run_pass(false, n_rays, sample.target, nullptr, false, &s.coarse);
+    Pass* last = &s.coarse;
+    if (s.has_fine()) {
+      s.fine_depths(n_rays, key, uint32_t(first));
+      s.run_pass(true, n_rays, sample.target, nullptr, false, &s.fine);
+      last = &s.fine;
+    }
+    std::copy(last->rgb_map.begin(), last->rgb_map.end(), rgb->begin() + 3 * size_t(first));
+    std::copy(last->depth_map.begin(), last->depth_map.end(), depth->begin() + first);
+  }
+}
+
+}  // namespace mvibr::train
