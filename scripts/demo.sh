@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job on the built-in default: set up, build, prepare the built-in synthetic scene
-# into HDF5 shards, check them, and run the self-check of the rendering core.
+# into HDF5 shards, check them, self-check the rendering core, and train IBRNet on the scene.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -9,3 +9,4 @@ bash scripts/build.sh "$@"
 ./build/mvibr prep --config configs/synthetic_prep.txt
 ./build/mvibr inspect runs/data/synthetic
 ./build/mvibr selfcheck --config configs/selfcheck.txt
+./build/mvibr train --config configs/synthetic.txt --no_reload

@@ -74,7 +74,7 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
               << all;
     return 0;
   }
-  if (vm.count("config")) store_config_file(config, all, &vm);
+  if (vm.count("config")) store_config_file(vm["config"].as<std::string>(), all, &vm);
   po::notify(vm);
   if (out.empty()) throw InvalidArgument("mvibr prep needs --out DIR");
   if (background != "white" && background != "black") {

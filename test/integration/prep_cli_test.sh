@@ -34,6 +34,11 @@ grep -q "checked .* frames in 3 shard(s): ok" "$work/inspect" || fail "inspect d
 h5dump -H "$work/synthetic/shard-00000-of-00003.h5" | grep -q 'DATASET "frames"' ||
   fail "h5dump cannot read a shard"
 
+echo "== from a config file (the command line wins)"
+printf 'views = 6\nwidth = 20\nheight = 18\nshards = 2\n' >"$work/prep.txt"
+"$mvibr" prep --config "$work/prep.txt" --out "$work/configured" --views 8
+"$mvibr" inspect "$work/configured" | grep -q "views: 8 " || fail "config file / command line"
+
 echo "== dynamic synthetic scene"
 "$mvibr" prep --out "$work/dynamic" --views 8 --time_steps 3 --width 24 --height 16 --shards 2
 "$mvibr" inspect "$work/dynamic" | grep -q "3 time step(s)" || fail "dynamic time steps"
