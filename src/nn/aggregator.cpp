@@ -33,9 +33,9 @@ constexpr size_t kChunksPerWave = 64;
 
 // Backward of mean = sum_v w_v x_v and var = sum_v w_v (x_v - mean)^2 (mean not detached) over
 // rows x[V, width]: adds the gradient of every x_v to g_x, and writes the gradient of each
-// weight in two parts, g_weight[v] + the returned part common to all views. The common part,
-// mean . (g_mean + ...), is large where the features are; split off, it cancels exactly in the
-// normalisation's backward instead of in float.
+// weight in two parts, g_weight[v] plus the returned part common to all views,
+// mean . dL/dmean. The common part can dwarf the differences between views that matter; kept
+// apart, the normalisation's backward takes it exactly rather than through float cancellation.
 template <typename T>
 T mean_var_backward(size_t n_views, size_t width, const T* x, const T* weight, T denominator,
                     const T* mean, const T* g_mean, const T* g_var, T* g_x, T* g_weight) {
@@ -84,14 +84,35 @@ class SerialBlas {
   int threads_;
 };
 
+// Chunks of whole rays, about kChunkRows rows each; independent of the thread count, so that
+// results are too.
+struct ChunkPlan {
+  size_t rows_per_ray, rays_per_chunk, n_chunks;
+};
+
+ChunkPlan plan_chunks(int n_rays, int n_samples, int n_views) {
+  const size_t per_ray = size_t(n_samples) * size_t(n_views);
+  const size_t rays = std::max<size_t>(1, kChunkRows / per_ray);
+  return {per_ray, rays, (size_t(n_rays) + rays - 1) / rays};
+}
+
 }  // namespace
 
 // One chunk's buffers, carved from one arena: the forward's activations (post-activation values
 // of every ELU, which is all their backward needs) and, for the backward, a gradient for each.
 template <typename T>
 struct IbrnetAggregator::Activations {
-  size_t rays = 0, samples = 0, rows = 0;     // rows = samples x views
-  int n_samples = 0, n_views = 0, width = 0;  // width = 3 + C
+  Activations(int samples_per_ray, int views, int channels)
+      : n_samples(samples_per_ray), n_views(views), width(channels) {}
+
+  void set_rays(size_t count) {
+    rays = count;
+    samples = count * n_samples;
+    rows = samples * n_views;
+  }
+
+  int n_samples, n_views, width;  // width = 3 + C
+  size_t rays = 0, samples = 0, rows = 0;
   // forward, per row
   T *h_dir, *dir, *feat, *pool, *base_in, *h_base, *x_base, *x_pooled, *h_vis, *x_vis, *sig_vis, *x,
       *x_vis_weighted, *h_vis2, *vis2, *vis, *vis_weight, *rgb_in, *h_rgb, *h_rgb2, *blend;
@@ -201,8 +222,7 @@ IbrnetAggregator::IbrnetAggregator(ParameterSet& set, const std::string& prefix,
       rgb_4_(block_, "rgb_fc.4", kRgbHidden2, 1) {
   if (options.feature_channels < 1 || options.n_samples_max < 1) {
     throw InvalidArgument("aggregator '" + prefix +
-                          "': feature_channels and n_samples_max must "
-                          "be positive");
+                          "': feature_channels and n_samples_max must be positive");
   }
   // IBRNet's sinusoid table: angle pos / 10000^(2 (j / 2) / 16), sin on even j, cos on odd j.
   positional_encoding_.resize(size_t(options.n_samples_max) * kToken);
@@ -254,29 +274,20 @@ void IbrnetAggregator::forward(const T* params, int n_rays, int n_samples, int n
                           std::to_string(n_views) + ")");
   }
   if (workspace) *workspace = {n_rays, n_samples, n_views, rgb_features, ray_diff, mask};
-  const size_t per_ray = size_t(n_samples) * n_views;
-  const size_t rays_per_chunk = std::max<size_t>(1, kChunkRows / per_ray);
-  const size_t n_chunks = (size_t(n_rays) + rays_per_chunk - 1) / rays_per_chunk;
-  const size_t width = size_t(options_.feature_channels) + 3;
+  const ChunkPlan plan = plan_chunks(n_rays, n_samples, n_views);
+  const int width = options_.feature_channels + 3;
   SerialBlas serial_blas;
 #pragma omp parallel
   {
-    Activations<T> a;
-    a.n_samples = n_samples;
-    a.n_views = n_views;
-    a.width = int(width);
-    a.rays = rays_per_chunk;
-    a.samples = a.rays * n_samples;
-    a.rows = a.samples * n_views;
+    Activations<T> a(n_samples, n_views, width);
+    a.set_rays(plan.rays_per_chunk);
     std::vector<T> arena(a.layout(nullptr, ray_attention_, false));
 #pragma omp for schedule(dynamic)
-    for (size_t c = 0; c < n_chunks; ++c) {
-      const size_t first = c * rays_per_chunk;
-      a.rays = std::min(rays_per_chunk, size_t(n_rays) - first);
-      a.samples = a.rays * n_samples;
-      a.rows = a.samples * n_views;
+    for (size_t c = 0; c < plan.n_chunks; ++c) {
+      const size_t first = c * plan.rays_per_chunk;
+      a.set_rays(std::min(plan.rays_per_chunk, size_t(n_rays) - first));
       a.layout(arena.data(), ray_attention_, false);
-      const size_t row = first * per_ray, sample = first * n_samples;
+      const size_t row = first * plan.rows_per_ray, sample = first * n_samples;
       forward_chunk(params, a, rgb_features + row * width, ray_diff + row * 4, mask + row,
                     rgb + sample * 3, sigma + sample);
     }
@@ -290,35 +301,26 @@ void IbrnetAggregator::backward(const T* params, T* grads, const AggregatorWorks
   if (ws.n_rays > 0 && (ws.n_samples < 1 || ws.n_views < 1 || !ws.rgb_features)) {
     throw InvalidArgument("aggregator backward: the workspace holds no forward pass");
   }
-  const size_t per_ray = size_t(ws.n_samples) * ws.n_views;
-  const size_t rays_per_chunk = std::max<size_t>(1, kChunkRows / per_ray);
-  const size_t n_chunks = (size_t(ws.n_rays) + rays_per_chunk - 1) / rays_per_chunk;
-  const size_t width = size_t(options_.feature_channels) + 3;
+  const ChunkPlan plan = plan_chunks(ws.n_rays, ws.n_samples, ws.n_views);
+  const int width = options_.feature_channels + 3;
   const size_t n_params = block_.size();
-  std::vector<T> slots(std::min(n_chunks, kChunksPerWave) * n_params);
+  std::vector<T> slots(std::min(plan.n_chunks, kChunksPerWave) * n_params);
   SerialBlas serial_blas;
-  for (size_t wave = 0; wave < n_chunks; wave += kChunksPerWave) {
-    const size_t wave_end = std::min(n_chunks, wave + kChunksPerWave);
+  for (size_t wave = 0; wave < plan.n_chunks; wave += kChunksPerWave) {
+    const size_t wave_end = std::min(plan.n_chunks, wave + kChunksPerWave);
     std::fill(slots.begin(), slots.end(), T(0));
 #pragma omp parallel
     {
-      Activations<T> a;
-      a.n_samples = ws.n_samples;
-      a.n_views = ws.n_views;
-      a.width = int(width);
-      a.rays = rays_per_chunk;
-      a.samples = a.rays * ws.n_samples;
-      a.rows = a.samples * ws.n_views;
+      Activations<T> a(ws.n_samples, ws.n_views, width);
+      a.set_rays(plan.rays_per_chunk);
       std::vector<T> arena(a.layout(nullptr, ray_attention_, true));
-      std::vector<T> rgb(a.samples * 3), sigma(a.samples);
+      std::vector<T> rgb(a.samples * 3), sigma(a.samples);  // recomputed, unused
 #pragma omp for schedule(dynamic)
       for (size_t c = wave; c < wave_end; ++c) {
-        const size_t first = c * rays_per_chunk;
-        a.rays = std::min(rays_per_chunk, size_t(ws.n_rays) - first);
-        a.samples = a.rays * ws.n_samples;
-        a.rows = a.samples * ws.n_views;
+        const size_t first = c * plan.rays_per_chunk;
+        a.set_rays(std::min(plan.rays_per_chunk, size_t(ws.n_rays) - first));
         a.layout(arena.data(), ray_attention_, true);
-        const size_t row = first * per_ray, sample = first * ws.n_samples;
+        const size_t row = first * plan.rows_per_ray, sample = first * ws.n_samples;
         const T* features = ws.rgb_features + row * width;
         const T* diff = ws.ray_diff + row * 4;
         const T* valid = ws.mask + row;
@@ -357,12 +359,9 @@ void IbrnetAggregator::forward_chunk(const T* params, const Activations<T>& a,
     T* pool = a.pool + j * V;
     T sum = 0;
     if (options_.anti_alias_pooling) {
-      T lowest = std::exp(s * (d[3] - 1));
-      for (size_t v = 1; v < V; ++v) lowest = std::min(lowest, std::exp(s * (d[v * 4 + 3] - 1)));
-      for (size_t v = 0; v < V; ++v) {
-        pool[v] = (std::exp(s * (d[v * 4 + 3] - 1)) - lowest) * valid[v];
-        sum += pool[v];
-      }
+      for (size_t v = 0; v < V; ++v) pool[v] = std::exp(s * (d[v * 4 + 3] - 1));
+      const T lowest = *std::min_element(pool, pool + V);
+      for (size_t v = 0; v < V; ++v) sum += pool[v] = (pool[v] - lowest) * valid[v];
     } else {
       for (size_t v = 0; v < V; ++v) sum += pool[v] = valid[v];
     }
@@ -398,16 +397,18 @@ void IbrnetAggregator::forward_chunk(const T* params, const Activations<T>& a,
 
   // Visibility: a residual for the features and a first visibility from the pooled features.
   for (size_t i = 0; i < n; ++i) {
-    for (int c = 0; c < kWidth; ++c)
+    for (int c = 0; c < kWidth; ++c) {
       a.x_pooled[i * kWidth + c] = a.x_base[i * kWidth + c] * a.pool[i];
+    }
   }
   vis_0_.forward(params, n, a.x_pooled, a.h_vis);
   elu(n * kWidth, a.h_vis);
   vis_2_.forward(params, n, a.h_vis, a.x_vis);
   elu(n * (kWidth + 1), a.x_vis);
+  for (size_t i = 0; i < n; ++i) a.sig_vis[i] = a.x_vis[i * (kWidth + 1) + kWidth];
+  sigmoid(n, a.sig_vis);
   for (size_t i = 0; i < n; ++i) {
     const T* xv = a.x_vis + i * (kWidth + 1);
-    a.sig_vis[i] = T(1) / (T(1) + std::exp(-xv[kWidth]));
     const T first_vis = a.sig_vis[i] * mask[i];
     for (int c = 0; c < kWidth; ++c) {
       a.x[i * kWidth + c] = a.x_base[i * kWidth + c] + xv[c];

@@ -1,13 +1,16 @@
 // Masked multi-head self-attention (see layers.h). The sequences are short (IBRNet: the samples
 // of one ray, 16-wide tokens, 4 heads of 4), so the score matrices are formed explicitly, one
-// batch entry per OpenMP iteration, while the four projections are batched GEMMs over every
-// token. The forward saves q, k, v, the probabilities, the concatenated heads and the
-// LayerNorm's xhat and rstd; the backward needs nothing else.
+// sequence per OpenMP iteration, while the four projections are batched GEMMs over every token.
+// Each head's keys and values are first transposed into [d, len] rows, so that the loops over
+// keys run along contiguous memory and vectorise, exponential included (vector_math.h). The
+// forward saves q, k, v, the probabilities, the concatenated heads and the LayerNorm's xhat and
+// rstd; the backward needs nothing else.
 #include <algorithm>
 #include <cmath>
 
 #include "mvibr/nn/layers.h"
 #include "parallel.h"
+#include "vector_math.h"
 
 namespace mvibr::nn {
 namespace {
@@ -33,6 +36,14 @@ SavedLayout saved_layout(size_t batch, size_t len, int n_head, int d_model, int 
 
 // IBRNet fills masked scores with -1e9 (not -inf), so a fully masked row is uniform.
 constexpr double kMaskedScore = -1e9;
+
+// One head of one sequence, [len, stride] rows from column `first`, into [width, len].
+template <typename T>
+void transpose_head(const T* rows, size_t stride, size_t first, size_t len, int width, T* out) {
+  for (size_t j = 0; j < len; ++j) {
+    for (int c = 0; c < width; ++c) out[c * len + j] = rows[j * stride + first + c];
+  }
+}
 
 }  // namespace
 
@@ -82,32 +93,41 @@ void MultiHeadAttention::forward(const T* params, size_t batch, size_t len, cons
 
   const size_t qk = size_t(n_head_) * d_k_, vw = size_t(n_head_) * d_v_;
   const T inv_temperature = T(1) / std::sqrt(T(d_k_));
-#pragma omp parallel for schedule(static) if (worth_parallel(tokens * len * n_head_))
-  for (size_t b = 0; b < batch; ++b) {
-    for (int h = 0; h < n_head_; ++h) {
-      for (size_t i = 0; i < len; ++i) {
-        const size_t ti = b * len + i;
-        const T* qi = q + ti * qk + h * d_k_;
-        T* p = probs + ((b * n_head_ + h) * len + i) * len;
-        for (size_t j = 0; j < len; ++j) {
-          const size_t tj = b * len + j;
-          const T* kj = k + tj * qk + h * d_k_;
-          T score = 0;
-          for (int c = 0; c < d_k_; ++c) score += qi[c] * inv_temperature * kj[c];
-          p[j] = valid[mask_ == AttentionMask::kKeys ? tj : ti] == T(0) ? T(kMaskedScore) : score;
-        }
-        const T top = *std::max_element(p, p + len);
-        T sum = 0;
-        for (size_t j = 0; j < len; ++j) {
-          p[j] = std::exp(p[j] - top);
-          sum += p[j];
-        }
-        T* out = heads + ti * vw + h * d_v_;
-        std::fill(out, out + d_v_, T(0));
-        for (size_t j = 0; j < len; ++j) {
-          p[j] /= sum;
-          const T* vj = v + (b * len + j) * vw + h * d_v_;
-          for (int c = 0; c < d_v_; ++c) out[c] += p[j] * vj[c];
+#pragma omp parallel if (worth_parallel(tokens * len * n_head_))
+  {
+    std::vector<T> keys(d_k_ * len), values(d_v_ * len);
+#pragma omp for schedule(static)
+    for (size_t b = 0; b < batch; ++b) {
+      const T* valid_b = valid + b * len;
+      for (int h = 0; h < n_head_; ++h) {
+        transpose_head(k + b * len * qk, qk, size_t(h) * d_k_, len, d_k_, keys.data());
+        transpose_head(v + b * len * vw, vw, size_t(h) * d_v_, len, d_v_, values.data());
+        for (size_t i = 0; i < len; ++i) {
+          const T* qi = q + (b * len + i) * qk + h * d_k_;
+          T* p = probs + ((b * n_head_ + h) * len + i) * len;
+          std::fill(p, p + len, T(0));
+          for (int c = 0; c < d_k_; ++c) {
+            const T qc = qi[c] * inv_temperature;
+            const T* kc = keys.data() + c * len;
+            for (size_t j = 0; j < len; ++j) p[j] += qc * kc[j];
+          }
+          if (mask_ == AttentionMask::kKeys) {
+            for (size_t j = 0; j < len; ++j) p[j] = valid_b[j] == T(0) ? T(kMaskedScore) : p[j];
+          } else if (valid_b[i] == T(0)) {
+            std::fill(p, p + len, T(kMaskedScore));
+          }
+          const T top = *std::max_element(p, p + len);
+          for (size_t j = 0; j < len; ++j) p[j] = exp_nonpositive(p[j] - top);
+          T sum = 0;
+          for (size_t j = 0; j < len; ++j) sum += p[j];
+          for (size_t j = 0; j < len; ++j) p[j] /= sum;
+          T* out = heads + (b * len + i) * vw + h * d_v_;
+          for (int c = 0; c < d_v_; ++c) {
+            const T* vc = values.data() + c * len;
+            T acc = 0;
+            for (size_t j = 0; j < len; ++j) acc += p[j] * vc[j];
+            out[c] = acc;
+          }
         }
       }
     }
@@ -140,44 +160,60 @@ void MultiHeadAttention::backward(const T* params, T* grads, size_t batch, size_
   std::copy(grad_sum, grad_sum + tokens * d_model_, grad_x);  // the residual
   fc_.backward(params, grads, tokens, saved + at.heads, grad_sum, grad_heads);
 
-  std::fill(grad_q, grad_q + tokens * (2 * qk + vw), T(0));
   const T inv_temperature = T(1) / std::sqrt(T(d_k_));
-#pragma omp parallel for schedule(static) if (worth_parallel(tokens * len * n_head_))
-  for (size_t b = 0; b < batch; ++b) {
-    for (int h = 0; h < n_head_; ++h) {
-      for (size_t i = 0; i < len; ++i) {
-        const size_t ti = b * len + i;
-        const T* p = probs + ((b * n_head_ + h) * len + i) * len;
-        const T* go = grad_heads + ti * vw + h * d_v_;
-        // Softmax backward: grad_score_j = p_j (grad_p_j - sum_l p_l grad_p_l), with
-        // grad_p_j = grad_out . v_j (formed twice rather than stored: d_v is tiny).
-        T weighted = 0;
-        for (size_t j = 0; j < len; ++j) {
-          const T* vj = v + (b * len + j) * vw + h * d_v_;
-          T gp = 0;
-          for (int c = 0; c < d_v_; ++c) gp += go[c] * vj[c];
-          weighted += p[j] * gp;
+#pragma omp parallel if (worth_parallel(tokens * len * n_head_))
+  {
+    // One head of one sequence, transposed to [d, len]: keys, values and their gradients.
+    std::vector<T> keys(d_k_ * len), values(d_v_ * len), grad_keys(d_k_ * len),
+        grad_values(d_v_ * len), grad_score(len);
+#pragma omp for schedule(static)
+    for (size_t b = 0; b < batch; ++b) {
+      const T* valid_b = valid + b * len;
+      for (int h = 0; h < n_head_; ++h) {
+        transpose_head(k + b * len * qk, qk, size_t(h) * d_k_, len, d_k_, keys.data());
+        transpose_head(v + b * len * vw, vw, size_t(h) * d_v_, len, d_v_, values.data());
+        std::fill(grad_keys.begin(), grad_keys.end(), T(0));
+        std::fill(grad_values.begin(), grad_values.end(), T(0));
+        T* gs = grad_score.data();
+        for (size_t i = 0; i < len; ++i) {
+          const size_t ti = b * len + i;
+          const T* p = probs + ((b * n_head_ + h) * len + i) * len;
+          const T* go = grad_heads + ti * vw + h * d_v_;
+          const T* qi = q + ti * qk + h * d_k_;
+          // grad_p = grad_out . v_j, then the softmax: grad_score = p (grad_p - p . grad_p).
+          std::fill(gs, gs + len, T(0));
+          for (int c = 0; c < d_v_; ++c) {
+            const T* vc = values.data() + c * len;
+            T* gvc = grad_values.data() + c * len;
+            for (size_t j = 0; j < len; ++j) {
+              gs[j] += go[c] * vc[j];
+              gvc[j] += p[j] * go[c];
+            }
+          }
+          T weighted = 0;
+          for (size_t j = 0; j < len; ++j) weighted += p[j] * gs[j];
+          for (size_t j = 0; j < len; ++j) gs[j] = p[j] * (gs[j] - weighted) * inv_temperature;
+          // masked_fill passes no gradient to the scores it replaced.
+          if (mask_ == AttentionMask::kKeys) {
+            for (size_t j = 0; j < len; ++j) gs[j] = valid_b[j] == T(0) ? T(0) : gs[j];
+          } else if (valid_b[i] == T(0)) {
+            std::fill(gs, gs + len, T(0));
+          }
+          for (int c = 0; c < d_k_; ++c) {
+            const T* kc = keys.data() + c * len;
+            T* gkc = grad_keys.data() + c * len;
+            T acc = 0;
+            for (size_t j = 0; j < len; ++j) {
+              acc += gs[j] * kc[j];
+              gkc[j] += gs[j] * qi[c];
+            }
+            grad_q[ti * qk + h * d_k_ + c] = acc;
+          }
         }
-        const T* qi = q + ti * qk + h * d_k_;
-        T* gqi = grad_q + ti * qk + h * d_k_;
         for (size_t j = 0; j < len; ++j) {
           const size_t tj = b * len + j;
-          const T* vj = v + tj * vw + h * d_v_;
-          T* gvj = grad_v + tj * vw + h * d_v_;
-          T gp = 0;
-          for (int c = 0; c < d_v_; ++c) {
-            gp += go[c] * vj[c];
-            gvj[c] += p[j] * go[c];
-          }
-          // masked_fill passes no gradient to the scores it replaced.
-          if (valid[mask_ == AttentionMask::kKeys ? tj : ti] == T(0)) continue;
-          const T grad_score = p[j] * (gp - weighted) * inv_temperature;
-          const T* kj = k + tj * qk + h * d_k_;
-          T* gkj = grad_k + tj * qk + h * d_k_;
-          for (int c = 0; c < d_k_; ++c) {
-            gqi[c] += grad_score * kj[c];
-            gkj[c] += grad_score * qi[c];
-          }
+          for (int c = 0; c < d_k_; ++c) grad_k[tj * qk + h * d_k_ + c] = grad_keys[c * len + j];
+          for (int c = 0; c < d_v_; ++c) grad_v[tj * vw + h * d_v_ + c] = grad_values[c * len + j];
         }
       }
     }
