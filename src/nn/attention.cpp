@@ -15,7 +15,7 @@
 namespace mvibr::nn {
 namespace {
 
-// The offsets of the saved tensors for `tokens` tokens.
+// Where each saved tensor starts in the `saved` buffer.
 struct SavedLayout {
   size_t q, k, v, probs, heads, xhat, rstd, end;
 };

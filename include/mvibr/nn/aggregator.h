@@ -3,10 +3,10 @@
 // masks of every sample in every source view to a density and a blended colour per sample.
 //
 // Memory shapes the design. Saving every activation would take about 2 KiB per (ray, sample,
-// view), 1.3 GB for 512 rays x 128 samples x 10 views, so the forward saves nothing but pointers
+// view), 1.4 GB for 512 rays x 128 samples x 10 views, so the forward saves nothing but pointers
 // to its inputs and the backward recomputes the activations of a chunk of rays (about 2048
-// (sample, view) rows) right before it backpropagates through them: one extra forward for a
-// working set of a few MiB per thread that stays in cache. Chunks of rays are independent (the
+// (sample, view) rows) right before it backpropagates through them: one extra forward (a third
+// more work) for a working set of about 10 MiB per thread. Chunks of rays are independent (the
 // ray transformer mixes samples of one ray only), so OpenMP runs them in parallel with
 // single-threaded BLAS inside. Each chunk accumulates its parameter gradients in its own slot,
 // and slots are summed in chunk order, so results are the same for every thread count.

@@ -10,8 +10,8 @@
 //
 // Rows are row-major [n, features]. Backward passes accumulate (+=) parameter gradients and
 // overwrite the gradient of the input unless they say otherwise. float and double are
-// instantiated. Large element-wise work runs in parallel with OpenMP when called outside a
-// parallel region, and serially inside one; results do not depend on the thread count.
+// instantiated. Large element-wise and per-sequence work runs in parallel with OpenMP when called
+// outside a parallel region, and serially inside one, with the same results for any thread count.
 #pragma once
 
 #include <cstddef>
