@@ -23,6 +23,9 @@ std::string data_file_kind(const std::string& path) {
 
 SceneIndex read_scene_index(const std::string& path) {
   const h5::LibraryGuard guard(h5::library_lock());
+  if (!fs::exists(path)) {
+    throw InvalidArgument(path + ": no such prepared data set (mvibr prep writes one)");
+  }
   const std::string file_path =
       fs::is_directory(path) ? (fs::path(path) / "scene.h5").string() : path;
   const h5::File file = h5::File::open_read_only(file_path);
