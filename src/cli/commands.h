@@ -4,6 +4,9 @@
 #include <string>
 #include <vector>
 
+#include "mvibr/data/scene.h"
+#include "mvibr/train/config.h"
+
 namespace mvibr::cli {
 
 int run_selfcheck(const std::vector<std::string>& args);
@@ -11,6 +14,20 @@ int run_selfcheck(const std::vector<std::string>& args);
 int run_prep(const std::vector<std::string>& args, const std::string& command_line);
 int run_inspect(const std::vector<std::string>& args);
 int run_train(const std::vector<std::string>& args);
+int run_render(const std::vector<std::string>& args);
+int run_eval(const std::vector<std::string>& args);
+
+// What `mvibr render` and `mvibr eval` evaluate: a run's config (DIR/config.txt; train config
+// keys on the command line override it), its newest checkpoint or --ckpt, a split, a count.
+struct RunSelection {
+  std::string run_dir, checkpoint;
+  train::TrainConfig config;
+  data::Split split = data::Split::kTest;
+  int max_views = 0;  // 0: all
+};
+// Returns false after printing the help when --help is given; bad input is an InvalidArgument.
+bool parse_run_selection(const std::vector<std::string>& args, const std::string& command,
+                         RunSelection* selection);
 
 // One line per component: mvibr itself, the backends, and the libraries it was built with.
 std::string version_report();

@@ -23,6 +23,8 @@ constexpr const char* kUsage =
     "              COLMAP, D-NeRF) into scene.h5 and self-contained HDF5 shards\n"
     "  inspect     print what a prepared scene or shard holds, and check every frame\n"
     "  train       train IBRNet on a prepared scene (IBRNet's config keys)\n"
+    "  render      render a trained run's held-out views to PNG (colour and depth)\n"
+    "  eval        PSNR and SSIM of a trained run on its held-out views, as JSON\n"
     "  selfcheck   run the rendering core on random data: forward, backward and\n"
     "              finite-difference gradient checks, on every backend built\n"
     "\n"
@@ -55,6 +57,9 @@ int dispatch(const std::vector<std::string>& argv) {
   // Everything after the command name belongs to the command, including its --help.
   std::vector<std::string> rest = po::collect_unrecognized(parsed.options, po::include_positional);
   rest.erase(rest.begin());
+  // The top-level parser recognises --help wherever it stands; after a command it is the
+  // command's.
+  if (vm.count("help")) rest.push_back("--help");
   if (command == "selfcheck") return mvibr::cli::run_selfcheck(rest);
   if (command == "prep") {
     std::string command_line = "mvibr";
@@ -63,6 +68,8 @@ int dispatch(const std::vector<std::string>& argv) {
   }
   if (command == "inspect") return mvibr::cli::run_inspect(rest);
   if (command == "train") return mvibr::cli::run_train(rest);
+  if (command == "render") return mvibr::cli::run_render(rest);
+  if (command == "eval") return mvibr::cli::run_eval(rest);
   std::cerr << "mvibr: unknown command '" << command << "' (see mvibr --help)\n";
   return 2;
 }

@@ -6,11 +6,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <ostream>
 
 #include "mvibr/core/error.h"
 #include "mvibr/nn/checkpoint.h"
 #include "mvibr/nn/optimizer.h"
+#include "mvibr/train/evaluate.h"
 #include "mvibr/train/ibrnet_model.h"
 
 namespace mvibr::train {
@@ -78,6 +81,15 @@ TrainSummary train(const TrainConfig& config, std::ostream& log) {
 
   data::PrefetchReader reader(reader_options(config), cursor);
   std::ofstream metrics(fs::path(summary.run_dir) / "metrics.jsonl", std::ios::app);
+  // Validation renders one held-out view with a copy of the weights in a model of its own
+  // (deterministic samples, its own buffers), so training continues exactly as without it.
+  const std::optional<data::TrainingSample> heldout = first_heldout_sample(config);
+  std::unique_ptr<IbrnetModel> validation_model;
+  if (heldout) {
+    validation_model = std::make_unique<IbrnetModel>(evaluation_config(config));
+  } else {
+    log << "no test or val views in " << config.datadir << ": no held-out validation\n";
+  }
   const auto start = std::chrono::steady_clock::now();
   while (adam.steps() < uint64_t(config.n_iters)) {
     const uint64_t step = adam.steps();
@@ -115,6 +127,19 @@ TrainSummary train(const TrainConfig& config, std::ostream& log) {
               << ", \"lr_mlp\": " << adam.learning_rate(nn::ParameterGroup::kMlp)
               << ", \"rays_per_second\": " << steps_per_second * config.N_rand
               << ", \"valid_rays\": " << result.valid_rays << "}\n"
+              << std::flush;
+    }
+    if (heldout && (done % uint64_t(config.i_img) == 0 || done == uint64_t(config.n_iters))) {
+      validation_model->parameters().values() = params.values();
+      const ViewMetrics m = evaluate_view(*validation_model, *heldout, RandomKey{config.seed, 0});
+      summary.heldout_psnr = m.psnr;
+      summary.heldout_ssim = m.ssim;
+      char line[256];
+      std::snprintf(line, sizeof(line), "step %llu/%d  held-out view %d  psnr %.2f  ssim %.4f\n",
+                    (unsigned long long)done, config.n_iters, m.view, m.psnr, m.ssim);
+      log << line << std::flush;
+      metrics << "{\"step\": " << done << ", \"heldout_psnr\": " << m.psnr
+              << ", \"heldout_ssim\": " << m.ssim << "}\n"
               << std::flush;
     }
     if (done % uint64_t(config.i_weights) == 0 || done == uint64_t(config.n_iters)) {

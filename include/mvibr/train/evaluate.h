@@ -1,0 +1,89 @@
+// Held-out evaluation: render every pixel of a view with a trained model and score it against
+// the view's image with PSNR and SSIM, the numbers IBRNet and NeRF papers report. `mvibr render`
+// and `mvibr eval` are built on evaluate_run; the training loop scores one held-out view with
+// evaluate_view every i_img steps, so a run shows whether it generalises, not only its fit.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mvibr/core/philox.h"
+#include "mvibr/data/prefetch_reader.h"
+#include "mvibr/train/config.h"
+#include "mvibr/train/ibrnet_model.h"
+
+namespace mvibr::train {
+
+// An RGB image in [0,1], row-major [height][width][3].
+struct RgbImage {
+  int width = 0, height = 0;
+  std::vector<float> pixels;
+};
+
+struct RenderedView {
+  RgbImage rgb;
+  std::vector<float> depth;  // [height][width], camera-z of the fine pass (coarse when coarse_only)
+};
+
+// Renders every pixel of the sample's target from its sources, at the integer pixel coordinates
+// (u, v) the training rays use, chunk_size rays at a time, without gradients.
+RenderedView render_view(IbrnetModel& model, const data::TrainingSample& sample, RandomKey key);
+
+// The view's own pixels as an RgbImage (uint8 / 255).
+RgbImage view_image(const data::View& view);
+
+// PSNR in dB over all pixels and channels: -10 log10(mean((a - b)^2)); +infinity when equal.
+double psnr(const RgbImage& a, const RgbImage& b);
+
+// SSIM as NeRF evaluations compute it (mip-NeRF's compute_ssim; skimage's
+// structural_similarity(gaussian_weights=True, sigma=1.5, use_sample_covariance=False,
+// data_range=1, channel_axis=-1) crops to the same positions and differs only by the clamps,
+// which act on rounding error alone): per channel, means,
+// variances and covariance under an 11x11 Gaussian window (sigma 1.5, normalised to sum 1)
+// evaluated only where the window fits inside the image ('valid'); variances clamped at 0 and
+// |covariance| at sqrt(var_a var_b); then
+//   ssim = (2 mu_a mu_b + C1) (2 cov + C2) / ((mu_a^2 + mu_b^2 + C1) (var_a + var_b + C2)),
+// C1 = (0.01)^2, C2 = (0.03)^2 (data range 1), averaged over positions, then over channels.
+// Both images at least 11x11 and of one size; else InvalidArgument.
+double ssim(const RgbImage& a, const RgbImage& b);
+
+struct ViewMetrics {
+  int view = -1;  // global view index
+  std::string name;
+  double psnr = 0, ssim = 0;
+  std::string rgb_png, depth_png;  // written files, when asked for
+};
+
+// The model evaluation renders with: IBRNet validates and evaluates with deterministic depth
+// samples (det = true), whatever the training config says.
+TrainConfig evaluation_config(const TrainConfig& config);
+
+// Renders the sample's target with `model` and scores it. With `png_dir` non-empty, writes
+// <png_dir>/<name>.png and <name>_depth.png (depth from near_depth black to far_depth white),
+// the name made file-safe (extension dropped, characters other than [A-Za-z0-9._-] become '_').
+ViewMetrics evaluate_view(IbrnetModel& model, const data::TrainingSample& sample, RandomKey key,
+                          const std::string& png_dir = "");
+
+// The first held-out target of the data set with its nearest sources: of the test split, else of
+// the validation split; nullopt when it has neither.
+std::optional<data::TrainingSample> first_heldout_sample(const TrainConfig& config);
+
+struct EvalReport {
+  uint64_t step = 0;  // the checkpoint's
+  std::vector<ViewMetrics> views;
+  double mean_psnr = 0, mean_ssim = 0;
+};
+
+// Loads `checkpoint` into the model of evaluation_config(config) and evaluates the first
+// `max_views` targets of `split` (all when max_views <= 0) in the order of the data set's shards,
+// each with its num_source_views nearest sources. With `png_root` non-empty, each view's PNGs go
+// to png_root/<step>/ (the checkpoint's step). `on_view` is called after each view. Errors (no
+// such views, a checkpoint of another model) are InvalidArguments.
+EvalReport evaluate_run(const TrainConfig& config, const std::string& checkpoint, data::Split split,
+                        int max_views, const std::string& png_root,
+                        const std::function<void(const ViewMetrics&)>& on_view = {});
+
+}  // namespace mvibr::train

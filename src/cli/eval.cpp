@@ -1,0 +1,114 @@
+// `mvibr eval --run DIR`: PSNR and SSIM of a trained run on its held-out views, as JSON on
+// stdout and in DIR/eval-<step>.json, so that runs can be compared by a script. Also the option
+// parsing `mvibr render` shares (see train/evaluate.h for what is computed).
+#include <boost/program_options.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "mvibr/core/error.h"
+#include "mvibr/nn/checkpoint.h"
+#include "mvibr/train/evaluate.h"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+
+namespace mvibr::cli {
+
+namespace {
+
+data::Split parse_split(const std::string& name) {
+  for (data::Split s : {data::Split::kTest, data::Split::kValidation, data::Split::kTrain}) {
+    if (name == data::split_name(s)) return s;
+  }
+  throw InvalidArgument("--split must be test, val or train, got '" + name + "'");
+}
+
+// JSON has no infinity (identical images); null says "no finite value".
+nlohmann::json number(double x) {
+  return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
+}
+
+}  // namespace
+
+bool parse_run_selection(const std::vector<std::string>& args, const std::string& command,
+                         RunSelection* selection) {
+  std::string split = "test";
+  po::options_description options("mvibr " + command + " options");
+  options.add_options()("help,h", "print this help")(
+      "run", po::value(&selection->run_dir), "the run directory `mvibr train` wrote (required)")(
+      "split", po::value(&split)->default_value(split), "test | val | train")(
+      "max_views", po::value(&selection->max_views)->default_value(0),
+      "the first N views of the split (0: all)")("ckpt", po::value(&selection->checkpoint),
+                                                 "this checkpoint instead of the run's newest");
+  po::variables_map vm;
+  po::parsed_options parsed =
+      po::command_line_parser(args).options(options).allow_unregistered().run();
+  po::store(parsed, vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    std::cout << "usage: mvibr " << command
+              << " --run DIR [--split test|val|train] [--max_views N] [--ckpt PATH] "
+                 "[--<train key> VALUE ...]\n\n"
+              << options
+              << "\nThe run's config.txt gives the model and the data; train config keys given "
+                 "here override it\n(e.g. --datadir, --chunk_size; see mvibr train --help).\n";
+    return false;
+  }
+  if (selection->run_dir.empty()) throw InvalidArgument("mvibr " + command + " needs --run DIR");
+  selection->split = parse_split(split);
+  if (selection->max_views < 0) throw InvalidArgument("--max_views must be >= 0");
+  const fs::path run(selection->run_dir);
+  if (!fs::is_directory(run)) throw InvalidArgument(selection->run_dir + ": no such run directory");
+  const fs::path config = run / "config.txt";
+  if (!fs::exists(config)) {
+    throw InvalidArgument(selection->run_dir + ": no config.txt (not a run of mvibr train)");
+  }
+  std::vector<std::string> train_args = {"--config", config.string()};
+  const std::vector<std::string> rest =
+      po::collect_unrecognized(parsed.options, po::include_positional);
+  train_args.insert(train_args.end(), rest.begin(), rest.end());
+  train::parse_train_config(train_args, &selection->config);
+  if (!selection->checkpoint.empty()) {
+    if (!fs::exists(selection->checkpoint)) {
+      throw InvalidArgument(selection->checkpoint + ": no such checkpoint");
+    }
+  } else {
+    selection->checkpoint = nn::latest_checkpoint(selection->run_dir);
+    if (selection->checkpoint.empty()) {
+      throw InvalidArgument(selection->run_dir + ": no checkpoint in " +
+                            (run / "checkpoints").string() + " (train first, or pass --ckpt)");
+    }
+  }
+  return true;
+}
+
+int run_eval(const std::vector<std::string>& args) {
+  RunSelection s;
+  if (!parse_run_selection(args, "eval", &s)) return 0;
+  const train::EvalReport report =
+      train::evaluate_run(s.config, s.checkpoint, s.split, s.max_views, "");
+  nlohmann::json views = nlohmann::json::array();
+  for (const train::ViewMetrics& m : report.views) {
+    views.push_back(
+        {{"view", m.view}, {"name", m.name}, {"psnr", number(m.psnr)}, {"ssim", number(m.ssim)}});
+  }
+  const nlohmann::json out = {{"step", report.step},
+                              {"split", data::split_name(s.split)},
+                              {"checkpoint", s.checkpoint},
+                              {"views", views},
+                              {"mean_psnr", number(report.mean_psnr)},
+                              {"mean_ssim", number(report.mean_ssim)}};
+  // The test split, the one papers report, keeps the plain name; others are marked.
+  std::string file = "eval-" + std::to_string(report.step);
+  if (s.split != data::Split::kTest) file += std::string("-") + data::split_name(s.split);
+  const fs::path path = fs::path(s.run_dir) / (file + ".json");
+  std::ofstream(path) << out.dump(2) << "\n";
+  std::cout << out.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace mvibr::cli

@@ -1,0 +1,260 @@
+// Held-out rendering and its metrics (see evaluate.h). Metrics are computed in double so that
+// they do not depend on the order of summation more than the printed digits show.
+#include "mvibr/train/evaluate.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+
+#include "mvibr/core/error.h"
+#include "mvibr/data/image_io.h"
+#include "mvibr/data/shards.h"
+#include "mvibr/nn/checkpoint.h"
+#include "mvibr/nn/optimizer.h"
+
+namespace mvibr::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void check_same_size(const RgbImage& a, const RgbImage& b, const char* metric) {
+  const size_t n = size_t(a.width) * a.height * 3;
+  if (a.width != b.width || a.height != b.height || a.pixels.size() != n || b.pixels.size() != n) {
+    throw InvalidArgument(std::string(metric) + ": images of " + std::to_string(a.width) + "x" +
+                          std::to_string(a.height) + " and " + std::to_string(b.width) + "x" +
+                          std::to_string(b.height) + " (or pixel counts that do not match)");
+  }
+}
+
+constexpr int kSsimWindow = 11;
+constexpr double kSsimSigma = 1.5;
+
+// The normalised 1-D Gaussian; the 2-D window is its outer product, so filtering is separable.
+std::array<double, kSsimWindow> ssim_taps() {
+  std::array<double, kSsimWindow> taps{};
+  double sum = 0;
+  for (int i = 0; i < kSsimWindow; ++i) {
+    const double x = (i - kSsimWindow / 2) / kSsimSigma;
+    taps[size_t(i)] = std::exp(-0.5 * x * x);
+    sum += taps[size_t(i)];
+  }
+  for (double& t : taps) t /= sum;
+  return taps;
+}
+
+// 'Valid' 2-D filtering of one channel (stride 3) of [h][w][3] data: [h-10][w-10].
+std::vector<double> filter_valid(const std::vector<double>& image, int height, int width,
+                                 const std::array<double, kSsimWindow>& taps) {
+  const int out_w = width - kSsimWindow + 1, out_h = height - kSsimWindow + 1;
+  std::vector<double> rows(size_t(height) * out_w);
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < out_w; ++x) {
+      double s = 0;
+      for (int k = 0; k < kSsimWindow; ++k) s += taps[size_t(k)] * image[size_t(y) * width + x + k];
+      rows[size_t(y) * out_w + x] = s;
+    }
+  }
+  std::vector<double> out(size_t(out_h) * out_w);
+  for (int y = 0; y < out_h; ++y) {
+    for (int x = 0; x < out_w; ++x) {
+      double s = 0;
+      for (int k = 0; k < kSsimWindow; ++k) s += taps[size_t(k)] * rows[size_t(y + k) * out_w + x];
+      out[size_t(y) * out_w + x] = s;
+    }
+  }
+  return out;
+}
+
+std::string file_safe(const std::string& name) {
+  std::string stem = name;
+  const fs::path path(name);
+  std::string ext = path.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  if (ext == ".png" || ext == ".jpg" || ext == ".jpeg") stem.resize(stem.size() - ext.size());
+  for (char& c : stem) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+  }
+  return stem;
+}
+
+uint8_t to_byte(double x) {
+  return uint8_t(std::lround(std::clamp(x, 0.0, 1.0) * 255.0));
+}
+
+void write_pngs(const RenderedView& r, const data::View& view, const std::string& dir,
+                ViewMetrics* m) {
+  fs::create_directories(dir);
+  const std::string stem = (fs::path(dir) / file_safe(view.name)).string();
+  const int w = r.rgb.width, h = r.rgb.height;
+  std::vector<uint8_t> bytes(r.rgb.pixels.size());
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = to_byte(r.rgb.pixels[i]);
+  m->rgb_png = stem + ".png";
+  data::write_png(m->rgb_png, w, h, 3, bytes.data());
+  bytes.resize(r.depth.size());
+  const double range = view.far_depth - view.near_depth;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    bytes[i] = to_byte((double(r.depth[i]) - view.near_depth) / range);
+  }
+  m->depth_png = stem + "_depth.png";
+  data::write_png(m->depth_png, w, h, 1, bytes.data());
+}
+
+int count_split(const data::SceneIndex& index, data::Split split) {
+  return int(std::count_if(index.scene.views.begin(), index.scene.views.end(),
+                           [&](const data::View& v) { return v.split == split; }));
+}
+
+data::ReaderOptions heldout_reader_options(const TrainConfig& c, data::Split split) {
+  data::ReaderOptions o;
+  o.data_dir = c.datadir;
+  o.seed = c.seed;
+  o.num_source_views = c.num_source_views;
+  o.queue_depth = 1;
+  o.split = split;
+  o.shuffle = false;  // file order, and each target's nearest sources, as IBRNet evaluates
+  return o;
+}
+
+}  // namespace
+
+RenderedView render_view(IbrnetModel& model, const data::TrainingSample& sample, RandomKey key) {
+  const int width = sample.target.camera.width, height = sample.target.camera.height;
+  std::vector<float> pixels(size_t(width) * height * 2);
+  for (int v = 0; v < height; ++v) {
+    for (int u = 0; u < width; ++u) {
+      pixels[2 * (size_t(v) * width + u)] = float(u);
+      pixels[2 * (size_t(v) * width + u) + 1] = float(v);
+    }
+  }
+  RenderedView r;
+  r.rgb.width = width;
+  r.rgb.height = height;
+  model.render(sample, pixels, key, &r.rgb.pixels, &r.depth);
+  return r;
+}
+
+RgbImage view_image(const data::View& view) {
+  RgbImage image;
+  image.width = view.camera.width;
+  image.height = view.camera.height;
+  if (view.rgb.size() != size_t(image.width) * image.height * 3) {
+    throw InvalidArgument("view " + view.name + " has no pixels loaded");
+  }
+  image.pixels.resize(view.rgb.size());
+  for (size_t i = 0; i < view.rgb.size(); ++i) image.pixels[i] = float(view.rgb[i]) / 255.0f;
+  return image;
+}
+
+double psnr(const RgbImage& a, const RgbImage& b) {
+  check_same_size(a, b, "psnr");
+  if (a.pixels.empty()) throw InvalidArgument("psnr: empty images");
+  double sum = 0;
+  for (size_t i = 0; i < a.pixels.size(); ++i) {
+    const double d = double(a.pixels[i]) - double(b.pixels[i]);
+    sum += d * d;
+  }
+  if (sum == 0) return std::numeric_limits<double>::infinity();
+  return -10.0 * std::log10(sum / double(a.pixels.size()));
+}
+
+double ssim(const RgbImage& a, const RgbImage& b) {
+  check_same_size(a, b, "ssim");
+  const int w = a.width, h = a.height;
+  if (w < kSsimWindow || h < kSsimWindow) {
+    throw InvalidArgument("ssim: images of " + std::to_string(w) + "x" + std::to_string(h) +
+                          " are smaller than the 11x11 window");
+  }
+  const std::array<double, kSsimWindow> taps = ssim_taps();
+  const double c1 = 0.01 * 0.01, c2 = 0.03 * 0.03;
+  const size_t n = size_t(w) * h;
+  std::vector<double> x(n), y(n), xx(n), yy(n), xy(n);
+  double total = 0;
+  for (int c = 0; c < 3; ++c) {
+    for (size_t i = 0; i < n; ++i) {
+      x[i] = a.pixels[3 * i + size_t(c)];
+      y[i] = b.pixels[3 * i + size_t(c)];
+      xx[i] = x[i] * x[i];
+      yy[i] = y[i] * y[i];
+      xy[i] = x[i] * y[i];
+    }
+    const std::vector<double> mu_x = filter_valid(x, h, w, taps),
+                              mu_y = filter_valid(y, h, w, taps);
+    const std::vector<double> e_xx = filter_valid(xx, h, w, taps);
+    const std::vector<double> e_yy = filter_valid(yy, h, w, taps);
+    const std::vector<double> e_xy = filter_valid(xy, h, w, taps);
+    double channel = 0;
+    for (size_t i = 0; i < mu_x.size(); ++i) {
+      const double var_x = std::max(0.0, e_xx[i] - mu_x[i] * mu_x[i]);
+      const double var_y = std::max(0.0, e_yy[i] - mu_y[i] * mu_y[i]);
+      double cov = e_xy[i] - mu_x[i] * mu_y[i];
+      cov = std::copysign(std::min(std::sqrt(var_x * var_y), std::abs(cov)), cov);
+      channel += (2 * mu_x[i] * mu_y[i] + c1) * (2 * cov + c2) /
+                 ((mu_x[i] * mu_x[i] + mu_y[i] * mu_y[i] + c1) * (var_x + var_y + c2));
+    }
+    total += channel / double(mu_x.size());
+  }
+  return total / 3;
+}
+
+TrainConfig evaluation_config(const TrainConfig& config) {
+  TrainConfig c = config;
+  c.det = true;
+  return c;
+}
+
+ViewMetrics evaluate_view(IbrnetModel& model, const data::TrainingSample& sample, RandomKey key,
+                          const std::string& png_dir) {
+  const RenderedView rendered = render_view(model, sample, key);
+  const RgbImage truth = view_image(sample.target);
+  ViewMetrics m;
+  m.view = sample.target_view;
+  m.name = sample.target.name;
+  m.psnr = psnr(rendered.rgb, truth);
+  m.ssim = ssim(rendered.rgb, truth);
+  if (!png_dir.empty()) write_pngs(rendered, sample.target, png_dir, &m);
+  return m;
+}
+
+std::optional<data::TrainingSample> first_heldout_sample(const TrainConfig& config) {
+  const data::SceneIndex index = data::read_scene_index(config.datadir);
+  for (data::Split split : {data::Split::kTest, data::Split::kValidation}) {
+    if (count_split(index, split) == 0) continue;
+    data::PrefetchReader reader(heldout_reader_options(config, split));
+    return reader.next();
+  }
+  return std::nullopt;
+}
+
+EvalReport evaluate_run(const TrainConfig& config, const std::string& checkpoint, data::Split split,
+                        int max_views, const std::string& png_root,
+                        const std::function<void(const ViewMetrics&)>& on_view) {
+  IbrnetModel model(evaluation_config(config));
+  nn::Adam adam(model.parameters(), nn::AdamOptions{});
+  nn::TrainingState state;
+  nn::load_checkpoint(checkpoint, &model.parameters(), &adam, &state);
+  EvalReport report;
+  report.step = adam.steps();
+
+  const std::string png_dir =
+      png_root.empty() ? "" : (fs::path(png_root) / std::to_string(report.step)).string();
+  data::PrefetchReader reader(heldout_reader_options(config, split));
+  size_t n = reader.samples_per_epoch();
+  if (max_views > 0) n = std::min(n, size_t(max_views));
+  // One fixed key: with det = true the samples do not depend on it, and were det ever off,
+  // every evaluation of a view would still draw the same ones.
+  const RandomKey key{config.seed, 0};
+  for (size_t i = 0; i < n; ++i) {
+    report.views.push_back(evaluate_view(model, reader.next(), key, png_dir));
+    report.mean_psnr += report.views.back().psnr / double(n);
+    report.mean_ssim += report.views.back().ssim / double(n);
+    if (on_view) on_view(report.views.back());
+  }
+  return report;
+}
+
+}  // namespace mvibr::train

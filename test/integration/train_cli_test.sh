@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# End to end through the CLI on the built-in scene: `mvibr prep`, a short `mvibr train` with
+# held-out validation, `mvibr eval` (its JSON read by Python) and `mvibr render` (PNGs read
+# back), and bad input to all three ending in one clear line and a non-zero exit.
+#   train_cli_test.sh MVIBR_BINARY SOURCE_DIR
+set -euo pipefail
+mvibr=$1
+source_dir=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() {
+  echo "FAILED: $*" >&2
+  exit 1
+}
+
+# Expects the command to fail with exactly one line on stderr that contains $1.
+expect_error() {
+  local pattern=$1
+  shift
+  if "$@" >"$work/out" 2>"$work/err"; then fail "succeeded: $*"; fi
+  [[ $(wc -l <"$work/err") -eq 1 ]] || fail "not one line: $(cat "$work/err")"
+  grep -q -- "$pattern" "$work/err" || fail "expected '$pattern' in: $(cat "$work/err")"
+  echo "ok: $* -> $(cat "$work/err")"
+}
+
+# A tiny model on 32x24 images: seconds, not minutes.
+small=(--config "$source_dir/configs/synthetic.txt" --datadir "$work/data" --basedir "$work/runs"
+  --N_rand 32 --N_samples 8 --N_importance 4 --num_source_views 3 --source_pool 4
+  --coarse_feat_dim 4 --fine_feat_dim 4 --i_print 2)
+
+echo "== prep and train (test views 0 and 8)"
+"$mvibr" prep --out "$work/data" --shards 2 --views 12 --width 32 --height 24
+"$mvibr" train "${small[@]}" --expname run --n_iters 6 --i_img 3 --i_weights 6 | tee "$work/train"
+grep -q "held-out view 0  psnr" "$work/train" || fail "no held-out validation in the log"
+grep -q "held-out psnr" "$work/train" || fail "no held-out psnr in the summary"
+[[ $(grep -c heldout_psnr "$work/runs/run/metrics.jsonl") -eq 2 ]] ||
+  fail "expected validation at steps 3 and 6 in metrics.jsonl"
+
+echo "== eval"
+"$mvibr" eval --run "$work/runs/run" >"$work/eval.json"
+cmp -s "$work/eval.json" "$work/runs/run/eval-6.json" || fail "eval-6.json differs from stdout"
+/usr/bin/python3 -c '
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+assert r["step"] == 6 and r["split"] == "test", r
+assert [v["view"] for v in r["views"]] == [0, 8], r["views"]
+assert all(v["name"].startswith("synthetic/") for v in r["views"]), r["views"]
+assert all(0 < v["psnr"] < 60 and -1 <= v["ssim"] <= 1 for v in r["views"]), r["views"]
+assert math.isclose(r["mean_psnr"], sum(v["psnr"] for v in r["views"]) / 2, rel_tol=1e-9), r
+assert math.isclose(r["mean_ssim"], sum(v["ssim"] for v in r["views"]) / 2, rel_tol=1e-9), r
+print("eval json ok:", r["mean_psnr"], r["mean_ssim"])
+' "$work/eval.json"
+"$mvibr" eval --run "$work/runs/run" --split train --max_views 3 >"$work/train-eval.json"
+/usr/bin/python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["split"] == "train" and len(r["views"]) == 3, r
+' "$work/runs/run/eval-6-train.json"
+
+echo "== render"
+"$mvibr" render --run "$work/runs/run" --ckpt "$work/runs/run/checkpoints/ckpt-00000006.h5" |
+  tee "$work/render"
+[[ $(grep -c "^view " "$work/render") -eq 2 ]] || fail "expected one line per view"
+/usr/bin/python3 -c '
+import struct, sys
+for name, channels in [("synthetic_t000_v000.png", 2), ("synthetic_t000_v000_depth.png", 0),
+                       ("synthetic_t000_v008.png", 2), ("synthetic_t000_v008_depth.png", 0)]:
+    data = open(sys.argv[1] + "/" + name, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", name
+    width, height, depth, colour = struct.unpack(">IIBB", data[16:26])
+    assert (width, height, depth, colour) == (32, 24, 8, channels), (name, width, height, colour)
+print("render pngs ok")
+' "$work/runs/run/renders/6"
+
+echo "== help"
+"$mvibr" eval --help | grep -q -- "--max_views" || fail "eval --help"
+"$mvibr" render --help | grep -q -- "--split" || fail "render --help"
+"$mvibr" train --help | grep -q -- "--i_img" || fail "train --help"
+
+echo "== bad input"
+printf 'datadir = %s\nfrobnicate = 3\n' "$work/data" >"$work/bad.txt"
+expect_error "bad.txt: .*frobnicate" "$mvibr" train --config "$work/bad.txt"
+"$mvibr" train "${small[@]}" --expname untrained --n_iters 0 >/dev/null
+expect_error "no checkpoint" "$mvibr" eval --run "$work/runs/untrained"
+expect_error "no checkpoint" "$mvibr" render --run "$work/runs/untrained"
+expect_error "mvibr eval needs --run" "$mvibr" eval
+expect_error "no such run directory" "$mvibr" render --run "$work/runs/nothing-here"
+expect_error "no config.txt" "$mvibr" eval --run "$work/data"
+expect_error "--split must be test, val or train, got 'tset'" "$mvibr" eval --run "$work/runs/run" \
+  --split tset
+expect_error "has no val views" "$mvibr" eval --run "$work/runs/run" --split val
+expect_error "nope.h5: no such checkpoint" "$mvibr" render --run "$work/runs/run" \
+  --ckpt "$work/nope.h5"
+expect_error "unrecognised option '--frobnicate'" "$mvibr" eval --run "$work/runs/run" \
+  --frobnicate 3
+echo "train_cli_test: all passed"
