@@ -1,6 +1,5 @@
 // `mvibr prep`'s output: scene.h5 and self-contained shards, each written under a temporary
 // name and renamed only when complete and on disk (see shards.h).
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -9,6 +8,7 @@
 #include <set>
 
 #include "hdf5_file.h"
+#include "mvibr/core/durable_file.h"
 #include "mvibr/core/error.h"
 #include "mvibr/data/shards.h"
 #include "view_table.h"
@@ -25,16 +25,6 @@ std::string shard_file_name(int index, int count) {
 
 namespace {
 
-// Forces a finished file to disk before it is renamed into place.
-void fsync_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0 || ::fsync(fd) != 0) {
-    if (fd >= 0) ::close(fd);
-    throw RuntimeFailure(path + ": cannot fsync");
-  }
-  ::close(fd);
-}
-
 // Renames every temporary file into place at the end, or removes them all on failure.
 class StagedFiles {
  public:
@@ -45,8 +35,9 @@ class StagedFiles {
   }
   void commit() {
     for (const auto& [temporary, final_path] : staged_) {
-      fsync_file(temporary);
+      sync_to_disk(temporary);
       fs::rename(temporary, final_path);
+      sync_to_disk(fs::path(final_path).parent_path().string());
     }
     staged_.clear();
   }

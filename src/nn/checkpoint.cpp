@@ -3,7 +3,6 @@
 // committed only after every value has been read and found finite.
 #include "mvibr/nn/checkpoint.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +15,7 @@
 
 #include "../data/hdf5_file.h"
 #include "mvibr/build_info.h"
+#include "mvibr/core/durable_file.h"
 #include "mvibr/core/error.h"
 
 namespace mvibr::nn {
@@ -65,16 +65,6 @@ std::vector<std::pair<uint64_t, fs::path>> list_checkpoints(const std::string& r
   }
   std::sort(found.begin(), found.end());
   return found;
-}
-
-// Forces a file, or a folder's entries (which makes a rename durable), to disk.
-void sync_to_disk(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0 || ::fsync(fd) != 0) {
-    if (fd >= 0) ::close(fd);
-    throw RuntimeFailure(path + ": cannot fsync");
-  }
-  ::close(fd);
 }
 
 void write_checkpoint_file(const std::string& temporary, const std::string& path,

@@ -7,22 +7,7 @@ set -euo pipefail
 mvibr=$1
 source_dir=$2
 datasets=${MVIBR_DATASETS:-$source_dir/../shared/datasets}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() {
-  echo "FAILED: $*" >&2
-  exit 1
-}
-
-# Expects the command to fail with exactly one line on stderr that contains $1.
-expect_error() {
-  local pattern=$1
-  shift
-  if "$@" >"$work/out" 2>"$work/err"; then fail "succeeded: $*"; fi
-  [[ $(wc -l <"$work/err") -eq 1 ]] || fail "not one line: $(cat "$work/err")"
-  grep -q -- "$pattern" "$work/err" || fail "expected '$pattern' in: $(cat "$work/err")"
-  echo "ok: $* -> $(cat "$work/err")"
-}
+source "$source_dir/test/integration/lib.sh"
 
 echo "== built-in synthetic scene"
 "$mvibr" prep --out "$work/synthetic" --shards 3 --views 12 --width 32 --height 24

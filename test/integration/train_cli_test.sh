@@ -6,22 +6,7 @@
 set -euo pipefail
 mvibr=$1
 source_dir=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() {
-  echo "FAILED: $*" >&2
-  exit 1
-}
-
-# Expects the command to fail with exactly one line on stderr that contains $1.
-expect_error() {
-  local pattern=$1
-  shift
-  if "$@" >"$work/out" 2>"$work/err"; then fail "succeeded: $*"; fi
-  [[ $(wc -l <"$work/err") -eq 1 ]] || fail "not one line: $(cat "$work/err")"
-  grep -q -- "$pattern" "$work/err" || fail "expected '$pattern' in: $(cat "$work/err")"
-  echo "ok: $* -> $(cat "$work/err")"
-}
+source "$source_dir/test/integration/lib.sh"
 
 # A tiny model on 32x24 images: seconds, not minutes.
 small=(--config "$source_dir/configs/synthetic.txt" --datadir "$work/data" --basedir "$work/runs"

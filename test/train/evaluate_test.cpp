@@ -3,6 +3,7 @@
 // the choice of the held-out view, and the learning test: training on the built-in scene must
 // raise the PSNR of a view it never trains on.
 #include "mvibr/train/evaluate.h"
+#include "training_fixture.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -112,33 +113,15 @@ class EvaluateTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     root_ = fs::temp_directory_path() / ("mvibr-evaluate-" + std::to_string(::getpid()));
-    data::SyntheticSceneOptions options;
-    options.width = 48;
-    options.height = 36;
-    options.n_views = 16;  // test views 0 and 8 (every 8th), 14 training views
-    data::Scene scene = data::make_synthetic_scene(options);
-    data::select_neighbours(&scene, {20, 1});
-    data::write_prepared_scene(scene, (root_ / "data").string(), {1, 0, "evaluate_test"});
+    testing::prepare_small_scene(root_, 16, "evaluate_test");  // test views 0 and 8
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
 
   static TrainConfig small_config(const std::string& name, int n_iters) {
-    TrainConfig c;
-    c.expname = name;
-    c.basedir = (root_ / "runs").string();
-    c.datadir = (root_ / "data").string();
-    c.feature_net = "small";
-    c.coarse_feat_dim = c.fine_feat_dim = 8;
-    c.N_rand = 128;
-    c.N_samples = 16;
-    c.N_importance = 8;
-    c.num_source_views = 4;
-    c.source_pool = 6;
-    c.n_iters = n_iters;
+    TrainConfig c = testing::small_config(root_, name, n_iters, 128);
     c.i_print = 10;
     c.i_img = n_iters;
     c.i_weights = n_iters;
-    c.seed = 3;
     return c;
   }
 

@@ -10,12 +10,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "mvibr/data/neighbours.h"
-#include "mvibr/data/shards.h"
-#include "mvibr/data/synthetic_scene.h"
 #include "mvibr/nn/checkpoint.h"
 #include "mvibr/nn/optimizer.h"
 #include "mvibr/train/ibrnet_model.h"
+#include "training_fixture.h"
 
 namespace mvibr::train {
 namespace {
@@ -26,32 +24,14 @@ class TrainerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     root_ = fs::temp_directory_path() / ("mvibr-trainer-" + std::to_string(::getpid()));
-    data::SyntheticSceneOptions options;
-    options.width = 48;
-    options.height = 36;
-    options.n_views = 12;
-    data::Scene scene = data::make_synthetic_scene(options);
-    data::select_neighbours(&scene, {20, 1});
-    data::write_prepared_scene(scene, (root_ / "data").string(), {1, 0, "trainer_test"});
+    testing::prepare_small_scene(root_, 12, "trainer_test");
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
 
   static TrainConfig small_config(const std::string& name, int n_iters) {
-    TrainConfig c;
-    c.expname = name;
-    c.basedir = (root_ / "runs").string();
-    c.datadir = (root_ / "data").string();
-    c.feature_net = "small";
-    c.coarse_feat_dim = c.fine_feat_dim = 8;
-    c.N_rand = 64;
-    c.N_samples = 16;
-    c.N_importance = 8;
-    c.num_source_views = 4;
-    c.source_pool = 6;
-    c.n_iters = n_iters;
+    TrainConfig c = testing::small_config(root_, name, n_iters, 64);
     c.i_print = 1;
     c.i_weights = 4;
-    c.seed = 3;
     return c;
   }
 

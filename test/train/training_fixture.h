@@ -1,0 +1,45 @@
+// What the training tests share: the built-in scene prepared at test size, and a config that
+// trains it in seconds on 2 cores (small feature net, 16 + 8 samples, 4 sources).
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "mvibr/data/neighbours.h"
+#include "mvibr/data/shards.h"
+#include "mvibr/data/synthetic_scene.h"
+#include "mvibr/train/config.h"
+
+namespace mvibr::train::testing {
+
+// 48x36 views of the built-in scene (every 8th a test view) prepared into root/data.
+inline void prepare_small_scene(const std::filesystem::path& root, int n_views,
+                                const std::string& command) {
+  data::SyntheticSceneOptions options;
+  options.width = 48;
+  options.height = 36;
+  options.n_views = n_views;
+  data::Scene scene = data::make_synthetic_scene(options);
+  data::select_neighbours(&scene, {20, 1});
+  data::write_prepared_scene(scene, (root / "data").string(), {1, 0, command});
+}
+
+inline TrainConfig small_config(const std::filesystem::path& root, const std::string& name,
+                                int n_iters, int n_rand) {
+  TrainConfig c;
+  c.expname = name;
+  c.basedir = (root / "runs").string();
+  c.datadir = (root / "data").string();
+  c.feature_net = "small";
+  c.coarse_feat_dim = c.fine_feat_dim = 8;
+  c.N_rand = n_rand;
+  c.N_samples = 16;
+  c.N_importance = 8;
+  c.num_source_views = 4;
+  c.source_pool = 6;
+  c.n_iters = n_iters;
+  c.seed = 3;
+  return c;
+}
+
+}  // namespace mvibr::train::testing
