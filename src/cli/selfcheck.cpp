@@ -16,6 +16,7 @@
 #include "mvibr/core/config_file.h"
 #include "mvibr/core/device.h"
 #include "mvibr/core/error.h"
+#include "mvibr/testing/relative_error.h"
 #include "mvibr/testing/toy_pipeline.h"
 
 namespace po = boost::program_options;
@@ -30,17 +31,6 @@ struct Check {
   double bound;
   bool passed() const { return std::isfinite(error) && error <= bound; }
 };
-
-template <typename A, typename B>
-double normwise_relative_error(const std::vector<A>& a, const std::vector<B>& b) {
-  double difference = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(double(a[i])) || std::isnan(double(b[i]))) return INFINITY;
-    difference = std::max(difference, std::abs(double(a[i]) - double(b[i])));
-    scale = std::max(scale, std::abs(double(b[i])));
-  }
-  return difference / std::max(scale, 1e-300);
-}
 
 // Central differences of the double-precision loss in the feature entries with the largest
 // gradients (where an error would show) plus a spread of others.
@@ -71,7 +61,8 @@ Check finite_difference_check(const testing::RandomScene& scene,
     numeric.push_back((up - down) / (2 * h));
     exact.push_back(analytic.grad_features[entry]);
   }
-  return {"gradient vs finite differences (double)", normwise_relative_error(numeric, exact), 1e-6};
+  return {"gradient vs finite differences (double)",
+          testing::normwise_relative_error(numeric, exact), 1e-6};
 }
 
 }  // namespace
@@ -137,7 +128,8 @@ int run_selfcheck(const std::vector<std::string>& args) {
   checks.push_back(finite_difference_check(scene, scene.features, target, options, exact));
   checks.push_back({"float loss vs double", std::abs(single.loss - exact.loss) / exact.loss, 1e-5});
   checks.push_back({"float gradient vs double",
-                    normwise_relative_error(single.grad_features, exact.grad_features), 1e-4});
+                    testing::normwise_relative_error(single.grad_features, exact.grad_features),
+                    1e-4});
   checks.push_back(
       {"float run repeated, bit-identical",
        single.loss == repeat.loss && single.grad_features == repeat.grad_features ? 0.0 : 1.0,

@@ -18,6 +18,7 @@
 #include "mvibr/geom/ray_sampling.h"
 #include "mvibr/ops/render_ops.h"
 #include "mvibr/testing/random_scene.h"
+#include "mvibr/testing/relative_error.h"
 
 namespace mvibr {
 namespace {
@@ -31,18 +32,7 @@ class CudaOps : public ::testing::Test {
   }
 };
 
-// max |a - b| / max |b|; a NaN anywhere makes it NaN (std::max would silently drop it), and
-// a size mismatch makes it infinite, so either fails any bound.
-double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return INFINITY;
-  double difference = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = std::abs(double(a[i]) - double(b[i]));
-    if (!(d <= difference)) difference = d;
-    scale = std::max(scale, std::abs(double(b[i])));
-  }
-  return difference / std::max(scale, 1e-30);
-}
+using testing::normwise_relative_error;
 
 std::vector<float> random_floats(size_t count, double lo, double hi, uint64_t seed) {
   return cast_values<float>(testing::random_values(count, lo, hi, seed));
@@ -76,8 +66,8 @@ TEST_F(CudaOps, GenerateRaysMatchCpu) {
     cuda::generate_rays(camera, device_pixels.data(), n_rays, device_origins.data(),
                         device_directions.data(), nullptr);
     device_synchronize();
-    EXPECT_LE(relative_error(device_origins.to_host(), origins), 1e-6);
-    EXPECT_LE(relative_error(device_directions.to_host(), directions), 1e-6);
+    EXPECT_LE(normwise_relative_error(device_origins.to_host(), origins), 1e-6);
+    EXPECT_LE(normwise_relative_error(device_directions.to_host(), directions), 1e-6);
   }
 }
 
@@ -100,7 +90,7 @@ TEST_F(CudaOps, CoarseDepthsMatchCpu) {
           cuda::sample_coarse_depths(n_rays, sampling, key, first_ray, device_depths.data(),
                                      nullptr);
           device_synchronize();
-          EXPECT_LE(relative_error(device_depths.to_host(), depths), 1e-6);
+          EXPECT_LE(normwise_relative_error(device_depths.to_host(), depths), 1e-6);
         }
       }
     }
@@ -133,7 +123,7 @@ TEST_F(CudaOps, ImportanceDepthsMatchCpu) {
           cuda::sample_importance_depths(n_rays, sampling, device_z.data(), device_weights.data(),
                                          key, 9, device_merged.data(), nullptr);
           device_synchronize();
-          EXPECT_LE(relative_error(device_merged.to_host(), merged), 1e-5);
+          EXPECT_LE(normwise_relative_error(device_merged.to_host(), merged), 1e-5);
         }
       }
     }
@@ -201,8 +191,8 @@ TEST_F(CudaOps, GatherAndItsBackwardMatchCpu) {
     device_synchronize();
     // Random texels change by up to 1 per pixel, so the projection's rounding (FMA contraction:
     // ~1e-6 pixel) reaches ~1e-5 in colour; an indexing error would be of order 1.
-    EXPECT_LE(relative_error(device_rgb_features.to_host(), rgb_features), 1e-4);
-    EXPECT_LE(relative_error(device_ray_diff.to_host(), ray_diff), 1e-5);
+    EXPECT_LE(normwise_relative_error(device_rgb_features.to_host(), rgb_features), 1e-4);
+    EXPECT_LE(normwise_relative_error(device_ray_diff.to_host(), ray_diff), 1e-5);
     // A sample within an ulp of an image border may land on the other side: allow one, and
     // one more per 10^5 samples.
     const std::vector<float> gpu_mask = device_mask.to_host();
@@ -232,8 +222,8 @@ TEST_F(CudaOps, GatherAndItsBackwardMatchCpu) {
                                   c.with_grad_images ? device_grad_images.data() : nullptr,
                                   device_grad_features.data(), nullptr);
     device_synchronize();
-    EXPECT_LE(relative_error(device_grad_images.to_host(), grad_images), 1e-4);
-    EXPECT_LE(relative_error(device_grad_features.to_host(), grad_features), 1e-4);
+    EXPECT_LE(normwise_relative_error(device_grad_images.to_host(), grad_images), 1e-4);
+    EXPECT_LE(normwise_relative_error(device_grad_features.to_host(), grad_features), 1e-4);
   }
 }
 
@@ -291,12 +281,12 @@ TEST_F(CudaOps, CompositeAndItsBackwardMatchCpu) {
                                         all_inputs ? device_grad_weights.data() : nullptr,
                                         device_grad_sigma.data(), device_grad_rgb.data(), nullptr);
           device_synchronize();
-          EXPECT_LE(relative_error(device_rgb_map.to_host(), rgb_map), 1e-5);
-          EXPECT_LE(relative_error(device_depth_map.to_host(), depth_map), 1e-5);
-          EXPECT_LE(relative_error(device_acc_map.to_host(), acc_map), 1e-5);
-          EXPECT_LE(relative_error(device_weights.to_host(), weights), 1e-5);
-          EXPECT_LE(relative_error(device_grad_sigma.to_host(), grad_sigma), 1e-4);
-          EXPECT_LE(relative_error(device_grad_rgb.to_host(), grad_rgb), 1e-4);
+          EXPECT_LE(normwise_relative_error(device_rgb_map.to_host(), rgb_map), 1e-5);
+          EXPECT_LE(normwise_relative_error(device_depth_map.to_host(), depth_map), 1e-5);
+          EXPECT_LE(normwise_relative_error(device_acc_map.to_host(), acc_map), 1e-5);
+          EXPECT_LE(normwise_relative_error(device_weights.to_host(), weights), 1e-5);
+          EXPECT_LE(normwise_relative_error(device_grad_sigma.to_host(), grad_sigma), 1e-4);
+          EXPECT_LE(normwise_relative_error(device_grad_rgb.to_host(), grad_rgb), 1e-4);
         }
       }
     }
@@ -348,8 +338,8 @@ TEST_F(CudaOps, MaskedMseAndItsBackwardMatchCpu) {
                               device_ray_mask.data(), device_loss.data(), grad_loss,
                               device_grad_predicted.data(), nullptr);
     device_synchronize();
-    EXPECT_LE(relative_error(device_loss.to_host(), loss), 1e-5);
-    EXPECT_LE(relative_error(device_grad_predicted.to_host(), grad_predicted), 1e-5);
+    EXPECT_LE(normwise_relative_error(device_loss.to_host(), loss), 1e-5);
+    EXPECT_LE(normwise_relative_error(device_grad_predicted.to_host(), grad_predicted), 1e-5);
   }
 }
 

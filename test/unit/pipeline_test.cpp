@@ -8,7 +8,7 @@
 #include <string>
 #include <tuple>
 
-#include "test_util.h"
+#include "mvibr/testing/relative_error.h"
 
 namespace mvibr {
 namespace {
@@ -47,12 +47,12 @@ TEST_P(PipelineGradient, MatchesFiniteDifferencesAndFloatMatchesDouble) {
         testing::run_toy_pipeline(scene, shifted, target, options, false, &exact.fine_depths).loss;
     numeric[i] = (up - down) / (2 * h);
   }
-  EXPECT_LT(test::normwise_relative_error(exact.grad_features, numeric), 1e-6);
+  EXPECT_LT(testing::normwise_relative_error(exact.grad_features, numeric), 1e-6);
 
   const auto single = testing::run_toy_pipeline(scene, testing::cast_values<float>(scene.features),
                                                 testing::cast_values<float>(target), options, true);
   EXPECT_LT(std::abs(single.loss - exact.loss) / exact.loss, 1e-5);
-  EXPECT_LT(test::normwise_relative_error(single.grad_features, exact.grad_features), 1e-4);
+  EXPECT_LT(testing::normwise_relative_error(single.grad_features, exact.grad_features), 1e-4);
 }
 
 std::string mode_name(const ::testing::TestParamInfo<PipelineGradient::ParamType>& info) {

@@ -8,7 +8,7 @@
 
 #include "mvibr/ops/render_ops.h"
 #include "mvibr/testing/random_scene.h"
-#include "test_util.h"
+#include "mvibr/testing/relative_error.h"
 
 namespace mvibr {
 namespace {
@@ -108,8 +108,8 @@ TEST(Composite, BackwardMatchesFiniteDifferences) {
         down[i] -= h;
         fd_rgb[i] = (loss(sigma, up) - loss(sigma, down)) / (2 * h);
       }
-      EXPECT_LT(test::normwise_relative_error(grad_sigma, fd_sigma), 1e-7);
-      EXPECT_LT(test::normwise_relative_error(grad_rgb, fd_rgb), 1e-7);
+      EXPECT_LT(testing::normwise_relative_error(grad_sigma, fd_sigma), 1e-7);
+      EXPECT_LT(testing::normwise_relative_error(grad_rgb, fd_rgb), 1e-7);
     }
   }
 }
