@@ -1,0 +1,47 @@
+// The collectives data-parallel training needs, behind one interface with two implementations:
+// MPI for host buffers (the CPU backend, and the small control messages of every run) and NCCL
+// for device buffers. Every rank must call the same collectives in the same order; a call blocks
+// until the collective is complete on this rank. Errors are RuntimeFailure naming the call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mvibr::dist {
+
+enum class ReduceOp { kSum, kAverage, kMax };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;  // "mpi" or "nccl"
+
+  // In place, over every rank's `count` values.
+  virtual void all_reduce(float* data, size_t count, ReduceOp op) = 0;
+  virtual void all_reduce(double* data, size_t count, ReduceOp op) = 0;
+  // `bytes` of root's `data` into every rank's `data`.
+  virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  // Every rank's `bytes` of `send`, by rank, into `receive` (size() * bytes).
+  virtual void all_gather(const void* send, size_t bytes, void* receive) = 0;
+  virtual void barrier() = 0;
+};
+
+// Typed helpers over the byte-level calls.
+template <typename T>
+std::vector<T> all_gather_value(Communicator& comm, const T& value) {
+  std::vector<T> values(size_t(comm.size()));
+  comm.all_gather(&value, sizeof(T), values.data());
+  return values;
+}
+
+// Root's string on every rank (its length first, then its bytes).
+std::string broadcast_string(Communicator& comm, const std::string& text, int root);
+
+// Every rank's string, by rank, on every rank.
+std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& text);
+
+}  // namespace mvibr::dist

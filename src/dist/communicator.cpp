@@ -1,0 +1,28 @@
+// The typed and string helpers over any Communicator (see communicator.h).
+#include "mvibr/dist/communicator.h"
+
+#include <algorithm>
+
+namespace mvibr::dist {
+
+std::string broadcast_string(Communicator& comm, const std::string& text, int root) {
+  uint64_t length = text.size();
+  comm.broadcast(&length, sizeof(length), root);
+  std::string result = comm.rank() == root ? text : std::string(length, '\0');
+  if (length > 0) comm.broadcast(result.data(), length, root);
+  return result;
+}
+
+std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& text) {
+  const std::vector<uint64_t> lengths = all_gather_value<uint64_t>(comm, text.size());
+  const uint64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  std::string padded = text;
+  padded.resize(longest, '\0');
+  std::string gathered(longest * lengths.size(), '\0');
+  if (longest > 0) comm.all_gather(padded.data(), longest, gathered.data());
+  std::vector<std::string> result;
+  for (size_t r = 0; r < lengths.size(); ++r) result.push_back(gathered.substr(r * longest, lengths[r]));
+  return result;
+}
+
+}  // namespace mvibr::dist
