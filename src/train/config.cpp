@@ -78,8 +78,25 @@ po::options_description options(TrainConfig* c) {
       "lrate_decay_steps", po::value(&c->lrate_decay_steps)->default_value(c->lrate_decay_steps),
       "steps between decays")("grad_clip", po::value(&c->grad_clip)->default_value(c->grad_clip),
                               "max global gradient norm (0: off)");
+  po::options_description distributed("data-parallel (mpirun / srun: one rank per core or GPU)");
+  distributed.add_options()(
+      "accumulation_steps", po::value(&c->accumulation_steps)->default_value(c->accumulation_steps),
+      "micro-steps of N_rand rays per rank before each update")(
+      "lr_scaling", po::value(&c->lr_scaling)->default_value(c->lr_scaling),
+      "none | linear | sqrt: learning rates times ranks, or its square root")(
+      "bucket_mb", po::value(&c->bucket_mb)->default_value(c->bucket_mb),
+      "gradient all-reduce bucket size in MB")(
+      "overlap_allreduce", flag(&c->overlap_allreduce),
+      "all-reduce gradient buckets during the backward pass")(
+      "watchdog_s", po::value(&c->watchdog_s)->default_value(c->watchdog_s),
+      "seconds a rank may wait for the others before the job is ended")(
+      "nan_policy", po::value(&c->nan_policy)->default_value(c->nan_policy),
+      "skip | stop: on a non-finite loss or gradient, skip the update, or checkpoint the last "
+      "good state and stop")(
+      "allow_shared_shards", flag(&c->allow_shared_shards),
+      "let ranks share shards when there are fewer shards than ranks");
   po::options_description all;
-  all.add(run).add(data).add(model).add(optimisation);
+  all.add(run).add(data).add(model).add(optimisation).add(distributed);
   return all;
 }
 
@@ -117,6 +134,13 @@ void validate(const TrainConfig& c) {
   check(c.lrate_decay_factor > 0 && c.lrate_decay_steps >= 1,
         "lrate_decay_factor/lrate_decay_steps", "must be positive");
   check(c.grad_clip >= 0, "grad_clip", "must be >= 0");
+  check(c.accumulation_steps >= 1, "accumulation_steps", "must be >= 1");
+  check(c.lr_scaling == "none" || c.lr_scaling == "linear" || c.lr_scaling == "sqrt",
+        "lr_scaling", "must be none, linear or sqrt, got '" + c.lr_scaling + "'");
+  check(c.bucket_mb > 0, "bucket_mb", "must be > 0");
+  check(c.watchdog_s > 0, "watchdog_s", "must be > 0");
+  check(c.nan_policy == "skip" || c.nan_policy == "stop", "nan_policy",
+        "must be skip or stop, got '" + c.nan_policy + "'");
 }
 
 }  // namespace
@@ -173,7 +197,11 @@ std::string TrainConfig::to_text() const {
       << "\ndet = " << det << "\nwhite_bkgd = " << white_bkgd << "\ndelta = " << delta
       << "\nlrate_feature = " << lrate_feature << "\nlrate_mlp = " << lrate_mlp
       << "\nlrate_decay_factor = " << lrate_decay_factor
-      << "\nlrate_decay_steps = " << lrate_decay_steps << "\ngrad_clip = " << grad_clip << "\n";
+      << "\nlrate_decay_steps = " << lrate_decay_steps << "\ngrad_clip = " << grad_clip
+      << "\naccumulation_steps = " << accumulation_steps << "\nlr_scaling = " << lr_scaling
+      << "\nbucket_mb = " << bucket_mb << "\noverlap_allreduce = " << overlap_allreduce
+      << "\nwatchdog_s = " << watchdog_s << "\nnan_policy = " << nan_policy
+      << "\nallow_shared_shards = " << allow_shared_shards << "\n";
   return out.str();
 }
 

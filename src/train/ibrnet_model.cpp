@@ -4,6 +4,7 @@
 #include "mvibr/train/ibrnet_model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <tuple>
 
 #include "mvibr/core/error.h"
@@ -39,7 +40,45 @@ CompositeOptions composite_options(const TrainConfig& c) {
   return {c.delta == "interval" ? DeltaMode::kInterval : DeltaMode::kUnit, c.white_bkgd};
 }
 
+// Charges the time since the previous lap to a phase: one clock read per phase boundary, and
+// consecutive laps leave no gaps, so the phases add up to the step.
+class Laps {
+ public:
+  void start() { last_ = Clock::now(); }
+  void to(double* phase) {
+    const Clock::time_point now = Clock::now();
+    *phase += std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point last_ = Clock::now();
+};
+
 }  // namespace
+
+double PhaseTimes::total() const {
+  double sum = 0;
+  for (const auto& [name, seconds] : named()) sum += seconds;
+  return sum;
+}
+
+std::vector<std::pair<const char*, double>> PhaseTimes::named() const {
+  return {{"features_forward", features_forward},       {"sampling", sampling},
+          {"gather_forward", gather_forward},           {"aggregator_forward", aggregator_forward},
+          {"composite_loss", composite_loss},           {"composite_backward", composite_backward},
+          {"aggregator_backward", aggregator_backward}, {"gather_backward", gather_backward},
+          {"features_backward", features_backward}};
+}
+
+nn::ResUNetOptions feature_net_options(const TrainConfig& config) {
+  nn::ResUNetOptions o = nn::ResUNetOptions::preset(config.feature_net);
+  o.coarse_out_ch = config.coarse_feat_dim;
+  o.fine_out_ch = config.fine_feat_dim;
+  o.coarse_only = config.coarse_only;
+  return o;
+}
 
 struct IbrnetModel::State {
   TrainConfig config;
@@ -51,14 +90,9 @@ struct IbrnetModel::State {
   Sources sources;
   Pass coarse, fine;
   std::vector<float> origins, directions;
-
-  static nn::ResUNetOptions feature_options(const TrainConfig& c) {
-    nn::ResUNetOptions o = nn::ResUNetOptions::preset(c.feature_net);
-    o.coarse_out_ch = c.coarse_feat_dim;
-    o.fine_out_ch = c.fine_feat_dim;
-    o.coarse_only = c.coarse_only;
-    return o;
-  }
+  PhaseTimes times;  // of the running training step
+  const data::View* step_target = nullptr;  // between begin_step and end_step
+  Laps laps;
   static nn::AggregatorOptions aggregator_options(const TrainConfig& c, int channels) {
     nn::AggregatorOptions o;
     o.feature_channels = channels;
@@ -69,7 +103,7 @@ struct IbrnetModel::State {
 
   explicit State(const TrainConfig& c)
       : config(c),
-        feature_net(feature_options(c), &parameters, "feature_net."),
+        feature_net(feature_net_options(c), &parameters, "feature_net."),
         net_coarse(parameters, "net_coarse.", aggregator_options(c, c.coarse_feat_dim)) {
     if (!c.coarse_only) {
       net_fine = std::make_unique<nn::IbrnetAggregator>(parameters, "net_fine.",
@@ -127,12 +161,14 @@ struct IbrnetModel::State {
     cpu::gather_samples(
         n_rays, p->n_samples, origins.data(), directions.data(), p->depths.data(), center, v,
         GatherOutputs<float>{p->rgb_features.data(), p->ray_diff.data(), p->mask.data()});
+    laps.to(&times.gather_forward);
     p->rgb.resize(rows * 3);
     p->sigma.resize(rows);
     const nn::IbrnetAggregator& net = use_fine ? *net_fine : net_coarse;
     net.forward(n_rays, p->n_samples, v.n_views, p->rgb_features.data(), p->ray_diff.data(),
                 p->mask.data(), keep_for_backward ? &p->aggregator : nullptr, p->rgb.data(),
                 p->sigma.data());
+    laps.to(&times.aggregator_forward);
     p->rgb_map.resize(size_t(n_rays) * 3);
     p->depth_map.resize(n_rays);
     p->acc_map.resize(n_rays);
@@ -140,11 +176,13 @@ struct IbrnetModel::State {
     cpu::composite_rays(n_rays, p->n_samples, p->sigma.data(), p->rgb.data(), p->depths.data(),
                         directions.data(), composite_options(config), p->rgb_map.data(),
                         p->depth_map.data(), p->acc_map.data(), p->weights.data());
-    if (!target_rgb) return;
-    p->ray_mask.resize(n_rays);
-    cpu::ray_mask(n_rays, p->n_samples, v.n_views, p->mask.data(), RayMaskRule{},
-                  p->ray_mask.data());
-    cpu::masked_mse(n_rays, p->rgb_map.data(), target_rgb, p->ray_mask.data(), p->loss.data());
+    if (target_rgb) {
+      p->ray_mask.resize(n_rays);
+      cpu::ray_mask(n_rays, p->n_samples, v.n_views, p->mask.data(), RayMaskRule{},
+                    p->ray_mask.data());
+      cpu::masked_mse(n_rays, p->rgb_map.data(), target_rgb, p->ray_mask.data(), p->loss.data());
+    }
+    laps.to(&times.composite_loss);
   }
 
   // d loss / d parameters of one pass, into the parameter grads and the pass's feature maps.
@@ -161,14 +199,17 @@ struct IbrnetModel::State {
         composite_options(config), p->grad_rgb_map.data(), static_cast<const float*>(nullptr),
         static_cast<const float*>(nullptr), static_cast<const float*>(nullptr),
         p->grad_sigma.data(), p->grad_rgb.data());
+    laps.to(&times.composite_backward);
     p->grad_rgb_features.resize(p->rgb_features.size());
     nn::IbrnetAggregator& net = use_fine ? *net_fine : net_coarse;
     net.backward(p->aggregator, p->grad_rgb.data(), p->grad_sigma.data(),
                  p->grad_rgb_features.data());
+    laps.to(&times.aggregator_backward);
     std::vector<float>& grad_maps = use_fine ? sources.grad_fine_maps : sources.grad_coarse_maps;
     cpu::gather_samples_backward(n_rays, p->n_samples, origins.data(), directions.data(),
                                  p->depths.data(), v, p->grad_rgb_features.data(),
                                  static_cast<float*>(nullptr), grad_maps.data());
+    laps.to(&times.gather_backward);
   }
 
   void sample_depths(int n_rays, const data::View& target, RandomKey key, uint32_t first_ray) {
@@ -217,34 +258,109 @@ void IbrnetModel::initialize(uint64_t seed) {
   if (state_->net_fine) state_->net_fine->initialize(init);
 }
 
-StepResult IbrnetModel::train_step(const data::TrainingSample& sample, const RayBatch& rays,
-                                   RandomKey key, uint32_t first_ray) {
-  State& s = *state_;
-  const int n_rays = int(rays.pixels.size() / 2);
-  const float* target_rgb = rays.target_rgb.data();
-  s.prepare_sources(sample);
-  s.make_rays(sample.target, rays.pixels.data(), n_rays);
-  s.sample_depths(n_rays, sample.target, key, first_ray);
-  s.run_pass(false, n_rays, sample.target, target_rgb, true, &s.coarse);
-  if (s.has_fine()) {
-    s.fine_depths(n_rays, key, first_ray);
-    s.run_pass(true, n_rays, sample.target, target_rgb, true, &s.fine);
-  }
+RaySums& RaySums::operator+=(const RaySums& o) {
+  squared_error_coarse += o.squared_error_coarse;
+  squared_error_fine += o.squared_error_fine;
+  valid_coarse += o.valid_coarse;
+  valid_fine += o.valid_fine;
+  return *this;
+}
 
+void IbrnetModel::begin_step(const data::TrainingSample& sample) {
+  State& s = *state_;
+  s.times = PhaseTimes{};
+  s.laps.start();
+  s.prepare_sources(sample);
+  s.step_target = &sample.target;
+  // The maps the gather backward of every accumulate adds into.
   s.sources.grad_coarse_maps.assign(s.sources.coarse_maps.size(), 0.0f);
   s.sources.grad_fine_maps.assign(s.sources.fine_maps.size(), 0.0f);
+  s.laps.to(&s.times.features_forward);
+}
+
+RaySums IbrnetModel::accumulate(const RayBatch& rays, RandomKey key, uint32_t first_ray) {
+  State& s = *state_;
+  if (!s.step_target) throw InvalidArgument("IbrnetModel::accumulate before begin_step");
+  const data::View& target = *s.step_target;
+  const int n_rays = int(rays.pixels.size() / 2);
+  const float* target_rgb = rays.target_rgb.data();
+  s.laps.start();
+  s.make_rays(target, rays.pixels.data(), n_rays);
+  s.sample_depths(n_rays, target, key, first_ray);
+  s.laps.to(&s.times.sampling);
+  s.run_pass(false, n_rays, target, target_rgb, true, &s.coarse);
+  if (s.has_fine()) {
+    s.fine_depths(n_rays, key, first_ray);
+    s.laps.to(&s.times.sampling);
+    s.run_pass(true, n_rays, target, target_rgb, true, &s.fine);
+  }
+  RaySums sums;
+  const auto take = [](Pass* p, double* squared_error, double* valid) {
+    *squared_error = double(p->loss[0]) * double(p->loss[1]);
+    *valid = double(std::count(p->ray_mask.begin(), p->ray_mask.end(), 1.0f));
+    p->loss[1] = 1.0f;  // the backward of the sum; end_step divides
+  };
+  take(&s.coarse, &sums.squared_error_coarse, &sums.valid_coarse);
+  if (s.has_fine()) take(&s.fine, &sums.squared_error_fine, &sums.valid_fine);
+  s.laps.to(&s.times.composite_loss);
   s.backward_pass(false, n_rays, target_rgb, &s.coarse);
   if (s.has_fine()) s.backward_pass(true, n_rays, target_rgb, &s.fine);
+  return sums;
+}
+
+std::vector<ParameterRange> IbrnetModel::gradient_ready_order() const {
+  const State& s = *state_;
+  std::vector<ParameterRange> order = {
+      {s.net_coarse.parameter_offset(), s.net_coarse.parameter_count()}};
+  if (s.net_fine) order.push_back({s.net_fine->parameter_offset(), s.net_fine->parameter_count()});
+  order.push_back({0, s.net_coarse.parameter_offset()});  // the feature network comes first
+  return order;
+}
+
+void IbrnetModel::end_step(double coarse_denominator, double fine_denominator,
+                           const std::function<void(ParameterRange)>& ready) {
+  State& s = *state_;
+  s.laps.start();
+  const auto divide = [](float* values, size_t count, double denominator) {
+    const float scale = float(1.0 / denominator);
+    for (size_t i = 0; i < count; ++i) values[i] *= scale;
+  };
+  const std::vector<ParameterRange> order = gradient_ready_order();
+  float* grads = s.parameters.grads().data();
+  divide(grads + order[0].offset, order[0].count, coarse_denominator);
+  if (ready) ready(order[0]);
+  if (s.net_fine) {
+    divide(grads + order[1].offset, order[1].count, fine_denominator);
+    if (ready) ready(order[1]);
+  }
+  divide(s.sources.grad_coarse_maps.data(), s.sources.grad_coarse_maps.size(),
+         coarse_denominator);
+  divide(s.sources.grad_fine_maps.data(), s.sources.grad_fine_maps.size(), fine_denominator);
   s.feature_net.backward(&s.feature_workspace, s.sources.grad_coarse_maps.data(),
                          s.config.coarse_only ? nullptr : s.sources.grad_fine_maps.data());
+  s.laps.to(&s.times.features_backward);
+  if (ready) ready(order.back());
+  s.step_target = nullptr;
+}
 
+const PhaseTimes& IbrnetModel::phase_times() const {
+  return state_->times;
+}
+
+StepResult IbrnetModel::train_step(const data::TrainingSample& sample, const RayBatch& rays,
+                                   RandomKey key, uint32_t first_ray) {
+  begin_step(sample);
+  const RaySums sums = accumulate(rays, key, first_ray);
+  const double coarse_denominator = masked_mse_denominator(sums.valid_coarse);
+  const double fine_denominator = masked_mse_denominator(sums.valid_fine);
+  end_step(coarse_denominator, fine_denominator, {});
   StepResult result;
-  result.mse_coarse = s.coarse.loss[0];
-  result.mse_fine = s.has_fine() ? s.fine.loss[0] : 0.0;
+  result.mse_coarse = sums.squared_error_coarse / coarse_denominator;
+  result.mse_fine = state_->has_fine() ? sums.squared_error_fine / fine_denominator : 0.0;
   result.loss = result.mse_coarse + result.mse_fine;
-  result.psnr = mse_to_psnr(s.has_fine() ? result.mse_fine : result.mse_coarse);
-  const Pass& last = s.has_fine() ? s.fine : s.coarse;
-  result.valid_rays = int(std::count(last.ray_mask.begin(), last.ray_mask.end(), 1.0f));
+  result.psnr = mse_to_psnr(state_->has_fine() ? result.mse_fine : result.mse_coarse);
+  result.valid_rays = int(state_->has_fine() ? sums.valid_fine : sums.valid_coarse);
+  result.times = state_->times;
   return result;
 }
 

@@ -1,18 +1,24 @@
-// The single-process training loop (see trainer.h).
+// The data-parallel training loop (see trainer.h).
 #include "mvibr/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <sstream>
 
 #include "mvibr/core/error.h"
+#include "mvibr/dist/agreement.h"
+#include "mvibr/dist/gradient_buckets.h"
 #include "mvibr/nn/checkpoint.h"
 #include "mvibr/nn/optimizer.h"
+#include "mvibr/render/loss.h"
 #include "mvibr/train/evaluate.h"
 #include "mvibr/train/ibrnet_model.h"
 
@@ -22,19 +28,34 @@ namespace fs = std::filesystem;
 
 namespace {
 
-nn::AdamOptions adam_options(const TrainConfig& c) {
+// Stops non-zero ranks' logging: rank 0 speaks for the job.
+class NullBuffer : public std::streambuf {
+ protected:
+  int overflow(int c) override { return c; }
+};
+
+double lr_factor(const TrainConfig& c, int ranks) {
+  if (c.lr_scaling == "linear") return double(ranks);
+  if (c.lr_scaling == "sqrt") return std::sqrt(double(ranks));
+  return 1.0;
+}
+
+nn::AdamOptions adam_options(const TrainConfig& c, int ranks) {
   nn::AdamOptions o;
-  o.lrate_feature = c.lrate_feature;
-  o.lrate_mlp = c.lrate_mlp;
+  o.lrate_feature = c.lrate_feature * lr_factor(c, ranks);
+  o.lrate_mlp = c.lrate_mlp * lr_factor(c, ranks);
   o.lrate_decay_factor = c.lrate_decay_factor;
   o.lrate_decay_steps = uint64_t(c.lrate_decay_steps);
   o.max_grad_norm = c.grad_clip;
   return o;
 }
 
-data::ReaderOptions reader_options(const TrainConfig& c) {
+data::ReaderOptions reader_options(const TrainConfig& c, int rank, int ranks) {
   data::ReaderOptions o;
   o.data_dir = c.datadir;
+  o.rank = rank;
+  o.world_size = ranks;
+  o.allow_shared_shards = c.allow_shared_shards;
   o.seed = c.seed;
   o.num_source_views = c.num_source_views;
   o.source_pool = c.source_pool;
@@ -52,35 +73,180 @@ std::string resume_path(const TrainConfig& c, const std::string& run_dir) {
   return c.no_reload ? "" : nn::latest_checkpoint(run_dir);
 }
 
+// Runs `work` on rank 0 only and makes its failure every rank's: the error text is broadcast and
+// every rank throws it, so no rank is left waiting in the next collective.
+void on_root(dist::Communicator& comm, const std::function<void()>& work) {
+  std::string error;
+  if (comm.rank() == 0) {
+    try {
+      work();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  error = dist::broadcast_string(comm, error, 0);
+  if (!error.empty()) throw InvalidArgument(error);
+}
+
+// Rank 0's values of a float vector on every rank.
+void broadcast_floats(dist::Communicator& comm, std::vector<float>* values) {
+  comm.broadcast(values->data(), values->size() * sizeof(float), 0);
+}
+
+std::vector<data::ReaderCursor> all_cursors(dist::Communicator& comm, data::ReaderCursor mine) {
+  return dist::all_gather_value<data::ReaderCursor>(comm, mine);
+}
+
+// The parameters, Adam's state and the data cursors every rank starts from: rank 0's
+// checkpoint (read by rank 0 alone and broadcast), or rank 0's initialisation.
+data::ReaderCursor restore_or_initialize(const TrainConfig& config, const std::string& run_dir,
+                                         dist::Communicator& comm, IbrnetModel* model,
+                                         nn::Adam* adam, std::ostream& log) {
+  nn::ParameterSet& params = model->parameters();
+  nn::TrainingState state;
+  std::string resume;
+  on_root(comm, [&] {
+    resume = resume_path(config, run_dir);
+    if (resume.empty()) {
+      model->initialize(config.seed);
+    } else {
+      nn::load_checkpoint(resume, &params, adam, &state);
+    }
+  });
+  resume = dist::broadcast_string(comm, resume, 0);
+  broadcast_floats(comm, &params.values());
+  if (resume.empty()) return {};
+
+  uint64_t steps = adam->steps();
+  comm.broadcast(&steps, sizeof(steps), 0);
+  std::vector<float> exp_avg = adam->exp_avg(), exp_avg_sq = adam->exp_avg_sq();
+  broadcast_floats(comm, &exp_avg);
+  broadcast_floats(comm, &exp_avg_sq);
+  adam->restore(steps, std::move(exp_avg), std::move(exp_avg_sq));
+  uint64_t written_by = state.cursors.size();
+  comm.broadcast(&written_by, sizeof(written_by), 0);
+  state.cursors.resize(written_by);
+  comm.broadcast(state.cursors.data(), written_by * sizeof(data::ReaderCursor), 0);
+
+  log << "resuming from " << resume << " at step " << steps << "\n";
+  if (written_by == uint64_t(comm.size())) return state.cursors[size_t(comm.rank())];
+  uint64_t epoch = 0;
+  for (const data::ReaderCursor& c : state.cursors) epoch = std::max(epoch, c.epoch);
+  log << "warning: " << resume << " was written by " << written_by << " rank(s) and this job has "
+      << comm.size() << ": the shards are dealt anew and every rank starts its shards at epoch "
+      << epoch << ", so the samples differ from a run that kept " << written_by
+      << " rank(s); the global batch is now " << config.N_rand * config.accumulation_steps
+      << " x " << comm.size() << " rays\n";
+  return {epoch, 0};
+}
+
+// Every rank renders a band of the held-out view's rows; rank 0 puts the image together and
+// scores it (the others return a view of -1).
+ViewMetrics validate(IbrnetModel& model, const data::TrainingSample& sample, RandomKey key,
+                     dist::Communicator& comm) {
+  const int width = sample.target.camera.width, height = sample.target.camera.height;
+  const int band = (height + comm.size() - 1) / comm.size();
+  const int first_row = std::min(height, comm.rank() * band);
+  const int rows = std::min(height, first_row + band) - first_row;
+  std::vector<float> pixels(size_t(rows) * width * 2);
+  for (int v = 0; v < rows; ++v) {
+    for (int u = 0; u < width; ++u) {
+      pixels[2 * (size_t(v) * width + u)] = float(u);
+      pixels[2 * (size_t(v) * width + u) + 1] = float(first_row + v);
+    }
+  }
+  std::vector<float> rgb, depth;
+  model.render(sample, pixels, key, &rgb, &depth);
+  rgb.resize(size_t(band) * width * 3);  // every rank sends a whole band
+  std::vector<float> all(rgb.size() * size_t(comm.size()));
+  comm.all_gather(rgb.data(), rgb.size() * sizeof(float), all.data());
+  ViewMetrics m;
+  if (comm.rank() != 0) return m;
+  RgbImage image{width, height, std::vector<float>(all.begin(), all.begin() + 3 * width * height)};
+  const RgbImage truth = view_image(sample.target);
+  m.view = sample.target_view;
+  m.name = sample.target.name;
+  m.psnr = psnr(image, truth);
+  m.ssim = ssim(image, truth);
+  return m;
+}
+
+std::string describe_job(const TrainConfig& c, const RankContext& context,
+                         const dist::Communicator& comm, size_t parameters, size_t buckets) {
+  std::ostringstream out;
+  const dist::Topology& t = context.topology;
+  out << "mvibr train: " << comm.size() << " rank(s) on " << t.hosts << " host(s) ("
+      << t.local_size << " on " << (t.host.empty() ? "this host" : t.host) << "), backend "
+      << (comm.size() > 1 ? comm.backend() : "none") << ", CPU; global batch "
+      << c.N_rand * c.accumulation_steps * comm.size() << " rays (N_rand " << c.N_rand << " x "
+      << c.accumulation_steps << " micro-steps x " << comm.size() << " ranks); " << parameters
+      << " parameters in " << buckets << " all-reduce bucket(s) of <= " << c.bucket_mb << " MB";
+  if (c.lr_scaling != "none") out << "; learning rates x " << lr_factor(c, comm.size());
+  out << "\n";
+  return out.str();
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 }  // namespace
 
-TrainSummary train(const TrainConfig& config, std::ostream& log) {
+TrainSummary train(const TrainConfig& config, std::ostream& rank0_log,
+                   const RankContext& context) {
+  std::unique_ptr<dist::Communicator> single;
+  dist::Communicator* comm = context.comm;
+  if (!comm) {
+    single = dist::single_process_communicator();
+    comm = single.get();
+  }
+  const int rank = comm->rank(), ranks = comm->size();
+  NullBuffer null_buffer;
+  std::ostream null_log(&null_buffer);
+  std::ostream& log = rank == 0 ? rank0_log : null_log;
+
+  std::unique_ptr<dist::Watchdog> watchdog;
+  if (context.on_stall && ranks > 1) {
+    const std::string who = "rank " + std::to_string(rank) +
+                            (context.topology.host.empty() ? "" : " on " + context.topology.host);
+    watchdog = std::make_unique<dist::Watchdog>(
+        config.watchdog_s,
+        [who, handler = context.on_stall](const std::string& what) { handler(who + ": " + what); });
+  }
+  {
+    dist::Watchdog::Scope watch(watchdog.get(), "the config check at start");
+    dist::check_same_config(*comm, config.to_text());
+  }
+
   TrainSummary summary;
   summary.run_dir = (fs::path(config.basedir) / config.expname).string();
-  fs::create_directories(summary.run_dir);
-  std::ofstream(fs::path(summary.run_dir) / "config.txt") << config.to_text();
+  if (rank == 0) {
+    fs::create_directories(summary.run_dir);
+    std::ofstream(fs::path(summary.run_dir) / "config.txt") << config.to_text();
+  }
 
   IbrnetModel model(config);
   nn::ParameterSet& params = model.parameters();
-  nn::Adam adam(params, adam_options(config));
-  nn::TrainingState state;
+  nn::Adam adam(params, adam_options(config, ranks));
   data::ReaderCursor cursor;
-  const std::string resume = resume_path(config, summary.run_dir);
-  if (resume.empty()) {
-    model.initialize(config.seed);
-  } else {
-    nn::load_checkpoint(resume, &params, &adam, &state);
-    if (state.cursors.size() != 1) {
-      throw InvalidArgument(resume + ": written by " + std::to_string(state.cursors.size()) +
-                            " ranks; this run has 1");
-    }
-    cursor = state.cursors[0];
-    log << "resuming from " << resume << " at step " << adam.steps() << "\n";
+  {
+    dist::Watchdog::Scope watch(watchdog.get(), "the parameter broadcast at start");
+    cursor = restore_or_initialize(config, summary.run_dir, *comm, &model, &adam, log);
+    dist::check_same_parameters(*comm, params.values().data(), params.size(), "start");
   }
   summary.first_step = summary.last_step = adam.steps();
 
-  data::PrefetchReader reader(reader_options(config), cursor);
-  std::ofstream metrics(fs::path(summary.run_dir) / "metrics.jsonl", std::ios::app);
+  std::vector<dist::GradientRange> ready_order;
+  for (const ParameterRange& r : model.gradient_ready_order()) {
+    ready_order.push_back({r.offset, r.count});
+  }
+  dist::GradientBuckets buckets(*comm, ready_order, size_t(config.bucket_mb * 1024 * 1024),
+                                dist::ReduceOp::kSum, config.overlap_allreduce);
+  log << describe_job(config, context, *comm, params.size(), buckets.buckets().size());
+
+  data::PrefetchReader reader(reader_options(config, rank, ranks), cursor);
+  std::ofstream metrics;
+  if (rank == 0) metrics.open(fs::path(summary.run_dir) / "metrics.jsonl", std::ios::app);
   // Validation renders one held-out view with a copy of the weights in a model of its own
   // (deterministic samples, its own buffers), so training continues exactly as without it.
   const std::optional<data::TrainingSample> heldout = first_heldout_sample(config);
@@ -90,64 +256,143 @@ TrainSummary train(const TrainConfig& config, std::ostream& log) {
   } else {
     log << "no test or val views in " << config.datadir << ": no held-out validation\n";
   }
+
+  const uint64_t rays_per_update =
+      uint64_t(config.N_rand) * uint64_t(config.accumulation_steps) * uint64_t(ranks);
   const auto start = std::chrono::steady_clock::now();
+  double communication = 0, exposed = 0;
+  int consecutive_skips = 0;
   while (adam.steps() < uint64_t(config.n_iters)) {
     const uint64_t step = adam.steps();
+    const std::string step_name = "step " + std::to_string(step + 1);
     const RandomKey key{config.seed, step};
     const data::TrainingSample sample = reader.next();
-    const RayBatch rays =
-        select_rays(sample.target, config.N_rand, config.sample_mode, config.center_ratio, key, 0);
     params.zero_grads();
-    const StepResult result = model.train_step(sample, rays, key, 0);
-    if (!std::isfinite(result.loss)) {
-      throw RuntimeFailure("step " + std::to_string(step + 1) + ": the loss is not finite");
+    model.begin_step(sample);
+    RaySums sums;
+    for (int m = 0; m < config.accumulation_steps; ++m) {
+      const uint32_t first_ray =
+          uint32_t((rank * config.accumulation_steps + m) * config.N_rand);
+      const RayBatch rays = select_rays(sample.target, config.N_rand, config.sample_mode,
+                                        config.center_ratio, key, first_ray);
+      sums += model.accumulate(rays, key, first_ray);
     }
-    const double grad_norm = adam.step(&params);
+    double global[4] = {sums.squared_error_coarse, sums.squared_error_fine, sums.valid_coarse,
+                        sums.valid_fine};
+    {
+      dist::Watchdog::Scope watch(watchdog.get(), "the loss all-reduce of " + step_name);
+      comm->all_reduce(global, 4, dist::ReduceOp::kSum);
+    }
+    const double coarse_denominator = masked_mse_denominator(global[2]);
+    const double fine_denominator = masked_mse_denominator(global[3]);
+    buckets.begin(params.grads().data());
+    model.end_step(coarse_denominator, fine_denominator,
+                   [&](ParameterRange r) { buckets.mark_ready(r.offset, r.count); });
+    {
+      dist::Watchdog::Scope watch(watchdog.get(), "the gradient all-reduce of " + step_name);
+      buckets.finish();
+    }
+    communication += buckets.communication_seconds();
+    exposed += buckets.exposed_seconds();
+
+    StepResult result;
+    result.mse_coarse = global[0] / coarse_denominator;
+    result.mse_fine = global[1] / fine_denominator;
+    result.loss = result.mse_coarse + result.mse_fine;
+    const bool fine = !config.coarse_only && config.N_importance > 0;
+    result.psnr = mse_to_psnr(fine ? result.mse_fine : result.mse_coarse);
+    result.valid_rays = int(fine ? global[3] : global[2]);
+    // Every rank holds the same summed loss and gradients, so all decide alike.
+    const double norm = nn::global_grad_norm(params.grads().data(), params.size());
+    if (!std::isfinite(result.loss) || !std::isfinite(norm)) {
+      const std::string what = step_name + ": the " +
+                               (std::isfinite(result.loss) ? "gradient" : "loss") +
+                               " is not finite (loss " + std::to_string(result.loss) +
+                               ", gradient norm " + std::to_string(norm) + ")";
+      if (config.nan_policy == "stop") {
+        nn::TrainingState state{config.to_text(), all_cursors(*comm, reader.cursor()),
+                                config.seed};
+        std::string written;
+        on_root(*comm, [&] {
+          written =
+              nn::save_checkpoint(summary.run_dir, params, adam, state, config.keep_checkpoints);
+        });
+        throw RuntimeFailure(what + "; stopped after writing the last good state to " +
+                             (rank == 0 ? written : "rank 0's run directory"));
+      }
+      ++summary.skipped_steps;
+      log << "warning: " << what << "; update skipped\n" << std::flush;
+      if (++consecutive_skips >= 10) {
+        throw RuntimeFailure(what + "; 10 updates in a row skipped, stopping");
+      }
+      continue;
+    }
+    consecutive_skips = 0;
+    adam.step(&params);
     const uint64_t done = adam.steps();
     summary.last_step = done;
     summary.last_loss = result.loss;
     summary.last_psnr = result.psnr;
 
     if (done % uint64_t(config.i_print) == 0 || done == uint64_t(config.n_iters)) {
-      const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      {
+        dist::Watchdog::Scope watch(watchdog.get(), "the parameter check of " + step_name);
+        dist::check_same_parameters(*comm, params.values().data(), params.size(), step_name);
+      }
+      const double seconds = seconds_since(start);
       const double steps_per_second = double(done - summary.first_step) / seconds;
       const double eta = double(uint64_t(config.n_iters) - done) / steps_per_second;
-      char line[256];
+      const double hidden = communication > 0 ? 1.0 - std::min(1.0, exposed / communication) : 0;
+      char line[320];
       std::snprintf(line, sizeof(line),
                     "step %llu/%d  loss %.5f  psnr %.2f  rays/s %.0f  data wait %.1f%%  "
-                    "eta %.0f s\n",
+                    "all-reduce %.1f%% (%.0f%% hidden)  eta %.0f s\n",
                     (unsigned long long)done, config.n_iters, result.loss, result.psnr,
-                    steps_per_second * config.N_rand, 100.0 * reader.wait_seconds() / seconds, eta);
+                    steps_per_second * double(rays_per_update),
+                    100.0 * reader.wait_seconds() / seconds, 100.0 * communication / seconds,
+                    100.0 * hidden, eta);
       log << line << std::flush;
-      metrics << "{\"step\": " << done << ", \"loss\": " << result.loss
-              << ", \"mse_coarse\": " << result.mse_coarse << ", \"mse_fine\": " << result.mse_fine
-              << ", \"psnr\": " << result.psnr << ", \"grad_norm\": " << grad_norm
-              << ", \"lr_feature\": " << adam.learning_rate(nn::ParameterGroup::kFeature)
-              << ", \"lr_mlp\": " << adam.learning_rate(nn::ParameterGroup::kMlp)
-              << ", \"rays_per_second\": " << steps_per_second * config.N_rand
-              << ", \"valid_rays\": " << result.valid_rays << "}\n"
-              << std::flush;
+      if (rank == 0) {
+        metrics << "{\"step\": " << done << ", \"loss\": " << result.loss
+                << ", \"mse_coarse\": " << result.mse_coarse
+                << ", \"mse_fine\": " << result.mse_fine << ", \"psnr\": " << result.psnr
+                << ", \"grad_norm\": " << norm
+                << ", \"lr_feature\": " << adam.learning_rate(nn::ParameterGroup::kFeature)
+                << ", \"lr_mlp\": " << adam.learning_rate(nn::ParameterGroup::kMlp)
+                << ", \"rays_per_second\": " << steps_per_second * double(rays_per_update)
+                << ", \"valid_rays\": " << result.valid_rays << ", \"ranks\": " << ranks
+                << ", \"allreduce_seconds\": " << communication
+                << ", \"allreduce_exposed_seconds\": " << exposed << "}\n"
+                << std::flush;
+      }
     }
     if (heldout && (done % uint64_t(config.i_img) == 0 || done == uint64_t(config.n_iters))) {
       validation_model->parameters().values() = params.values();
-      const ViewMetrics m = evaluate_view(*validation_model, *heldout, RandomKey{config.seed, 0});
-      summary.heldout_psnr = m.psnr;
-      summary.heldout_ssim = m.ssim;
-      char line[256];
-      std::snprintf(line, sizeof(line), "step %llu/%d  held-out view %d  psnr %.2f  ssim %.4f\n",
-                    (unsigned long long)done, config.n_iters, m.view, m.psnr, m.ssim);
-      log << line << std::flush;
-      metrics << "{\"step\": " << done << ", \"heldout_psnr\": " << m.psnr
-              << ", \"heldout_ssim\": " << m.ssim << "}\n"
-              << std::flush;
+      ViewMetrics m;
+      {
+        dist::Watchdog::Scope watch(watchdog.get(), "the validation of " + step_name);
+        m = validate(*validation_model, *heldout, RandomKey{config.seed, 0}, *comm);
+      }
+      if (rank == 0) {
+        summary.heldout_psnr = m.psnr;
+        summary.heldout_ssim = m.ssim;
+        char line[256];
+        std::snprintf(line, sizeof(line), "step %llu/%d  held-out view %d  psnr %.2f  ssim %.4f\n",
+                      (unsigned long long)done, config.n_iters, m.view, m.psnr, m.ssim);
+        log << line << std::flush;
+        metrics << "{\"step\": " << done << ", \"heldout_psnr\": " << m.psnr
+                << ", \"heldout_ssim\": " << m.ssim << "}\n"
+                << std::flush;
+      }
     }
     if (done % uint64_t(config.i_weights) == 0 || done == uint64_t(config.n_iters)) {
-      state.config = config.to_text();
-      state.cursors = {reader.cursor()};
-      state.random_seed = config.seed;
-      summary.last_checkpoint =
-          nn::save_checkpoint(summary.run_dir, params, adam, state, config.keep_checkpoints);
+      dist::Watchdog::Scope watch(watchdog.get(), "the checkpoint of " + step_name);
+      const nn::TrainingState state{config.to_text(), all_cursors(*comm, reader.cursor()),
+                                    config.seed};
+      on_root(*comm, [&] {
+        summary.last_checkpoint =
+            nn::save_checkpoint(summary.run_dir, params, adam, state, config.keep_checkpoints);
+      });
     }
   }
   return summary;

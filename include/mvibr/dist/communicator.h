@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,10 @@ class Communicator {
   virtual void all_gather(const void* send, size_t bytes, void* receive) = 0;
   virtual void barrier() = 0;
 };
+
+// A job of one rank without MPI: every collective leaves the data as it is (all_gather copies).
+// What `mvibr train` uses in tests and libraries that run one process.
+std::unique_ptr<Communicator> single_process_communicator();
 
 // Typed helpers over the byte-level calls.
 template <typename T>

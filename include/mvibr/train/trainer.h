@@ -1,9 +1,21 @@
-// `mvibr train` on one process: the loop that draws a sample from the prefetching reader, trains
-// the model on N_rand of its target's rays, steps Adam, logs and checkpoints. A run lives in
-// basedir/expname (config.txt, metrics.jsonl, checkpoints/); it resumes from its newest
-// checkpoint unless no_reload, or from ckpt_path. Resumed runs reach bit-identical parameters to
-// uninterrupted ones on the CPU: the data cursor, the step (which keys every random draw) and
-// Adam's state are all in the checkpoint.
+// `mvibr train`: the loop that draws a sample from the prefetching reader, trains the model on
+// its target's rays, steps Adam, logs and checkpoints; data-parallel over the ranks of a job.
+//
+// Each rank reads its own shards and takes its own target view per step; its rays are the
+// global rays [(rank x accumulation_steps + m) x N_rand, + N_rand) of micro-step m, drawn and
+// sampled from Philox keyed by (seed, step, global ray). The loss is the masked MSE of the whole
+// global batch: squared errors and valid-ray counts are summed over ranks and micro-steps before
+// the division, so 2 ranks of N_rand = B train exactly as 1 rank of 2B on the same samples (up
+// to float rounding), and k micro-steps of B as one step of kB. Gradients are summed by bucketed
+// all-reduce overlapped with the feature network's backward; every rank then takes the same
+// Adam step. Rank 0 logs, validates (all ranks render a share of the held-out view) and writes
+// checkpoints with every rank's data cursor.
+//
+// A run lives in basedir/expname (config.txt, metrics.jsonl, checkpoints/); it resumes from its
+// newest checkpoint unless no_reload, or from ckpt_path: rank 0 reads it and broadcasts it, so
+// only rank 0 needs the run directory. With the rank count of the checkpoint, resuming is exact
+// (bit-identical on the CPU); with another, each rank starts its new shards at the checkpoint's
+// epoch, with a warning.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +23,9 @@
 #include <limits>
 #include <string>
 
+#include "mvibr/dist/communicator.h"
+#include "mvibr/dist/mpi_session.h"
+#include "mvibr/dist/watchdog.h"
 #include "mvibr/train/config.h"
 
 namespace mvibr::train {
@@ -23,11 +38,20 @@ struct TrainSummary {
   double heldout_psnr = std::numeric_limits<double>::quiet_NaN();
   double heldout_ssim = std::numeric_limits<double>::quiet_NaN();
   std::string last_checkpoint;
+  uint64_t skipped_steps = 0;  // updates skipped for a non-finite loss or gradient
 };
 
-// Trains until config.n_iters steps; progress lines go to `log`. Every i_img steps and at the
-// end, the first held-out view (test split, else val; none: skipped) is rendered with the
-// current weights and its PSNR and SSIM logged and appended to metrics.jsonl.
-TrainSummary train(const TrainConfig& config, std::ostream& log);
+// This process's place in the job.
+struct RankContext {
+  dist::Communicator* comm = nullptr;  // null: a job of one process
+  dist::Topology topology;
+  // Called (from the watchdog's thread) when a wait for the other ranks outlasts watchdog_s; a
+  // real run ends the job there (MpiSession::abort_job). Null: no watchdog.
+  dist::Watchdog::StallHandler on_stall;
+};
+
+// Trains until config.n_iters steps; rank 0's progress lines go to `log`. Every collective is
+// called on every rank, so an error on one rank must end the job (the CLI aborts it).
+TrainSummary train(const TrainConfig& config, std::ostream& log, const RankContext& context = {});
 
 }  // namespace mvibr::train
