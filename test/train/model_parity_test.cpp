@@ -14,17 +14,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "ibrnet_model_case.h"
 #include "mvibr/core/philox.h"
 #include "mvibr/data/synthetic_scene.h"
-#include "mvibr/nn/aggregator.h"
-#include "mvibr/nn/checkpoint.h"
 #include "mvibr/nn/feature_net.h"
-#include "mvibr/nn/optimizer.h"
 #include "mvibr/train/ibrnet_model.h"
 #include "mvibr/train/ray_batch.h"
 #include "npy.h"
@@ -34,31 +30,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::NpyArray;
-
-NpyArray camera_array(const PinholeCamera<double>& c) {
-  std::vector<double> v{c.fx, c.fy, c.cx, c.cy};
-  v.insert(v.end(), c.c2w, c.c2w + 12);
-  return {{16}, v};
-}
-
-// The Philox numbers the step draws, so that the reference uses the same ones.
-NpyArray philox_uniforms(RandomStream stream, RandomKey key, size_t rays, size_t per_ray) {
-  NpyArray u{{rays, per_ray}, std::vector<double>(rays * per_ray)};
-  for (size_t r = 0; r < rays; ++r) {
-    for (size_t i = 0; i < per_ray; ++i) {
-      u.data[r * per_ray + i] = philox_uniform(key, stream, uint32_t(r), uint32_t(i));
-    }
-  }
-  return u;
-}
-
-nn::ResUNetOptions feature_options(const TrainConfig& c) {
-  nn::ResUNetOptions o = nn::ResUNetOptions::preset(c.feature_net);
-  o.coarse_out_ch = c.coarse_feat_dim;
-  o.fine_out_ch = c.fine_feat_dim;
-  o.coarse_only = c.coarse_only;
-  return o;
-}
 
 // A target view of the built-in scene and its three nearest cameras on the orbit: most target
 // rays are seen by two or more sources along enough samples to count in IBRNet's ray mask.
@@ -97,7 +68,7 @@ TrainConfig small_config(bool inv_uniform) {
 void write_relu_masks(const TrainConfig& config, const nn::ParameterSet& model,
                       const data::TrainingSample& sample, const fs::path& dir) {
   nn::ParameterSet copy;
-  const nn::ResUNet net(feature_options(config), &copy, "feature_net.");
+  const nn::ResUNet net(feature_net_options(config), &copy, "feature_net.");
   for (const nn::ParameterInfo& info : copy.infos()) {
     const float* values = model.value(model.find(info.name));
     std::copy(values, values + info.size, copy.values().begin() + long(info.offset));
@@ -121,63 +92,6 @@ void write_relu_masks(const TrainConfig& config, const nn::ParameterSet& model,
     for (size_t i = 0; i < m.size(); ++i) mask.data.push_back(m.data[i] > 0.0f ? 1.0 : 0.0);
     test::write_npy(dir / ("mask_" + unit.name + ".npy"), mask);
   }
-}
-
-// Everything the reference reads for one step (see ibrnet_model_reference.py).
-void write_case(const TrainConfig& c, const IbrnetModel& model, const data::TrainingSample& sample,
-                const RayBatch& rays, RandomKey key, const fs::path& dir) {
-  fs::create_directories(dir);
-  const nn::Adam adam(model.parameters(), nn::AdamOptions{});
-  nn::TrainingState state;
-  state.config = c.to_text();
-  state.cursors = {data::ReaderCursor{}};  // one rank
-  const std::string written =
-      nn::save_checkpoint((dir / "run").string(), model.parameters(), adam, state, 0);
-  fs::rename(written, dir / "checkpoint.h5");
-
-  const nn::ResUNetOptions features = feature_options(c);
-  const auto [hf, wf] =
-      nn::ResUNet::output_size(sample.target.camera.height, sample.target.camera.width);
-  const nlohmann::json spec = {
-      {"widths", features.widths},
-      {"blocks", features.blocks},
-      {"coarse_feat_dim", c.coarse_feat_dim},
-      {"fine_feat_dim", c.fine_feat_dim},
-      {"coarse_only", c.coarse_only},
-      {"feature_size", {hf, wf}},
-      {"near", sample.target.near_depth},
-      {"far", sample.target.far_depth},
-      {"N_samples", c.N_samples},
-      {"N_importance", c.N_importance},
-      {"inv_uniform", c.inv_uniform},
-      {"det", c.det},
-      {"delta", c.delta},
-      {"white_bkgd", c.white_bkgd},
-      {"anti_alias_pooling", c.anti_alias_pooling},
-      {"attention_mask",
-       nn::AggregatorOptions{}.attention_mask == nn::AttentionMask::kKeys ? "keys" : "queries"}};
-  std::ofstream(dir / "case.json") << spec.dump();
-
-  const size_t V = sample.sources.size(), R = rays.pixels.size() / 2;
-  const size_t H = size_t(sample.target.camera.height), W = size_t(sample.target.camera.width);
-  NpyArray images{{V, H, W, 3}, {}}, cameras{{V, 16}, {}};
-  for (const data::View& view : sample.sources) {
-    images.data.insert(images.data.end(), view.rgb.begin(), view.rgb.end());
-    const NpyArray camera = camera_array(view.camera);
-    cameras.data.insert(cameras.data.end(), camera.data.begin(), camera.data.end());
-  }
-  test::write_npy(dir / "images.npy", images);
-  test::write_npy(dir / "cameras.npy", cameras);
-  test::write_npy(dir / "target_camera.npy", camera_array(sample.target.camera));
-  test::write_npy(dir / "pixels.npy",
-                  {{R, 2}, std::vector<double>(rays.pixels.begin(), rays.pixels.end())});
-  test::write_npy(dir / "target_rgb.npy",
-                  {{R, 3}, std::vector<double>(rays.target_rgb.begin(), rays.target_rgb.end())});
-  test::write_npy(dir / "u_coarse.npy",
-                  philox_uniforms(RandomStream::kStratifiedJitter, key, R, size_t(c.N_samples)));
-  test::write_npy(dir / "u_importance.npy", philox_uniforms(RandomStream::kImportanceSampling, key,
-                                                            R, size_t(c.N_importance)));
-  write_relu_masks(c, model.parameters(), sample, dir);
 }
 
 double relative_error(double ours, double ref) {
@@ -215,7 +129,8 @@ void check_step(bool inv_uniform, const std::string& name) {
   const fs::path root =
       fs::temp_directory_path() / ("mvibr-model-parity-" + std::to_string(::getpid()));
   const fs::path dir = root / name / "step";
-  write_case(config, model, sample, rays, key, dir);
+  test::write_model_case(config, model, sample, rays, key, dir);
+  write_relu_masks(config, model.parameters(), sample, dir);
   model.parameters().zero_grads();
   const StepResult ours = model.train_step(sample, rays, key, 0);
   // Enough rays count that the losses mean something (IBRNet's mask drops the rest).
