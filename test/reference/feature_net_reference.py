@@ -123,14 +123,13 @@ class Parameters:
                                f"used but not given: {sorted(set(self.tensors) - given)}")
 
 
-def relu_on_our_side(case, z, name):
+def relu_on_our_side(mask, z, name):
     """ReLU with the mask the fp32 side took (mask_<conv>.npy: 1 where its output is positive).
 
     Both sides then differentiate the same branch. Where our mask disagrees with float64's sign,
     the pre-activation must be within fp32 rounding of the kink, or ours is simply wrong.
     """
-    mask = load(case, "mask_" + name)
-    disagree = (z > 0).to(torch.float64) != mask
+    disagree = (z > 0).to(z.dtype) != mask
     if disagree.any():
         worst = z.detach().abs()[disagree].max().item()
         if worst > 1e-4 * z.detach().abs().max().item():
@@ -138,9 +137,13 @@ def relu_on_our_side(case, z, name):
     return z * mask
 
 
-def resunet(case, p):
-    param = Parameters(case, p["prefix"])
-    widths, blocks = p["widths"], p["blocks"]
+def resunet_forward(param, images, widths, blocks, relu, norm=instance_norm):
+    """The ResUNet's output [V, coarse + fine channels, Hf, Wf] of images [V, H, W, 3] in [0, 1].
+
+    param(name) gives a parameter by its name without prefix; relu(y, conv_name) is the ReLU
+    after that convolution's norm (relu_on_our_side for the parity tests, F.relu elsewhere);
+    norm(x, gamma, beta) is InstanceNorm2d(affine) (F.instance_norm computes the same).
+    """
 
     def unit(x, conv_name, norm_name, stride, activation, bias=False, residual=None):
         weight = param(conv_name + ".weight")
@@ -148,11 +151,11 @@ def resunet(case, p):
         if pad > 0:
             x = F.pad(x, (pad, pad, pad, pad), mode="reflect")
         y = F.conv2d(x, weight, param(conv_name + ".bias") if bias else None, stride=stride)
-        y = instance_norm(y, param(norm_name + ".weight"), param(norm_name + ".bias"))
+        y = norm(y, param(norm_name + ".weight"), param(norm_name + ".bias"))
         if residual is not None:
             y = y + residual
         if activation == "relu":
-            return relu_on_our_side(case, y, conv_name)
+            return relu(y, conv_name)
         return activate(y, activation)
 
     def skipconnect(encoder, decoded):
@@ -162,7 +165,7 @@ def resunet(case, p):
         encoder = F.pad(encoder, (dx // 2, dx - dx // 2, dy // 2, dy - dy // 2))
         return torch.cat([decoded, encoder], dim=1)
 
-    x = load(case, "images").permute(0, 3, 1, 2)  # [V, H, W, 3] -> [V, 3, H, W]
+    x = images.permute(0, 3, 1, 2)  # [V, H, W, 3] -> [V, 3, H, W]
     x = unit(x, "conv1", "bn1", 2, "relu")
     in_channels, encoded = widths[0], []
     for stage in range(3):
@@ -180,15 +183,26 @@ def resunet(case, p):
     x = unit(skipconnect(encoded[1], x), "iconv3.conv", "iconv3.bn", 1, "elu", bias=True)
     x = unit(upsample(x), "upconv2.conv.conv", "upconv2.conv.bn", 1, "elu", bias=True)
     x = unit(skipconnect(encoded[0], x), "iconv2.conv", "iconv2.bn", 1, "elu", bias=True)
-    out = F.conv2d(x, param("out_conv.weight"), param("out_conv.bias"))
+    return F.conv2d(x, param("out_conv.weight"), param("out_conv.bias"))
+
+
+def split_maps(out, coarse_channels, fine_channels, coarse_only):
+    """The coarse and fine maps [V, Hf, Wf, C] (fine None when coarse_only) of the output."""
+    coarse = out[:, :coarse_channels].permute(0, 2, 3, 1)
+    fine = None if coarse_only else out[:, -fine_channels:].permute(0, 2, 3, 1)
+    return coarse, fine
+
+
+def resunet(case, p):
+    param = Parameters(case, p["prefix"])
+    out = resunet_forward(param, load(case, "images"), p["widths"], p["blocks"],
+                          lambda y, name: relu_on_our_side(load(case, "mask_" + name), y, name))
     param.check_all_used()
 
-    coarse_channels = p["coarse_out_ch"]
-    coarse = out[:, :coarse_channels].permute(0, 2, 3, 1)
+    coarse, fine = split_maps(out, p["coarse_out_ch"], p["fine_out_ch"], p["coarse_only"])
     loss = (coarse * load(case, "grad_coarse")).sum()
     save(case, "coarse", coarse)
-    if not p["coarse_only"]:
-        fine = out[:, -p["fine_out_ch"]:].permute(0, 2, 3, 1)
+    if fine is not None:
         loss = loss + (fine * load(case, "grad_fine")).sum()
         save(case, "fine", fine)
     loss.backward()

@@ -37,12 +37,17 @@ def intrinsics_and_pose(camera):
     return K, pose
 
 
-def rays(case, p):
-    K, pose = intrinsics_and_pose(load(case, "camera"))
-    pixels = load(case, "pixels")
+def ray_bundle(camera, pixels):
+    """origins, directions [R,3] of pixels [R,2] (u, v) of camera [16]."""
+    K, pose = intrinsics_and_pose(camera)
     homogeneous = torch.cat([pixels, torch.ones_like(pixels[:, :1])], dim=1)  # [R,3]
     directions = (pose[:3, :3] @ torch.inverse(K[:3, :3]) @ homogeneous.t()).t()
-    save(case, "origins", pose[:3, 3].expand_as(directions))
+    return pose[:3, 3].expand_as(directions), directions
+
+
+def rays(case, p):
+    origins, directions = ray_bundle(load(case, "camera"), load(case, "pixels"))
+    save(case, "origins", origins)
     save(case, "directions", directions)
 
 
@@ -57,15 +62,20 @@ def evenly_spaced(near, far, n, inv_uniform, n_rays):
     return torch.stack([near + i * step * torch.ones(n_rays) for i in range(n)], 1)
 
 
-def coarse(case, p):
-    u = load(case, "u")
-    z = evenly_spaced(p["near"], p["far"], p["n_samples"], p["inv_uniform"], u.shape[0])
-    if not p["det"]:
+def coarse_depths(near, far, n_samples, inv_uniform, det, u):
+    """[R,n_samples] stratified depths, jittered by the uniforms u [R,n_samples] unless det."""
+    z = evenly_spaced(near, far, n_samples, inv_uniform, u.shape[0])
+    if not det:
         mids = 0.5 * (z[:, 1:] + z[:, :-1])
         upper = torch.cat([mids, z[:, -1:]], -1)
         lower = torch.cat([z[:, :1], mids], -1)
         z = lower + (upper - lower) * u
-    save(case, "depths", z)
+    return z
+
+
+def coarse(case, p):
+    save(case, "depths", coarse_depths(p["near"], p["far"], p["n_samples"], p["inv_uniform"],
+                                       p["det"], load(case, "u")))
 
 
 def sample_pdf(bins, weights, u):
@@ -86,24 +96,28 @@ def sample_pdf(bins, weights, u):
     return bins_g[..., 0] + t * (bins_g[..., 1] - bins_g[..., 0])
 
 
-def importance(case, p):
-    z, w = load(case, "depths"), load(case, "weights")
-    n = p["n_importance"]
-    u = torch.linspace(0, 1, n).expand(z.shape[0], n) if p["det"] else load(case, "u")
-    if p["inv_uniform"]:
+def importance_depths(z, w, n_importance, inv_uniform, det, u):
+    """The coarse depths z [R,S] and n_importance samples of their weights w [R,S], sorted."""
+    if det:
+        u = torch.linspace(0, 1, n_importance).expand(z.shape[0], n_importance)
+    if inv_uniform:
         inv = 1.0 / z
         mids = 0.5 * (inv[:, 1:] + inv[:, :-1])
         samples = 1.0 / sample_pdf(torch.flip(mids, [1]), torch.flip(w[:, 1:-1], [1]), u)
     else:
         samples = sample_pdf(0.5 * (z[:, 1:] + z[:, :-1]), w[:, 1:-1], u)
-    save(case, "merged", torch.sort(torch.cat([z, samples], -1), -1)[0])
+    return torch.sort(torch.cat([z, samples], -1), -1)[0]
 
 
-def gather(case, p):
-    origins, directions, depths = load(case, "origins"), load(case, "directions"), load(case, "depths")
-    cameras, target_center = load(case, "cameras"), load(case, "target_center")
-    images = load(case, "images").requires_grad_()      # [V,H,W,3]
-    features = load(case, "features").requires_grad_()  # [V,Hf,Wf,C]
+def importance(case, p):
+    u = None if p["det"] else load(case, "u")
+    save(case, "merged", importance_depths(load(case, "depths"), load(case, "weights"),
+                                           p["n_importance"], p["inv_uniform"], p["det"], u))
+
+
+def gather_samples(origins, directions, depths, cameras, images, features, target_center):
+    """rgb_features [R,S,V,3+C], ray_diff [R,S,V,4], mask [R,S,V] of the samples at depths
+    [R,S] along the rays, gathered from images [V,H,W,3] and features [V,Hf,Wf,C]."""
     V, H, W = images.shape[:3]
     R, S = depths.shape
     xyz = (origins[:, None, :] + depths[..., None] * directions[:, None, :]).reshape(-1, 3)
@@ -119,7 +133,7 @@ def gather(case, p):
     feat = F.grid_sample(features.permute(0, 3, 1, 2), normalized, align_corners=True)
     rgb_features = torch.cat([rgb, feat], 1)[:, :, 0].permute(2, 0, 1)  # [P,V,3+C]
     inbound = (pixels[..., 0] >= 0) & (pixels[..., 0] <= W - 1) & (pixels[..., 1] >= 0) & (pixels[..., 1] <= H - 1)
-    mask = (inbound & in_front).to(torch.float64).t()  # [P,V]
+    mask = (inbound & in_front).to(images.dtype).t()  # [P,V]
 
     to_target = target_center[None] - xyz
     to_target = to_target / (torch.norm(to_target, dim=-1, keepdim=True) + 1e-6)
@@ -129,20 +143,28 @@ def gather(case, p):
     direction = difference / torch.clamp(torch.norm(difference, dim=-1, keepdim=True), min=1e-6)
     ray_diff = torch.cat([direction, torch.sum(to_target[None] * to_source, -1, keepdim=True)], -1)
 
-    save(case, "rgb_features", rgb_features.reshape(R, S, V, -1))
-    save(case, "ray_diff", ray_diff.permute(1, 0, 2).reshape(R, S, V, 4))
-    save(case, "mask", mask.reshape(R, S, V))
+    return (rgb_features.reshape(R, S, V, -1), ray_diff.permute(1, 0, 2).reshape(R, S, V, 4),
+            mask.reshape(R, S, V))
+
+
+def gather(case, p):
+    images = load(case, "images").requires_grad_()      # [V,H,W,3]
+    features = load(case, "features").requires_grad_()  # [V,Hf,Wf,C]
+    rgb_features, ray_diff, mask = gather_samples(
+        load(case, "origins"), load(case, "directions"), load(case, "depths"),
+        load(case, "cameras"), images, features, load(case, "target_center"))
+    save(case, "rgb_features", rgb_features)
+    save(case, "ray_diff", ray_diff)
+    save(case, "mask", mask)
     grad_images, grad_features = torch.autograd.grad(
-        rgb_features.reshape(R, S, V, -1), [images, features], load(case, "grad_rgb_features"))
+        rgb_features, [images, features], load(case, "grad_rgb_features"))
     save(case, "grad_images", grad_images)
     save(case, "grad_features", grad_features)
 
 
-def composite(case, p):
-    sigma = load(case, "sigma").requires_grad_()
-    rgb = load(case, "rgb").requires_grad_()
-    z, directions = load(case, "depths"), load(case, "directions")
-    if p["delta"] == "interval":
+def composite_rays(sigma, rgb, z, directions, delta, white_bkgd):
+    """rgb_map [R,3], depth_map [R], acc_map [R], weights [R,S] of sigma [R,S], rgb [R,S,3]."""
+    if delta == "interval":
         dists = torch.cat([z[:, 1:] - z[:, :-1], torch.full_like(z[:, :1], 1e10)], -1)
         alpha = 1.0 - torch.exp(-sigma * dists * torch.norm(directions, dim=-1, keepdim=True))
     else:
@@ -151,10 +173,16 @@ def composite(case, p):
     T = torch.cat([torch.ones_like(alpha[:, :1]), T], -1)  # T_0 = 1, also for a single sample
     weights = alpha * T
     rgb_map = torch.sum(weights[..., None] * rgb, 1)
-    if p["white_bkgd"]:
+    if white_bkgd:
         rgb_map = rgb_map + (1.0 - torch.sum(weights, -1, keepdim=True))
-    depth_map = torch.sum(weights * z, -1)
-    acc_map = torch.sum(weights, -1)
+    return rgb_map, torch.sum(weights * z, -1), torch.sum(weights, -1), weights
+
+
+def composite(case, p):
+    sigma = load(case, "sigma").requires_grad_()
+    rgb = load(case, "rgb").requires_grad_()
+    rgb_map, depth_map, acc_map, weights = composite_rays(
+        sigma, rgb, load(case, "depths"), load(case, "directions"), p["delta"], p["white_bkgd"])
     for name, value in [("rgb_map", rgb_map), ("depth_map", depth_map), ("acc_map", acc_map), ("weights", weights)]:
         save(case, name, value)
     grad_sigma, grad_rgb = torch.autograd.grad(
@@ -165,16 +193,25 @@ def composite(case, p):
     save(case, "grad_rgb", grad_rgb)
 
 
+def rays_that_count(mask, min_views, min_samples):
+    """[R] 1 for the rays of which at least min_samples samples are seen by at least min_views
+    views (mask [R,S,V]), else 0."""
+    samples = mask.sum(dim=2) > min_views - 1
+    return (samples.to(mask.dtype).sum(dim=1) > min_samples - 1).to(mask.dtype)
+
+
 def ray_mask(case, p):
-    mask = load(case, "sample_mask")  # [R,S,V]
-    samples = mask.sum(dim=2) > p["min_views"] - 1
-    save(case, "ray_mask", (samples.to(torch.float64).sum(dim=1) > p["min_samples"] - 1).to(torch.float64))
+    save(case, "ray_mask", rays_that_count(load(case, "sample_mask"), p["min_views"], p["min_samples"]))
+
+
+def masked_mse_loss(predicted, target, mask):
+    """IBRNet's img2mse: the mean squared error over the rays with mask 1."""
+    return torch.sum((predicted - target) ** 2 * mask[:, None]) / (torch.sum(mask) * 3 + 1e-6)
 
 
 def masked_mse(case, p):
     predicted = load(case, "predicted").requires_grad_()
-    target, mask = load(case, "target"), load(case, "ray_mask")
-    loss = torch.sum((predicted - target) ** 2 * mask[:, None]) / (torch.sum(mask) * 3 + 1e-6)
+    loss = masked_mse_loss(predicted, load(case, "target"), load(case, "ray_mask"))
     save(case, "loss", loss.reshape(1))
     (grad,) = torch.autograd.grad(loss, [predicted], torch.tensor(p["grad_loss"]))
     save(case, "grad_predicted", grad)
