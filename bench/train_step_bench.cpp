@@ -1,0 +1,176 @@
+// mvibr's side of bench/train_step_vs_pytorch.sh: IBRNet's whole training step (train_step and
+// Adam's step) on one sample of a prepared data set and one ray batch, repeated, with the
+// median seconds of every phase (PhaseTimes) and of the optimizer. Prints one JSON object.
+// `--write_case DIR` first writes the step's case folder (test/reference/ibrnet_model_case.h)
+// for bench/ibrnet_torch_step.py, which then runs the identical steps in PyTorch.
+//   train_step_bench --config FILE [--key value ...] [--warmup W] [--steps N] [--write_case DIR]
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "ibrnet_model_case.h"
+#include "mvibr/core/error.h"
+#include "mvibr/data/prefetch_reader.h"
+#include "mvibr/nn/optimizer.h"
+#include "mvibr/train/config.h"
+#include "mvibr/train/ibrnet_model.h"
+#include "mvibr/train/ray_batch.h"
+
+namespace mvibr {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchOptions {
+  int warmup = 1, steps = 5;
+  std::string case_dir;
+};
+
+// Takes this program's own options out of `args`; the rest are the training config's.
+BenchOptions take_bench_options(std::vector<std::string>* args) {
+  BenchOptions o;
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args->size(); ++i) {
+    const std::string& a = (*args)[i];
+    const bool ours = a == "--warmup" || a == "--steps" || a == "--write_case";
+    if (!ours) {
+      rest.push_back(a);
+      continue;
+    }
+    if (i + 1 == args->size()) throw InvalidArgument(a + " needs a value");
+    const std::string& value = (*args)[++i];
+    if (a == "--warmup") o.warmup = std::stoi(value);
+    if (a == "--steps") o.steps = std::stoi(value);
+    if (a == "--write_case") o.case_dir = value;
+  }
+  if (o.warmup < 0 || o.steps < 1) throw InvalidArgument("--warmup >= 0 and --steps >= 1");
+  *args = rest;
+  return o;
+}
+
+// The optimizer as `mvibr train` sets it up from the config.
+nn::AdamOptions adam_options(const train::TrainConfig& c) {
+  nn::AdamOptions o;
+  o.lrate_feature = c.lrate_feature;
+  o.lrate_mlp = c.lrate_mlp;
+  o.lrate_decay_factor = c.lrate_decay_factor;
+  o.lrate_decay_steps = uint64_t(c.lrate_decay_steps);
+  o.max_grad_norm = c.grad_clip;
+  return o;
+}
+
+// The first training sample of the config's data set, as `mvibr train` reads it.
+data::TrainingSample first_sample(const train::TrainConfig& c) {
+  data::ReaderOptions o;
+  o.data_dir = c.datadir;
+  o.seed = c.seed;
+  o.num_source_views = c.num_source_views;
+  o.source_pool = c.source_pool;
+  o.queue_depth = 1;
+  o.split = data::Split::kTrain;
+  data::PrefetchReader reader(o);
+  return reader.next();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+int run(std::vector<std::string> args) {
+  const BenchOptions bench = take_bench_options(&args);
+  train::TrainConfig config;
+  if (!train::parse_train_config(args, &config)) return 0;  // --help
+  const data::TrainingSample sample = first_sample(config);
+  const RandomKey key{config.seed, 0};
+  const train::RayBatch rays = train::select_rays(sample.target, config.N_rand, config.sample_mode,
+                                                  config.center_ratio, key, 0);
+  train::IbrnetModel model(config);
+  model.initialize(config.seed);
+  if (!bench.case_dir.empty()) {
+    test::write_model_case(config, model, sample, rays, key, bench.case_dir);
+  }
+  nn::ParameterSet& params = model.parameters();
+  nn::Adam adam(params, adam_options(config));
+
+  std::map<std::string, std::vector<double>> phases;
+  std::vector<double> step_seconds;
+  double loss_first = 0, loss_last = 0;
+  int valid_rays = 0;
+  for (int i = 0; i < bench.warmup + bench.steps; ++i) {
+    // As `mvibr train` runs a step; zeroing the gradients counts as the optimizer's.
+    const Clock::time_point start = Clock::now();
+    params.zero_grads();
+    const double zeroing = seconds_since(start);
+    const train::StepResult result = model.train_step(sample, rays, key, 0);
+    const Clock::time_point optimizer_start = Clock::now();
+    adam.step(&params);
+    const double optimizer = zeroing + seconds_since(optimizer_start);
+    const double step = seconds_since(start);
+    if (i == 0) loss_first = result.loss;
+    loss_last = result.loss;
+    valid_rays = result.valid_rays;
+    if (i < bench.warmup) continue;
+    step_seconds.push_back(step);
+    for (const auto& [name, seconds] : result.times.named()) phases[name].push_back(seconds);
+    phases["optimizer"].push_back(optimizer);
+  }
+
+  nlohmann::ordered_json phase_medians;
+  for (const auto& [name, seconds] : train::PhaseTimes{}.named()) {
+    phase_medians[name] = median(phases[name]);
+  }
+  phase_medians["optimizer"] = median(phases["optimizer"]);
+  const double step = median(step_seconds);
+  nlohmann::ordered_json out = {
+      {"impl", "mvibr"},
+      {"threads", omp_get_max_threads()},
+      {"warmup", bench.warmup},
+      {"steps", bench.steps},
+      {"step_seconds", step},
+      {"steps_per_second", 1.0 / step},
+      {"rays_per_second", config.N_rand / step},
+      {"phases", phase_medians},
+      {"loss_first", loss_first},
+      {"loss_last", loss_last},
+      {"valid_rays", valid_rays},
+      {"config",
+       {{"datadir", config.datadir},
+        {"target_view", sample.target_view},
+        {"image", {sample.target.camera.width, sample.target.camera.height}},
+        {"num_source_views", int(sample.sources.size())},
+        {"feature_net", config.feature_net},
+        {"coarse_feat_dim", config.coarse_feat_dim},
+        {"fine_feat_dim", config.fine_feat_dim},
+        {"N_rand", config.N_rand},
+        {"N_samples", config.N_samples},
+        {"N_importance", config.N_importance},
+        {"inv_uniform", config.inv_uniform}}}};
+  std::cout << out.dump() << "\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace mvibr
+
+int main(int argc, char** argv) {
+  try {
+    return mvibr::run(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_step_bench: %s\n", e.what());
+    return 1;
+  }
+}
