@@ -1,5 +1,5 @@
 // The per-rank prefetching reader (see prefetch_reader.h). Order and source choice are pure
-// functions of (seed, epoch, rank, position) through Philox, so a stream restarted at a cursor
+// functions of (seed, epoch, shards, position) through Philox, so a stream restarted at a cursor
 // is the same stream, on any machine.
 #include "mvibr/data/prefetch_reader.h"
 
@@ -76,14 +76,17 @@ struct PrefetchReader::State {
   ReaderCursor next_cursor;  // of the sample next() returns next
   double waited = 0;
 
-  // The epoch's order: Fisher-Yates driven by Philox keyed by (seed, epoch, rank).
+  // The epoch's order: Fisher-Yates driven by Philox keyed by (seed, epoch, first shard). Keyed
+  // by the shards and not the rank, so ranks that share shards (allow_shared_shards) take the
+  // same target views and split their rays, and 1 rank of 2B rays meets the same samples as 2
+  // ranks of B: the equivalence data parallelism is checked by.
   std::vector<uint32_t> order(uint64_t epoch) const {
     std::vector<uint32_t> o(items.size());
     for (size_t i = 0; i < o.size(); ++i) o[i] = uint32_t(i);
     if (!options.shuffle) return o;
     for (size_t i = o.size(); i > 1; --i) {
       const uint32_t j =
-          below(draw(options.seed, kShuffleStream, epoch, uint32_t(i), uint32_t(options.rank)),
+          below(draw(options.seed, kShuffleStream, epoch, uint32_t(i), uint32_t(shard_ids[0])),
                 uint32_t(i));
       std::swap(o[i - 1], o[j]);
     }

@@ -1,5 +1,5 @@
 // The per-rank reader: ranks split an epoch exactly, the order is a pure function of (seed,
-// epoch, rank), a reader restarted at a saved cursor continues the identical stream, sources
+// epoch, shards) (ranks sharing shards see the same stream), a reader restarted at a saved cursor continues the identical stream, sources
 // come from the target's neighbours nearest-first, and errors are clear.
 #include "mvibr/data/prefetch_reader.h"
 
@@ -140,6 +140,13 @@ TEST(PrefetchReader, FewerShardsThanRanksIsAnErrorUnlessShared) {
   shared.allow_shared_shards = true;
   PrefetchReader reader(shared);
   EXPECT_EQ(reader.shards(), std::vector<int>{0});
+  // Ranks that share a shard take the same targets (and split their rays), as one rank would.
+  PrefetchReader alone(data.options(0, 1));
+  for (int i = 0; i < 12; ++i) {
+    const TrainingSample a = reader.next(), b = alone.next();
+    EXPECT_EQ(a.target_view, b.target_view) << "sample " << i;
+    EXPECT_EQ(a.source_views, b.source_views) << "sample " << i;
+  }
 }
 
 TEST(PrefetchReader, BadInputsAreClearErrors) {

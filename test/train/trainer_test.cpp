@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -87,6 +88,36 @@ TEST_F(TrainerTest, ResumingReachesBitIdenticalParameters) {
   const TrainSummary different = train(other, log);
   EXPECT_NE(checkpoint_values(config, straight.last_checkpoint),
             checkpoint_values(config, different.last_checkpoint));
+}
+
+// Gradient accumulation: k micro-steps of B rays train as one step of kB rays (the same rays,
+// the loss of the whole batch), to float rounding.
+TEST_F(TrainerTest, MicroStepsOfBTrainAsOneStepOfTwoB) {
+  std::ostringstream log;
+  TrainConfig micro = small_config("micro", 5);
+  micro.N_rand = 32;
+  micro.accumulation_steps = 2;
+  TrainConfig whole = small_config("whole", 5);
+  whole.N_rand = 64;
+  const TrainSummary a = train(micro, log);
+  const TrainSummary b = train(whole, log);
+  const std::vector<float> x = checkpoint_values(micro, a.last_checkpoint);
+  const std::vector<float> y = checkpoint_values(whole, b.last_checkpoint);
+  double difference = 0, norm = 0, moved = 0;
+  std::vector<float> initial;
+  {
+    IbrnetModel model(whole);
+    model.initialize(whole.seed);
+    initial = model.parameters().values();
+  }
+  for (size_t i = 0; i < x.size(); ++i) {
+    difference += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
+    norm += double(y[i]) * y[i];
+    moved += (double(y[i]) - initial[i]) * (double(y[i]) - initial[i]);
+  }
+  EXPECT_LE(std::sqrt(difference / norm), 1e-5);
+  // Not trivially equal: the steps moved the parameters far more than the difference.
+  EXPECT_GT(std::sqrt(moved / difference), 100.0);
 }
 
 }  // namespace

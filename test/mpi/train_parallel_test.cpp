@@ -1,0 +1,156 @@
+// Data-parallel training under mpirun -np 2, checked by equivalence: 2 ranks of N_rand = B train
+// as 1 rank of 2B on the same samples; a 2-rank run stopped and resumed reaches the same
+// parameters as an uninterrupted one; a 2-rank checkpoint resumes on 1 rank with a warning;
+// ranks given different configs stop at once, naming the key.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+#include "mvibr/core/error.h"
+#include "mvibr/dist/mpi_session.h"
+#include "mvibr/nn/checkpoint.h"
+#include "mvibr/nn/optimizer.h"
+#include "mvibr/train/ibrnet_model.h"
+#include "mvibr/train/trainer.h"
+#include "training_fixture.h"
+
+namespace mvibr::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+dist::MpiSession* session = nullptr;
+
+class TrainParallel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    world_ = session->world();
+    ASSERT_EQ(world_->size(), 2) << "run under mpirun -np 2";
+  }
+
+  // One folder for both ranks (rank 0 names it), with the built-in scene in one shard.
+  static void SetUpTestSuite() {
+    auto world = session->world();
+    std::string root;
+    if (world->rank() == 0) {
+      root = (fs::temp_directory_path() / ("mvibr-parallel-" + std::to_string(::getpid())))
+                 .string();
+      testing::prepare_small_scene(root, 12, "train_parallel_test");
+    }
+    root_ = dist::broadcast_string(*world, root, 0);
+  }
+  static void TearDownTestSuite() {
+    session->world()->barrier();
+    if (session->topology().rank == 0) fs::remove_all(root_);
+  }
+
+  static TrainConfig config(const std::string& name, int n_iters, int n_rand) {
+    TrainConfig c = testing::small_config(root_, name, n_iters, n_rand);
+    c.i_print = 1;
+    c.i_weights = 3;
+    c.allow_shared_shards = true;  // one shard: both ranks take the same targets
+    return c;
+  }
+
+  RankContext both() const { return RankContext{world_.get(), session->topology(), {}}; }
+
+  static std::vector<float> values(const TrainConfig& c, const std::string& checkpoint) {
+    IbrnetModel model(c);
+    nn::Adam adam(model.parameters(), nn::AdamOptions{});
+    nn::TrainingState state;
+    nn::load_checkpoint(checkpoint, &model.parameters(), &adam, &state);
+    return model.parameters().values();
+  }
+
+  // |x - y| / |y|, and how far y moved from the initial parameters relative to that.
+  static std::pair<double, double> compare(const TrainConfig& c, const std::vector<float>& x,
+                                           const std::vector<float>& y) {
+    IbrnetModel model(c);
+    model.initialize(c.seed);
+    const std::vector<float>& initial = model.parameters().values();
+    double difference = 0, norm = 0, moved = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      difference += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
+      norm += double(y[i]) * y[i];
+      moved += (double(y[i]) - initial[i]) * (double(y[i]) - initial[i]);
+    }
+    return {std::sqrt(difference / norm), std::sqrt(moved / std::max(difference, 1e-300))};
+  }
+
+  std::unique_ptr<dist::Communicator> world_;
+  static inline std::string root_;
+};
+
+TEST_F(TrainParallel, TwoRanksOfBTrainAsOneRankOfTwoB) {
+  std::ostringstream log;
+  const TrainSummary two = train(config("two", 6, 32), log, both());
+  EXPECT_EQ(two.last_step, 6u);
+  if (world_->rank() == 0) {
+    EXPECT_NE(log.str().find("2 rank(s)"), std::string::npos) << log.str();
+    EXPECT_NE(log.str().find("global batch 64 rays"), std::string::npos) << log.str();
+    std::ostringstream alone_log;
+    const TrainSummary one = train(config("one", 6, 64), alone_log);
+    const auto [relative, moved] =
+        compare(config("one", 6, 64), values(config("two", 6, 32), two.last_checkpoint),
+                values(config("one", 6, 64), one.last_checkpoint));
+    EXPECT_LE(relative, 1e-5) << "2 ranks x 32 rays vs 1 rank x 64 rays";
+    EXPECT_GT(moved, 100.0) << "the runs must have trained";
+    // The summed loss is the loss of the global batch: the same on both sides.
+    EXPECT_NEAR(two.last_loss, one.last_loss, 1e-5 * one.last_loss);
+    std::cout << "[          ] 2x32 vs 1x64 rays after 6 steps: relative difference " << relative
+              << ", training moved the parameters " << moved << "x that\n";
+  }
+  world_->barrier();
+}
+
+TEST_F(TrainParallel, ResumedTwoRankRunReachesTheSameParameters) {
+  std::ostringstream log;
+  const TrainSummary straight = train(config("straight", 6, 32), log, both());
+  train(config("resumed", 3, 32), log, both());
+  const TrainSummary rest = train(config("resumed", 6, 32), log, both());
+  EXPECT_EQ(rest.first_step, 3u);
+  if (world_->rank() == 0) {
+    EXPECT_NE(log.str().find("resuming from"), std::string::npos);
+    EXPECT_EQ(values(config("straight", 6, 32), straight.last_checkpoint),
+              values(config("resumed", 6, 32), rest.last_checkpoint));
+    // The checkpoint holds both ranks' data cursors, and resumes on 1 rank with a warning.
+    TrainConfig single = config("resumed", 8, 32);
+    std::ostringstream single_log;
+    const TrainSummary continued = train(single, single_log);
+    EXPECT_EQ(continued.last_step, 8u);
+    EXPECT_NE(single_log.str().find("was written by 2 rank(s) and this job has 1"),
+              std::string::npos)
+        << single_log.str();
+  }
+  world_->barrier();
+}
+
+TEST_F(TrainParallel, DifferentConfigsStopAtStartNamingTheKey) {
+  std::ostringstream log;
+  TrainConfig c = config("mismatch", 2, world_->rank() == 0 ? 32 : 48);
+  try {
+    train(c, log, both());
+    FAIL() << "ranks were given different N_rand";
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "config key 'N_rand' differs between ranks: rank 0 has 32, rank 1 has 48");
+  }
+  EXPECT_FALSE(fs::exists(fs::path(root_) / "runs" / "mismatch" / "checkpoints"));
+}
+
+}  // namespace
+}  // namespace mvibr::train
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  mvibr::dist::MpiSession mpi(&argc, &argv);
+  mvibr::train::session = &mpi;
+  if (mpi.topology().rank != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  return RUN_ALL_TESTS();
+}
