@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# `mpirun -np 2 mvibr train` end to end, and the rule that a training job ends, never hangs:
+# ranks given different settings stop at start naming the key; a rank that is stopped (SIGSTOP:
+# alive but silent, which no launcher notices) ends the job through the other rank's watchdog
+# within its bound; a rank that is killed ends the job.
+#   parallel_cli_test.sh MVIBR_BINARY SOURCE_DIR MPIEXEC
+set -euo pipefail
+mvibr=$1
+source_dir=$2
+mpiexec=$3
+source "$source_dir/test/integration/lib.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+mpirun=("$mpiexec" -np 2 --oversubscribe)
+
+small=(--config "$source_dir/configs/synthetic.txt" --datadir "$work/data" --basedir "$work/runs"
+  --N_rand 32 --N_samples 8 --N_importance 4 --num_source_views 3 --source_pool 4
+  --coarse_feat_dim 4 --fine_feat_dim 4 --i_print 1)
+"$mvibr" prep --out "$work/data" --shards 2 --views 12 --width 32 --height 24 >/dev/null
+
+echo "== 2 ranks train"
+"${mpirun[@]}" "$mvibr" train "${small[@]}" --expname two --n_iters 4 --i_img 4 | tee "$work/two"
+grep -q "mvibr train: 2 rank(s) on 1 host(s)" "$work/two" || fail "no job summary"
+grep -q "global batch 64 rays" "$work/two" || fail "global batch is not 2 x 32"
+[[ $(grep -c "^step 4/4  loss" "$work/two") -eq 1 ]] || fail "rank 1 logs, or no step 4"
+[[ -f "$work/runs/two/checkpoints/ckpt-00000004.h5" ]] || fail "no checkpoint"
+/usr/bin/python3 -c '
+import h5py, sys
+with h5py.File(sys.argv[1], "r") as f:
+    assert f["data_cursors"].shape == (2, 2), f["data_cursors"].shape
+print("checkpoint holds both ranks cursors")
+' "$work/runs/two/checkpoints/ckpt-00000004.h5"
+
+echo "== different settings on the two ranks"
+if "$mpiexec" --oversubscribe -np 1 "$mvibr" train "${small[@]}" --expname bad --n_iters 2 : \
+  -np 1 "$mvibr" train "${small[@]}" --expname bad --n_iters 2 --seed 5 >"$work/out" \
+  2>"$work/err"; then
+  fail "ranks with different seeds trained"
+fi
+grep -q "config key 'seed' differs between ranks: rank 0 has 0, rank 1 has 5" "$work/err" ||
+  fail "the key is not named: $(cat "$work/err")"
+
+# The pid of rank 1 of the mvibr job started in the background (Open MPI exports the rank).
+rank1_pid() {
+  local pid
+  for pid in $(pgrep -f "$mvibr train"); do
+    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then
+      echo "$pid"
+      return
+    fi
+  done
+}
+
+# Starts a long 2-rank run, waits until it has taken 2 steps, sends SIGNAL to rank 1 and
+# requires the job to end non-zero within LIMIT seconds.
+job_ends_after() {
+  local signal=$1 limit=$2 name=$3
+  shift 3
+  "${mpirun[@]}" "$mvibr" train "${small[@]}" --expname "$name" --n_iters 100000 "$@" \
+    >"$work/$name.out" 2>"$work/$name.err" &
+  local job=$!
+  for _ in $(seq 600); do
+    [[ -f "$work/runs/$name/metrics.jsonl" ]] && (($(wc -l <"$work/runs/$name/metrics.jsonl") >= 2)) &&
+      break
+    sleep 0.1
+  done
+  local pid
+  pid=$(rank1_pid)
+  [[ -n $pid ]] || fail "$name: rank 1 not found"
+  local start=$SECONDS
+  kill "-$signal" "$pid"
+  local code=0
+  for _ in $(seq $((limit * 10))); do
+    kill -0 "$job" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$job" 2>/dev/null; then
+    kill -9 "$pid" 2>/dev/null || true
+    kill -9 "$job" 2>/dev/null || true
+    fail "$name: the job still runs $limit s after SIG$signal to rank 1"
+  fi
+  wait "$job" || code=$?
+  [[ $code -ne 0 ]] || fail "$name: the job exited 0"
+  echo "ok: SIG$signal to rank 1 ended the job in $((SECONDS - start)) s with exit code $code"
+}
+
+echo "== a stopped rank: the watchdog ends the job"
+job_ends_after STOP 45 stopped --watchdog_s 5
+grep -q "rank 0 on .*: the .* of step [0-9]* has not completed after 5 s: another rank has failed or stalls; ending the job" \
+  "$work/stopped.err" || fail "no watchdog message: $(cat "$work/stopped.err")"
+echo "== a killed rank ends the job"
+job_ends_after KILL 45 killed
+echo "parallel CLI tests passed"
