@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "mvibr/core/error.h"
 #include "mvibr/nn/checkpoint.h"
 #include "mvibr/nn/optimizer.h"
 #include "mvibr/train/ibrnet_model.h"
@@ -118,6 +119,35 @@ TEST_F(TrainerTest, MicroStepsOfBTrainAsOneStepOfTwoB) {
   EXPECT_LE(std::sqrt(difference / norm), 1e-5);
   // Not trivially equal: the steps moved the parameters far more than the difference.
   EXPECT_GT(std::sqrt(moved / difference), 100.0);
+}
+
+// Absurd learning rates blow the parameters up after the first update, so step 2's loss is NaN.
+TEST_F(TrainerTest, NonFiniteLossesFollowTheNanPolicy) {
+  TrainConfig c = small_config("nan-stop", 6);
+  c.lrate_feature = c.lrate_mlp = 1e30;
+  c.nan_policy = "stop";
+  std::ostringstream log;
+  try {
+    train(c, log);
+    FAIL() << "the loss went non-finite and training went on";
+  } catch (const RuntimeFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("step 2: the loss is not finite"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("ckpt-00000001.h5"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(nn::latest_checkpoint((fs::path(c.basedir) / c.expname).string()),
+            nn::checkpoint_path((fs::path(c.basedir) / c.expname).string(), 1));
+
+  c.expname = "nan-skip";
+  c.nan_policy = "skip";
+  try {
+    train(c, log);
+    FAIL() << "every update was skipped and training went on";
+  } catch (const RuntimeFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("10 updates in a row skipped"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_NE(log.str().find("warning: step 2: the loss is not finite"), std::string::npos);
 }
 
 }  // namespace
