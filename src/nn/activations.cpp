@@ -1,7 +1,6 @@
 // Element-wise activations, in place, with backward passes from the output: ELU'(x) is 1 above
 // zero and y + 1 below, ReLU' is [y > 0], Sigmoid' is y (1 - y). ELU in float vectorises (see
-// vector_math.h) and takes exp(x) - 1, as PyTorch's vectorised ELU does (an ulp of 1 absolute
-// near zero); double keeps expm1.
+// vector_math.h).
 #include <cmath>
 
 #include "mvibr/nn/layers.h"
@@ -9,24 +8,6 @@
 #include "vector_math.h"
 
 namespace mvibr::nn {
-namespace {
-
-// max(x, 0) + exp(min(x, 0)) - 1: no select, so the loop vectorises.
-inline float elu_of(float x) {
-  return (x - nonpositive_part(x)) + (exp_nonpositive(x) - 1.0f);
-}
-inline double elu_of(double x) {
-  return x > 0 ? x : std::expm1(x);
-}
-
-inline float elu_slope(float y) {
-  return nonpositive_part(y) + 1.0f;
-}
-inline double elu_slope(double y) {
-  return y > 0 ? 1.0 : y + 1.0;
-}
-
-}  // namespace
 
 template <typename T>
 void elu(size_t n, T* x) {

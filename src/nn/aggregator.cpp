@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "mvibr/core/error.h"
+#include "vector_math.h"
 
 namespace mvibr::nn {
 namespace {
@@ -114,16 +115,17 @@ struct IbrnetAggregator::Activations {
   int n_samples, n_views, width;  // width = 3 + C
   size_t rays = 0, samples = 0, rows = 0;
   // forward, per row
-  T *h_dir, *dir, *feat, *pool, *base_in, *h_base, *x_base, *x_pooled, *h_vis, *x_vis, *sig_vis, *x,
+  T *h_dir, *dir, *feat, *pool, *h_base, *x_base, *x_pooled, *h_vis, *x_vis, *sig_vis, *x,
       *x_vis_weighted, *h_vis2, *vis2, *vis, *vis_weight, *rgb_in, *h_rgb, *h_rgb2, *blend;
   // forward, per sample
-  T *pool_denominator, *vis_denominator, *geometry_in, *h_geometry, *geometry_out, *tokens,
-      *valid_tokens, *n_valid, *attention_saved, *attention_out, *h_sigma, *sigma_relu;
+  T *pool_denominator, *mean_var, *h_mean_var, *vis_denominator, *geometry_in, *h_geometry,
+      *geometry_out, *tokens, *valid_tokens, *n_valid, *attention_saved, *attention_out, *h_sigma,
+      *sigma_relu;
   // backward
   T *g_logit, *g_h_rgb2, *g_h_rgb, *g_rgb_in, *g_sigma, *g_h_sigma, *g_attention_out, *g_tokens,
       *attention_scratch, *g_h_geometry, *g_geometry_in, *g_x, *g_vis, *g_vis_weight,
       *g_x_vis_weighted, *g_h_vis2, *g_vis2, *g_x_vis, *g_h_vis, *g_x_pooled, *g_x_base, *g_pool,
-      *g_pool_common, *g_h_base, *g_base_in, *g_feat, *g_dir, *g_h_dir;
+      *g_pool_common, *g_h_base, *g_h_mean_var, *g_mean_var, *g_feat, *g_dir, *g_h_dir;
 
   // Lays the buffers out over `arena` (null: only counts), returns the elements used.
   size_t layout(T* arena, const MultiHeadAttention& attention, bool with_backward) {
@@ -137,7 +139,6 @@ struct IbrnetAggregator::Activations {
     take(dir, n * w);
     take(feat, n * w);
     take(pool, n);
-    take(base_in, n * 3 * w);
     take(h_base, n * kBase);
     take(x_base, n * kWidth);
     take(x_pooled, n * kWidth);
@@ -155,6 +156,8 @@ struct IbrnetAggregator::Activations {
     take(h_rgb2, n * kRgbHidden2);
     take(blend, n);
     take(pool_denominator, m);
+    take(mean_var, m * 2 * w);
+    take(h_mean_var, m * kBase);
     take(vis_denominator, m);
     take(geometry_in, m * kGeometryIn);
     take(h_geometry, m * kGeometry);
@@ -191,7 +194,8 @@ struct IbrnetAggregator::Activations {
     take(g_pool, n);
     take(g_pool_common, m);
     take(g_h_base, n * kBase);
-    take(g_base_in, n * 3 * w);
+    take(g_h_mean_var, m * kBase);
+    take(g_mean_var, m * 2 * w);
     take(g_feat, n * w);
     take(g_dir, n * w);
     take(g_h_dir, n * kDirHidden);
@@ -345,10 +349,8 @@ void IbrnetAggregator::forward_chunk(const T* params, const Activations<T>& a,
   const size_t n = a.rows, m = a.samples, V = size_t(a.n_views), w = size_t(a.width);
 
   // Direction features, added to colours and features.
-  ray_dir_0_.forward(params, n, ray_diff, a.h_dir);
-  elu(n * kDirHidden, a.h_dir);
-  ray_dir_2_.forward(params, n, a.h_dir, a.dir);
-  elu(n * w, a.dir);
+  ray_dir_0_.forward(params, n, ray_diff, a.h_dir, Activation::kElu);
+  ray_dir_2_.forward(params, n, a.h_dir, a.dir, Activation::kElu);
   for (size_t i = 0; i < n * w; ++i) a.feat[i] = rgb_features[i] + a.dir[i];
 
   // Pooling weights over views: anti-aliased (sharper towards the target direction) or uniform.
@@ -369,31 +371,33 @@ void IbrnetAggregator::forward_chunk(const T* params, const Activations<T>& a,
     for (size_t v = 0; v < V; ++v) pool[v] /= a.pool_denominator[j];
   }
 
-  // Weighted mean and variance over views, broadcast to every view next to its own features.
+  // Weighted mean and variance over views, per sample. base_fc sees them next to the features
+  // of every view; its weights split into the part for the pair, applied once per sample, and
+  // the part for the view's own features.
   for (size_t j = 0; j < m; ++j) {
-    T* first = a.base_in + j * V * 3 * w;
-    T* mean = first;
-    T* var = first + w;
+    T* mean = a.mean_var + j * 2 * w;
+    T* var = mean + w;
+    const T* feat = a.feat + j * V * w;
+    const T* pool = a.pool + j * V;
     std::fill(mean, mean + 2 * w, T(0));
     for (size_t v = 0; v < V; ++v) {
-      for (size_t c = 0; c < w; ++c) mean[c] += a.feat[(j * V + v) * w + c] * a.pool[j * V + v];
+      for (size_t c = 0; c < w; ++c) mean[c] += feat[v * w + c] * pool[v];
     }
     for (size_t v = 0; v < V; ++v) {
       for (size_t c = 0; c < w; ++c) {
-        const T dev = a.feat[(j * V + v) * w + c] - mean[c];
-        var[c] += a.pool[j * V + v] * dev * dev;
+        const T dev = feat[v * w + c] - mean[c];
+        var[c] += pool[v] * dev * dev;
       }
     }
-    for (size_t v = 0; v < V; ++v) {
-      T* row = first + v * 3 * w;
-      if (v > 0) std::copy(first, first + 2 * w, row);
-      std::copy(a.feat + (j * V + v) * w, a.feat + (j * V + v + 1) * w, row + 2 * w);
-    }
   }
-  base_0_.forward(params, n, a.base_in, a.h_base);
-  elu(n * kBase, a.h_base);
-  base_2_.forward(params, n, a.h_base, a.x_base);
-  elu(n * kWidth, a.x_base);
+  base_0_.forward_slice(params, m, 0, int(2 * w), true, a.mean_var, a.h_mean_var);
+  base_0_.forward_slice(params, n, int(2 * w), int(w), false, a.feat, a.h_base);
+  for (size_t i = 0; i < n; ++i) {
+    T* h = a.h_base + i * kBase;
+    const T* h_mean_var = a.h_mean_var + (i / V) * kBase;
+    for (int c = 0; c < kBase; ++c) h[c] = elu_of(h[c] + h_mean_var[c]);
+  }
+  base_2_.forward(params, n, a.h_base, a.x_base, Activation::kElu);
 
   // Visibility: a residual for the features and a first visibility from the pooled features.
   for (size_t i = 0; i < n; ++i) {
@@ -401,10 +405,8 @@ void IbrnetAggregator::forward_chunk(const T* params, const Activations<T>& a,
       a.x_pooled[i * kWidth + c] = a.x_base[i * kWidth + c] * a.pool[i];
     }
   }
-  vis_0_.forward(params, n, a.x_pooled, a.h_vis);
-  elu(n * kWidth, a.h_vis);
-  vis_2_.forward(params, n, a.h_vis, a.x_vis);
-  elu(n * (kWidth + 1), a.x_vis);
+  vis_0_.forward(params, n, a.x_pooled, a.h_vis, Activation::kElu);
+  vis_2_.forward(params, n, a.h_vis, a.x_vis, Activation::kElu);
   for (size_t i = 0; i < n; ++i) a.sig_vis[i] = a.x_vis[i * (kWidth + 1) + kWidth];
   sigmoid(n, a.sig_vis);
   for (size_t i = 0; i < n; ++i) {
@@ -415,8 +417,7 @@ void IbrnetAggregator::forward_chunk(const T* params, const Activations<T>& a,
       a.x_vis_weighted[i * kWidth + c] = a.x[i * kWidth + c] * first_vis;
     }
   }
-  vis2_0_.forward(params, n, a.x_vis_weighted, a.h_vis2);
-  elu(n * kWidth, a.h_vis2);
+  vis2_0_.forward(params, n, a.x_vis_weighted, a.h_vis2, Activation::kElu);
   vis2_2_.forward(params, n, a.h_vis2, a.vis2);
   sigmoid(n, a.vis2);
   for (size_t i = 0; i < n; ++i) a.vis[i] = a.vis2[i] * mask[i];
@@ -442,10 +443,8 @@ void IbrnetAggregator::forward_chunk(const T* params, const Activations<T>& a,
       }
     }
   }
-  geometry_0_.forward(params, m, a.geometry_in, a.h_geometry);
-  elu(m * kGeometry, a.h_geometry);
-  geometry_2_.forward(params, m, a.h_geometry, a.geometry_out);
-  elu(m * kToken, a.geometry_out);
+  geometry_0_.forward(params, m, a.geometry_in, a.h_geometry, Activation::kElu);
+  geometry_2_.forward(params, m, a.h_geometry, a.geometry_out, Activation::kElu);
 
   // Ray transformer over the samples of each ray, then density.
   for (size_t j = 0; j < m; ++j) {
@@ -460,10 +459,8 @@ void IbrnetAggregator::forward_chunk(const T* params, const Activations<T>& a,
   }
   ray_attention_.forward(params, a.rays, size_t(a.n_samples), a.tokens, a.valid_tokens,
                          a.attention_saved, a.attention_out);
-  out_geometry_0_.forward(params, m, a.attention_out, a.h_sigma);
-  elu(m * kToken, a.h_sigma);
-  out_geometry_2_.forward(params, m, a.h_sigma, a.sigma_relu);
-  relu(m, a.sigma_relu);
+  out_geometry_0_.forward(params, m, a.attention_out, a.h_sigma, Activation::kElu);
+  out_geometry_2_.forward(params, m, a.h_sigma, a.sigma_relu, Activation::kRelu);
   for (size_t j = 0; j < m; ++j) sigma[j] = a.n_valid[j] < 1 ? T(0) : a.sigma_relu[j];
 
   // Colour: blending weights over views from x, the visibility and the direction difference.
@@ -473,10 +470,8 @@ void IbrnetAggregator::forward_chunk(const T* params, const Activations<T>& a,
     in[kWidth] = a.vis[i];
     std::copy(ray_diff + i * 4, ray_diff + i * 4 + 4, in + kWidth + 1);
   }
-  rgb_0_.forward(params, n, a.rgb_in, a.h_rgb);
-  elu(n * kRgbHidden, a.h_rgb);
-  rgb_2_.forward(params, n, a.h_rgb, a.h_rgb2);
-  elu(n * kRgbHidden2, a.h_rgb2);
+  rgb_0_.forward(params, n, a.rgb_in, a.h_rgb, Activation::kElu);
+  rgb_2_.forward(params, n, a.h_rgb, a.h_rgb2, Activation::kElu);
   rgb_4_.forward(params, n, a.h_rgb2, a.blend);
   for (size_t j = 0; j < m; ++j) {
     T* b = a.blend + j * V;
@@ -590,21 +585,22 @@ void IbrnetAggregator::backward_chunk(const T* params, T* grads, const Activatio
   elu_backward(n * kWidth, a.x_base, a.g_x_base);
   base_2_.backward(params, grads, n, a.h_base, a.g_x_base, a.g_h_base);
   elu_backward(n * kBase, a.h_base, a.g_h_base);
-  base_0_.backward(params, grads, n, a.base_in, a.g_h_base, a.g_base_in);
-  std::vector<T> g_pooled(2 * w), g_weight(V);
-  for (size_t j = 0; j < m; ++j) {
-    std::fill(g_pooled.begin(), g_pooled.end(), T(0));  // mean and variance, summed over views
+  base_0_.backward_slice(params, grads, n, int(2 * w), int(w), false, a.feat, a.g_h_base, a.g_feat);
+  for (size_t j = 0; j < m; ++j) {  // a sample's mean and variance feed all of its views
+    T* g = a.g_h_mean_var + j * kBase;
+    std::fill(g, g + kBase, T(0));
     for (size_t v = 0; v < V; ++v) {
-      const T* g = a.g_base_in + (j * V + v) * 3 * w;
-      for (size_t c = 0; c < 2 * w; ++c) g_pooled[c] += g[c];
+      for (int c = 0; c < kBase; ++c) g[c] += a.g_h_base[(j * V + v) * kBase + c];
     }
-    for (size_t v = 0; v < V; ++v) {  // each view's own features
-      const T* g = a.g_base_in + (j * V + v) * 3 * w + 2 * w;
-      std::copy(g, g + w, a.g_feat + (j * V + v) * w);
-    }
-    a.g_pool_common[j] = mean_var_backward(
-        V, w, a.feat + j * V * w, a.pool + j * V, a.pool_denominator[j], a.base_in + j * V * 3 * w,
-        g_pooled.data(), g_pooled.data() + w, a.g_feat + j * V * w, g_weight.data());
+  }
+  base_0_.backward_slice(params, grads, m, 0, int(2 * w), true, a.mean_var, a.g_h_mean_var,
+                         a.g_mean_var);
+  std::vector<T> g_weight(V);
+  for (size_t j = 0; j < m; ++j) {
+    const T* g_mean = a.g_mean_var + j * 2 * w;
+    a.g_pool_common[j] = mean_var_backward(V, w, a.feat + j * V * w, a.pool + j * V,
+                                           a.pool_denominator[j], a.mean_var + j * 2 * w, g_mean,
+                                           g_mean + w, a.g_feat + j * V * w, g_weight.data());
     for (size_t v = 0; v < V; ++v) a.g_pool[j * V + v] += g_weight[v];
   }
 

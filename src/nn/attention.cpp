@@ -2,9 +2,9 @@
 // of one ray, 16-wide tokens, 4 heads of 4), so the score matrices are formed explicitly, one
 // sequence per OpenMP iteration, while the four projections are batched GEMMs over every token.
 // Each head's keys and values are first transposed into [d, len] rows, so that the loops over
-// keys run along contiguous memory and vectorise, exponential included (vector_math.h). The
-// forward saves q, k, v, the probabilities, the concatenated heads and the LayerNorm's xhat and
-// rstd; the backward needs nothing else.
+// keys run along contiguous memory and vectorise, exponential and reductions included
+// (vector_math.h). The forward saves q, k, v, the probabilities, the concatenated heads and the
+// LayerNorm's xhat and rstd; the backward needs nothing else.
 #include <algorithm>
 #include <cmath>
 
@@ -116,18 +116,12 @@ void MultiHeadAttention::forward(const T* params, size_t batch, size_t len, cons
           } else if (valid_b[i] == T(0)) {
             std::fill(p, p + len, T(kMaskedScore));
           }
-          const T top = *std::max_element(p, p + len);
+          const T top = max_of(p, len);
           for (size_t j = 0; j < len; ++j) p[j] = exp_nonpositive(p[j] - top);
-          T sum = 0;
-          for (size_t j = 0; j < len; ++j) sum += p[j];
-          for (size_t j = 0; j < len; ++j) p[j] /= sum;
+          const T total = sum(p, len);
+          for (size_t j = 0; j < len; ++j) p[j] /= total;
           T* out = heads + (b * len + i) * vw + h * d_v_;
-          for (int c = 0; c < d_v_; ++c) {
-            const T* vc = values.data() + c * len;
-            T acc = 0;
-            for (size_t j = 0; j < len; ++j) acc += p[j] * vc[j];
-            out[c] = acc;
-          }
+          for (int c = 0; c < d_v_; ++c) out[c] = dot(p, values.data() + c * len, len);
         }
       }
     }
@@ -190,8 +184,7 @@ void MultiHeadAttention::backward(const T* params, T* grads, size_t batch, size_
               gvc[j] += p[j] * go[c];
             }
           }
-          T weighted = 0;
-          for (size_t j = 0; j < len; ++j) weighted += p[j] * gs[j];
+          const T weighted = dot(p, gs, len);
           for (size_t j = 0; j < len; ++j) gs[j] = p[j] * (gs[j] - weighted) * inv_temperature;
           // masked_fill passes no gradient to the scores it replaced.
           if (mask_ == AttentionMask::kKeys) {
@@ -200,14 +193,9 @@ void MultiHeadAttention::backward(const T* params, T* grads, size_t batch, size_
             std::fill(gs, gs + len, T(0));
           }
           for (int c = 0; c < d_k_; ++c) {
-            const T* kc = keys.data() + c * len;
             T* gkc = grad_keys.data() + c * len;
-            T acc = 0;
-            for (size_t j = 0; j < len; ++j) {
-              acc += gs[j] * kc[j];
-              gkc[j] += gs[j] * qi[c];
-            }
-            grad_q[ti * qk + h * d_k_ + c] = acc;
+            for (size_t j = 0; j < len; ++j) gkc[j] += gs[j] * qi[c];
+            grad_q[ti * qk + h * d_k_ + c] = dot(gs, keys.data() + c * len, len);
           }
         }
         for (size_t j = 0; j < len; ++j) {

@@ -1,4 +1,5 @@
-// Linear layers on BLAS: the forward is one GEMM with the bias preloaded into the output, the
+// Linear layers on BLAS: the forward is one GEMM, then one pass over its output for the bias and
+// the activation (the output is still in cache, and the caller saves a pass of its own); the
 // backward two GEMMs (input gradient, weight gradient accumulated with beta = 1) and a column
 // sum for the bias. cblas_sgemm for training, cblas_dgemm for the double-precision oracle.
 #include <cblas.h>
@@ -6,6 +7,7 @@
 #include <cmath>
 
 #include "mvibr/nn/layers.h"
+#include "vector_math.h"
 
 namespace mvibr::nn {
 namespace {
@@ -20,6 +22,14 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, size_t m, size_t n, size_t k, 
           size_t lda, const double* b, size_t ldb, double beta, double* c, size_t ldc) {
   cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), beta, c,
               int(ldc));
+}
+
+// sums[o] += sum_i y[i, o], in row order.
+template <typename T>
+void add_column_sums(size_t n, int out, const T* y, T* sums) {
+  for (size_t i = 0; i < n; ++i) {
+    for (int o = 0; o < out; ++o) sums[o] += y[i * out + o];
+  }
 }
 
 }  // namespace
@@ -41,16 +51,22 @@ void Linear::init_kaiming(float* params, Initializer& init) const {
 }
 
 template <typename T>
-void Linear::forward(const T* params, size_t n, const T* x, T* y) const {
+void Linear::forward(const T* params, size_t n, const T* x, T* y, Activation activation) const {
   if (n == 0) return;
-  if (has_bias_) {
-    const T* b = params + bias_;
-    for (size_t i = 0; i < n; ++i) {
-      for (int o = 0; o < out_; ++o) y[i * out_ + o] = b[o];
+  gemm(CblasNoTrans, CblasTrans, n, out_, in_, x, in_, params + weight_, in_, T(0), y, out_);
+  const T* b = has_bias_ ? params + bias_ : nullptr;
+  const size_t out = size_t(out_);
+  for (size_t i = 0; i < n; ++i) {
+    T* yi = y + i * out;
+    if (b) {
+      for (size_t o = 0; o < out; ++o) yi[o] += b[o];
+    }
+    if (activation == Activation::kElu) {
+      for (size_t o = 0; o < out; ++o) yi[o] = elu_of(yi[o]);
+    } else if (activation == Activation::kRelu) {
+      for (size_t o = 0; o < out; ++o) yi[o] = yi[o] > 0 ? yi[o] : T(0);
     }
   }
-  gemm(CblasNoTrans, CblasTrans, n, out_, in_, x, in_, params + weight_, in_,
-       has_bias_ ? T(1) : T(0), y, out_);
 }
 
 template <typename T>
@@ -62,19 +78,43 @@ void Linear::backward(const T* params, T* grads, size_t n, const T* x, const T* 
          accumulate ? T(1) : T(0), grad_x, in_);
   }
   gemm(CblasTrans, CblasNoTrans, out_, in_, n, grad_y, out_, x, in_, T(1), grads + weight_, in_);
-  if (has_bias_) {
-    T* gb = grads + bias_;
-    for (size_t i = 0; i < n; ++i) {
-      for (int o = 0; o < out_; ++o) gb[o] += grad_y[i * out_ + o];
-    }
+  if (has_bias_) add_column_sums(n, out_, grad_y, grads + bias_);
+}
+
+template <typename T>
+void Linear::forward_slice(const T* params, size_t n, int first, int count, bool with_bias,
+                           const T* x, T* y) const {
+  if (n == 0) return;
+  gemm(CblasNoTrans, CblasTrans, n, out_, count, x, count, params + weight_ + first, in_, T(0), y,
+       out_);
+  if (!with_bias || !has_bias_) return;
+  const T* b = params + bias_;
+  for (size_t i = 0; i < n; ++i) {
+    for (int o = 0; o < out_; ++o) y[i * out_ + o] += b[o];
   }
 }
 
-template void Linear::forward(const float*, size_t, const float*, float*) const;
-template void Linear::forward(const double*, size_t, const double*, double*) const;
-template void Linear::backward(const float*, float*, size_t, const float*, const float*, float*,
-                               bool) const;
-template void Linear::backward(const double*, double*, size_t, const double*, const double*,
-                               double*, bool) const;
+template <typename T>
+void Linear::backward_slice(const T* params, T* grads, size_t n, int first, int count,
+                            bool with_bias, const T* x, const T* grad_y, T* grad_x) const {
+  if (n == 0) return;
+  if (grad_x) {
+    gemm(CblasNoTrans, CblasNoTrans, n, count, out_, grad_y, out_, params + weight_ + first, in_,
+         T(0), grad_x, count);
+  }
+  gemm(CblasTrans, CblasNoTrans, out_, count, n, grad_y, out_, x, count, T(1),
+       grads + weight_ + first, in_);
+  if (with_bias && has_bias_) add_column_sums(n, out_, grad_y, grads + bias_);
+}
+
+#define MVIBR_LINEAR(T)                                                                          \
+  template void Linear::forward(const T*, size_t, const T*, T*, Activation) const;               \
+  template void Linear::backward(const T*, T*, size_t, const T*, const T*, T*, bool) const;      \
+  template void Linear::forward_slice(const T*, size_t, int, int, bool, const T*, T*) const;     \
+  template void Linear::backward_slice(const T*, T*, size_t, int, int, bool, const T*, const T*, \
+                                       T*) const;
+MVIBR_LINEAR(float)
+MVIBR_LINEAR(double)
+#undef MVIBR_LINEAR
 
 }  // namespace mvibr::nn

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -54,6 +55,71 @@ inline float exp_nonpositive(float x) {
 }
 inline double exp_nonpositive(double x) {
   return std::exp(std::min(x, 0.0));
+}
+
+// ELU (alpha 1) as max(x, 0) + exp(min(x, 0)) - 1: no select, so loops of it vectorise. Float
+// takes exp(x) - 1, as PyTorch's vectorised ELU does (an ulp of 1 absolute near zero); double
+// keeps expm1.
+inline float elu_of(float x) {
+  return (x - nonpositive_part(x)) + (exp_nonpositive(x) - 1.0f);
+}
+inline double elu_of(double x) {
+  return x > 0 ? x : std::expm1(x);
+}
+
+// ELU's derivative from its output y: 1 above zero, y + 1 below.
+inline float elu_slope(float y) {
+  return nonpositive_part(y) + 1.0f;
+}
+inline double elu_slope(double y) {
+  return y > 0 ? 1.0 : y + 1.0;
+}
+
+// Reductions over contiguous arrays in kLanes interleaved partial results, combined in a fixed
+// tree at the end: one running sum is a chain of dependent additions that the compiler must keep
+// in order (no -ffast-math here), while the lanes become one vector register. The order depends
+// on n alone, so results are still reproducible.
+constexpr size_t kLanes = 8;
+
+template <typename T>
+T combine_lanes(const T* lane) {
+  return ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+}
+
+template <typename T>
+T dot(const T* x, const T* y, size_t n) {
+  T lane[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t k = 0; k < kLanes; ++k) lane[k] += x[i + k] * y[i + k];
+  }
+  for (size_t k = 0; i < n; ++i, ++k) lane[k] += x[i] * y[i];
+  return combine_lanes(lane);
+}
+
+template <typename T>
+T sum(const T* x, size_t n) {
+  T lane[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t k = 0; k < kLanes; ++k) lane[k] += x[i + k];
+  }
+  for (size_t k = 0; i < n; ++i, ++k) lane[k] += x[i];
+  return combine_lanes(lane);
+}
+
+// The largest of x[0..n), n >= 1 (no NaN).
+template <typename T>
+T max_of(const T* x, size_t n) {
+  T lane[kLanes];
+  for (size_t k = 0; k < kLanes; ++k) lane[k] = x[0];
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t k = 0; k < kLanes; ++k) lane[k] = lane[k] < x[i + k] ? x[i + k] : lane[k];
+  }
+  for (size_t k = 0; i < n; ++i, ++k) lane[k] = lane[k] < x[i] ? x[i] : lane[k];
+  for (size_t k = 1; k < kLanes; ++k) lane[0] = lane[0] < lane[k] ? lane[k] : lane[0];
+  return lane[0];
 }
 
 }  // namespace mvibr::nn

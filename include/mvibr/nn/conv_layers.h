@@ -7,6 +7,8 @@
 
 #include <cstddef>
 
+#include "mvibr/nn/layers.h"  // Activation
+
 namespace mvibr::nn {
 
 // A view of a batch of NCHW float maps; owns nothing.
@@ -44,8 +46,6 @@ void reflect_pad_forward(int planes, int height, int width, int pad, const float
 // grad_x += the gradient of the padded map folded back onto the map it was padded from.
 void reflect_pad_backward(int planes, int height, int width, int pad, const float* grad_padded,
                           float* grad_x);
-
-enum class Activation { kNone, kRelu, kElu };
 
 constexpr float kInstanceNormEps = 1e-5f;
 

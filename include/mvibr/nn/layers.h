@@ -43,6 +43,10 @@ class ParameterBlock {
   size_t offset_ = 0, size_ = 0;
 };
 
+// What follows a layer, where a caller fuses it into the layer's pass (Linear::forward, the
+// feature network's instance norm).
+enum class Activation { kNone, kRelu, kElu };
+
 // y[n,out] = x[n,in] W^T + b with PyTorch's weight layout W[out,in] ("<name>.weight", and
 // "<name>.bias" when it has one).
 class Linear {
@@ -56,12 +60,25 @@ class Linear {
   // IBRNet's weights_init: kaiming_normal_ (fan_in) weight, zero bias.
   void init_kaiming(float* params, Initializer& init) const;
 
+  // y = activation(x W^T + b), the bias and the activation in one pass over the GEMM's output.
   template <typename T>
-  void forward(const T* params, size_t n, const T* x, T* y) const;
+  void forward(const T* params, size_t n, const T* x, T* y,
+               Activation activation = Activation::kNone) const;
   // grad_x (nullable) is overwritten, or accumulated into when `accumulate`.
   template <typename T>
   void backward(const T* params, T* grads, size_t n, const T* x, const T* grad_y, T* grad_x,
                 bool accumulate = false) const;
+
+  // The layer on the input columns [first, first + count) alone, x [n, count]: y = x
+  // W[:, first:first+count]^T, plus b when `with_bias` (and then b's gradient too). A network
+  // whose input concatenates parts of different multiplicity applies each part on its own rows:
+  // IBRNet's base_fc sees one mean and variance per sample next to the features of each view.
+  template <typename T>
+  void forward_slice(const T* params, size_t n, int first, int count, bool with_bias, const T* x,
+                     T* y) const;
+  template <typename T>
+  void backward_slice(const T* params, T* grads, size_t n, int first, int count, bool with_bias,
+                      const T* x, const T* grad_y, T* grad_x) const;
 
  private:
   int in_, out_;
