@@ -25,6 +25,8 @@ constexpr const char* kUsage =
     "  train       train IBRNet on a prepared scene (IBRNet's config keys)\n"
     "  render      render a trained run's held-out views to PNG (colour and depth)\n"
     "  eval        PSNR and SSIM of a trained run on its held-out views, as JSON\n"
+    "  bench       measurements under the job's launcher (allreduce: bandwidth as\n"
+    "              nccl-tests reports it)\n"
     "  selfcheck   run the rendering core on random data: forward, backward and\n"
     "              finite-difference gradient checks, on every backend built\n"
     "\n"
@@ -70,6 +72,7 @@ int dispatch(const std::vector<std::string>& argv) {
   if (command == "train") return mvibr::cli::run_train(rest);
   if (command == "render") return mvibr::cli::run_render(rest);
   if (command == "eval") return mvibr::cli::run_eval(rest);
+  if (command == "bench") return mvibr::cli::run_bench(rest);
   std::cerr << "mvibr: unknown command '" << command << "' (see mvibr --help)\n";
   return 2;
 }

@@ -37,8 +37,7 @@ int run_train(const std::vector<std::string>& args) {
     if (topology.size == 1) throw;  // main prints it
     // Every other rank may be waiting for this one in a collective: end them all.
     const bool bad_input = dynamic_cast<const InvalidArgument*>(&e) != nullptr;
-    std::cerr << "mvibr train: " << who << ": " << (bad_input ? "" : "error: ") << e.what()
-              << "\n"
+    std::cerr << "mvibr train: " << who << ": " << (bad_input ? "" : "error: ") << e.what() << "\n"
               << std::flush;
     dist::MpiSession::abort_job(bad_input ? 2 : 1);
   }

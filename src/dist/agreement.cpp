@@ -61,8 +61,9 @@ void check_same_config(Communicator& comm, const std::string& config_text) {
   for (uint64_t h : hashes) all_equal = all_equal && h == hashes[0];
   if (all_equal) return;
   const std::string root = broadcast_string(comm, config_text, 0);
-  const std::string mine =
-      hashes[size_t(comm.rank())] == hashes[0] ? "" : first_difference(config_text, root, comm.rank());
+  const std::string mine = hashes[size_t(comm.rank())] == hashes[0]
+                               ? ""
+                               : first_difference(config_text, root, comm.rank());
   const std::vector<std::string> differences = all_gather_strings(comm, mine);
   for (const std::string& difference : differences) {
     if (!difference.empty()) throw InvalidArgument(difference);

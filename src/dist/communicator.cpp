@@ -44,7 +44,8 @@ std::vector<std::string> all_gather_strings(Communicator& comm, const std::strin
   std::string gathered(longest * lengths.size(), '\0');
   if (longest > 0) comm.all_gather(padded.data(), longest, gathered.data());
   std::vector<std::string> result;
-  for (size_t r = 0; r < lengths.size(); ++r) result.push_back(gathered.substr(r * longest, lengths[r]));
+  for (size_t r = 0; r < lengths.size(); ++r)
+    result.push_back(gathered.substr(r * longest, lengths[r]));
   return result;
 }
 

@@ -41,8 +41,8 @@ void Watchdog::loop() {
     fired_ = true;
     char seconds[32];
     std::snprintf(seconds, sizeof(seconds), "%g", timeout_.count());
-    const std::string message = watched + " has not completed after " + seconds +
-                                " s: another rank has failed or stalls";
+    const std::string message =
+        watched + " has not completed after " + seconds + " s: another rank has failed or stalls";
     lock.unlock();
     on_stall_(message);
     lock.lock();

@@ -79,9 +79,9 @@ po::options_description options(TrainConfig* c) {
       "steps between decays")("grad_clip", po::value(&c->grad_clip)->default_value(c->grad_clip),
                               "max global gradient norm (0: off)");
   po::options_description distributed("data-parallel (mpirun / srun: one rank per core or GPU)");
-  distributed.add_options()(
-      "accumulation_steps", po::value(&c->accumulation_steps)->default_value(c->accumulation_steps),
-      "micro-steps of N_rand rays per rank before each update")(
+  distributed.add_options()("accumulation_steps",
+                            po::value(&c->accumulation_steps)->default_value(c->accumulation_steps),
+                            "micro-steps of N_rand rays per rank before each update")(
       "lr_scaling", po::value(&c->lr_scaling)->default_value(c->lr_scaling),
       "none | linear | sqrt: learning rates times ranks, or its square root")(
       "bucket_mb", po::value(&c->bucket_mb)->default_value(c->bucket_mb),
@@ -92,9 +92,8 @@ po::options_description options(TrainConfig* c) {
       "seconds a rank may wait for the others before the job is ended")(
       "nan_policy", po::value(&c->nan_policy)->default_value(c->nan_policy),
       "skip | stop: on a non-finite loss or gradient, skip the update, or checkpoint the last "
-      "good state and stop")(
-      "allow_shared_shards", flag(&c->allow_shared_shards),
-      "let ranks share shards when there are fewer shards than ranks");
+      "good state and stop")("allow_shared_shards", flag(&c->allow_shared_shards),
+                             "let ranks share shards when there are fewer shards than ranks");
   po::options_description all;
   all.add(run).add(data).add(model).add(optimisation).add(distributed);
   return all;
@@ -135,8 +134,8 @@ void validate(const TrainConfig& c) {
         "lrate_decay_factor/lrate_decay_steps", "must be positive");
   check(c.grad_clip >= 0, "grad_clip", "must be >= 0");
   check(c.accumulation_steps >= 1, "accumulation_steps", "must be >= 1");
-  check(c.lr_scaling == "none" || c.lr_scaling == "linear" || c.lr_scaling == "sqrt",
-        "lr_scaling", "must be none, linear or sqrt, got '" + c.lr_scaling + "'");
+  check(c.lr_scaling == "none" || c.lr_scaling == "linear" || c.lr_scaling == "sqrt", "lr_scaling",
+        "must be none, linear or sqrt, got '" + c.lr_scaling + "'");
   check(c.bucket_mb > 0, "bucket_mb", "must be > 0");
   check(c.watchdog_s > 0, "watchdog_s", "must be > 0");
   check(c.nan_policy == "skip" || c.nan_policy == "stop", "nan_policy",

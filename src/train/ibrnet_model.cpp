@@ -90,7 +90,7 @@ struct IbrnetModel::State {
   Sources sources;
   Pass coarse, fine;
   std::vector<float> origins, directions;
-  PhaseTimes times;  // of the running training step
+  PhaseTimes times;                         // of the running training step
   const data::View* step_target = nullptr;  // between begin_step and end_step
   Laps laps;
   static nn::AggregatorOptions aggregator_options(const TrainConfig& c, int channels) {
@@ -333,8 +333,7 @@ void IbrnetModel::end_step(double coarse_denominator, double fine_denominator,
     divide(grads + order[1].offset, order[1].count, fine_denominator);
     if (ready) ready(order[1]);
   }
-  divide(s.sources.grad_coarse_maps.data(), s.sources.grad_coarse_maps.size(),
-         coarse_denominator);
+  divide(s.sources.grad_coarse_maps.data(), s.sources.grad_coarse_maps.size(), coarse_denominator);
   divide(s.sources.grad_fine_maps.data(), s.sources.grad_fine_maps.size(), fine_denominator);
   s.feature_net.backward(&s.feature_workspace, s.sources.grad_coarse_maps.data(),
                          s.config.coarse_only ? nullptr : s.sources.grad_fine_maps.data());

@@ -135,8 +135,8 @@ data::ReaderCursor restore_or_initialize(const TrainConfig& config, const std::s
   log << "warning: " << resume << " was written by " << written_by << " rank(s) and this job has "
       << comm.size() << ": the shards are dealt anew and every rank starts its shards at epoch "
       << epoch << ", so the samples differ from a run that kept " << written_by
-      << " rank(s); the global batch is now " << config.N_rand * config.accumulation_steps
-      << " x " << comm.size() << " rays\n";
+      << " rank(s); the global batch is now " << config.N_rand * config.accumulation_steps << " x "
+      << comm.size() << " rays\n";
   return {epoch, 0};
 }
 
@@ -175,8 +175,8 @@ std::string describe_job(const TrainConfig& c, const RankContext& context,
                          const dist::Communicator& comm, size_t parameters, size_t buckets) {
   std::ostringstream out;
   const dist::Topology& t = context.topology;
-  out << "mvibr train: " << comm.size() << " rank(s) on " << t.hosts << " host(s) ("
-      << t.local_size << " on " << (t.host.empty() ? "this host" : t.host) << "), backend "
+  out << "mvibr train: " << comm.size() << " rank(s) on " << t.hosts << " host(s) (" << t.local_size
+      << " on " << (t.host.empty() ? "this host" : t.host) << "), backend "
       << (comm.size() > 1 ? comm.backend() : "none") << ", CPU; global batch "
       << c.N_rand * c.accumulation_steps * comm.size() << " rays (N_rand " << c.N_rand << " x "
       << c.accumulation_steps << " micro-steps x " << comm.size() << " ranks); " << parameters
@@ -192,8 +192,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-TrainSummary train(const TrainConfig& config, std::ostream& rank0_log,
-                   const RankContext& context) {
+TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const RankContext& context) {
   std::unique_ptr<dist::Communicator> single;
   dist::Communicator* comm = context.comm;
   if (!comm) {
@@ -271,8 +270,7 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log,
     model.begin_step(sample);
     RaySums sums;
     for (int m = 0; m < config.accumulation_steps; ++m) {
-      const uint32_t first_ray =
-          uint32_t((rank * config.accumulation_steps + m) * config.N_rand);
+      const uint32_t first_ray = uint32_t((rank * config.accumulation_steps + m) * config.N_rand);
       const RayBatch rays = select_rays(sample.target, config.N_rand, config.sample_mode,
                                         config.center_ratio, key, first_ray);
       sums += model.accumulate(rays, key, first_ray);
@@ -310,8 +308,7 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log,
                                " is not finite (loss " + std::to_string(result.loss) +
                                ", gradient norm " + std::to_string(norm) + ")";
       if (config.nan_policy == "stop") {
-        nn::TrainingState state{config.to_text(), all_cursors(*comm, reader.cursor()),
-                                config.seed};
+        nn::TrainingState state{config.to_text(), all_cursors(*comm, reader.cursor()), config.seed};
         std::string written;
         on_root(*comm, [&] {
           written =

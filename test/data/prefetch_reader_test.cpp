@@ -1,6 +1,7 @@
 // The per-rank reader: ranks split an epoch exactly, the order is a pure function of (seed,
-// epoch, shards) (ranks sharing shards see the same stream), a reader restarted at a saved cursor continues the identical stream, sources
-// come from the target's neighbours nearest-first, and errors are clear.
+// epoch, shards) (ranks sharing shards see the same stream), a reader restarted at a saved cursor
+// continues the identical stream, sources come from the target's neighbours nearest-first, and
+// errors are clear.
 #include "mvibr/data/prefetch_reader.h"
 
 #include <gtest/gtest.h>

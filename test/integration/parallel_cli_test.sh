@@ -39,6 +39,20 @@ fi
 grep -q "config key 'seed' differs between ranks: rank 0 has 0, rank 1 has 5" "$work/err" ||
   fail "the key is not named: $(cat "$work/err")"
 
+echo "== all-reduce bandwidth"
+"${mpirun[@]}" "$mvibr" bench allreduce --min_bytes 1K --max_bytes 1M --warmup 1 --iters 3 --json \
+  >"$work/allreduce.json"
+/usr/bin/python3 -c '
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+assert [r["bytes"] for r in rows] == [1024 << i for i in range(11)], rows
+assert all(r["ranks"] == 2 and r["backend"] == "mpi" and r["wrong"] == 0 for r in rows), rows
+assert all(r["seconds"] > 0 and abs(r["busbw_gbs"] - r["algbw_gbs"]) < 1e-9 * r["algbw_gbs"] + 1e-12
+           for r in rows), rows
+print("allreduce json ok:", len(rows), "sizes")
+' "$work/allreduce.json"
+expect_error "max_bytes: unknown unit" "$mvibr" bench allreduce --max_bytes 3X
+
 # The pid of rank 1 of the mvibr job started in the background (Open MPI exports the rank).
 rank1_pid() {
   local pid

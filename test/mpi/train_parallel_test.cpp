@@ -37,8 +37,8 @@ class TrainParallel : public ::testing::Test {
     auto world = session->world();
     std::string root;
     if (world->rank() == 0) {
-      root = (fs::temp_directory_path() / ("mvibr-parallel-" + std::to_string(::getpid())))
-                 .string();
+      root =
+          (fs::temp_directory_path() / ("mvibr-parallel-" + std::to_string(::getpid()))).string();
       testing::prepare_small_scene(root, 12, "train_parallel_test");
     }
     root_ = dist::broadcast_string(*world, root, 0);
@@ -136,7 +136,8 @@ TEST_F(TrainParallel, DifferentConfigsStopAtStartNamingTheKey) {
     train(c, log, both());
     FAIL() << "ranks were given different N_rand";
   } catch (const InvalidArgument& e) {
-    EXPECT_STREQ(e.what(), "config key 'N_rand' differs between ranks: rank 0 has 32, rank 1 has 48");
+    EXPECT_STREQ(e.what(),
+                 "config key 'N_rand' differs between ranks: rank 0 has 32, rank 1 has 48");
   }
   EXPECT_FALSE(fs::exists(fs::path(root_) / "runs" / "mismatch" / "checkpoints"));
 }
