@@ -1,6 +1,10 @@
 // `mvibr train --config FILE [--key value ...]`: see train/trainer.h. The same command runs as one
 // process or as every rank of an mpirun / srun job; an error on any rank ends the whole job.
+// Exit codes: 0 done, 1 error, 2 bad input, 3 a rank stalled (watchdog), 75 stopped early on a
+// signal with a checkpoint written (requeue and run again to continue).
+#include <atomic>
 #include <cmath>
+#include <csignal>
 #include <iostream>
 
 #include "commands.h"
@@ -15,6 +19,28 @@ namespace {
 
 // The job's exit code when a rank waited too long for the others.
 constexpr int kStalledExitCode = 3;
+// The exit code of a run that stopped early on a signal after writing its checkpoint
+// (EX_TEMPFAIL: "try again"); slurm/train.sbatch requeues the job on it.
+constexpr int kStoppedEarlyExitCode = 75;
+
+std::atomic<int> stop_signal{0};
+
+extern "C" void request_stop(int signal) {
+  stop_signal.store(signal);
+}
+
+// SIGUSR1 (what `sbatch --signal=USR1@SECONDS` sends before the time limit, and mpirun forwards
+// to every rank), SIGTERM (what Slurm and schedulers send to end a job) and SIGINT (Ctrl-C, once;
+// a second one kills) all mean: finish this step, write a checkpoint, exit 75.
+void install_stop_handlers() {
+  struct sigaction action {};
+  action.sa_handler = request_stop;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGUSR1, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  action.sa_flags = SA_RESETHAND;
+  sigaction(SIGINT, &action, nullptr);
+}
 
 }  // namespace
 
@@ -26,12 +52,15 @@ int run_train(const std::vector<std::string>& args) {
   train::TrainSummary summary;
   try {
     if (!train::parse_train_config(args, &config)) return 0;  // --help
+    install_stop_handlers();
     const auto world = mpi.world();
-    train::RankContext context{world.get(), topology, [](const std::string& message) {
+    train::RankContext context{world.get(), topology,
+                               [](const std::string& message) {
                                  std::cerr << "mvibr train: " << message << "; ending the job\n"
                                            << std::flush;
                                  dist::MpiSession::abort_job(kStalledExitCode);
-                               }};
+                               },
+                               &stop_signal};
     summary = train::train(config, std::cout, context);
   } catch (const std::exception& e) {
     if (topology.size == 1) throw;  // main prints it
@@ -41,7 +70,13 @@ int run_train(const std::vector<std::string>& args) {
               << std::flush;
     dist::MpiSession::abort_job(bad_input ? 2 : 1);
   }
-  if (topology.rank != 0) return 0;
+  if (topology.rank != 0) return summary.stopped_by_signal ? kStoppedEarlyExitCode : 0;
+  if (summary.stopped_by_signal) {
+    std::cout << "stopped " << summary.run_dir << " at step " << summary.last_step << " on signal "
+              << summary.stopped_by_signal << " after writing " << summary.last_checkpoint
+              << "; run the same command to continue (exit code " << kStoppedEarlyExitCode << ")\n";
+    return kStoppedEarlyExitCode;
+  }
   std::cout << "trained " << summary.run_dir << " to step " << summary.last_step << " (loss "
             << summary.last_loss << ", psnr " << summary.last_psnr << ")";
   if (std::isfinite(summary.heldout_psnr)) {

@@ -275,12 +275,16 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
                                         config.center_ratio, key, first_ray);
       sums += model.accumulate(rays, key, first_ray);
     }
-    double global[4] = {sums.squared_error_coarse, sums.squared_error_fine, sums.valid_coarse,
-                        sums.valid_fine};
+    // The loss sums, and whether a rank was asked to stop (the largest signal number wins).
+    double global[5] = {sums.squared_error_coarse, sums.squared_error_fine, sums.valid_coarse,
+                        sums.valid_fine,
+                        context.stop_signal ? double(context.stop_signal->load()) : 0.0};
     {
       dist::Watchdog::Scope watch(watchdog.get(), "the loss all-reduce of " + step_name);
       comm->all_reduce(global, 4, dist::ReduceOp::kSum);
+      comm->all_reduce(global + 4, 1, dist::ReduceOp::kMax);
     }
+    const int stop_signal = int(global[4]);
     const double coarse_denominator = masked_mse_denominator(global[2]);
     const double fine_denominator = masked_mse_denominator(global[3]);
     buckets.begin(params.grads().data());
@@ -382,7 +386,8 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
                 << std::flush;
       }
     }
-    if (done % uint64_t(config.i_weights) == 0 || done == uint64_t(config.n_iters)) {
+    if (stop_signal != 0 || done % uint64_t(config.i_weights) == 0 ||
+        done == uint64_t(config.n_iters)) {
       dist::Watchdog::Scope watch(watchdog.get(), "the checkpoint of " + step_name);
       const nn::TrainingState state{config.to_text(), all_cursors(*comm, reader.cursor()),
                                     config.seed};
@@ -390,6 +395,13 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
         summary.last_checkpoint =
             nn::save_checkpoint(summary.run_dir, params, adam, state, config.keep_checkpoints);
       });
+    }
+    if (stop_signal != 0 && done < uint64_t(config.n_iters)) {
+      summary.stopped_by_signal = stop_signal;
+      log << "stopping at step " << done << " on signal " << stop_signal << "; checkpoint "
+          << summary.last_checkpoint << "\n"
+          << std::flush;
+      break;
     }
   }
   return summary;

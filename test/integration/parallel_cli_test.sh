@@ -97,6 +97,37 @@ job_ends_after() {
   echo "ok: SIG$signal to rank 1 ended the job in $((SECONDS - start)) s with exit code $code"
 }
 
+echo "== SIGUSR1 (Slurm's warning before the time limit): checkpoint, exit 75, resume exactly"
+"${mpirun[@]}" "$mvibr" train "${small[@]}" --expname straight --n_iters 40 >/dev/null
+"${mpirun[@]}" "$mvibr" train "${small[@]}" --expname stopped-early --n_iters 40 \
+  >"$work/early.out" 2>&1 &
+job=$!
+for _ in $(seq 600); do
+  [[ -f "$work/runs/stopped-early/metrics.jsonl" ]] &&
+    (($(wc -l <"$work/runs/stopped-early/metrics.jsonl") >= 3)) && break
+  sleep 0.1
+done
+kill -USR1 "$job"  # mpirun forwards SIGUSR1 to every rank
+code=0
+wait "$job" || code=$?
+[[ $code -eq 75 ]] || fail "exit code $code after SIGUSR1, expected 75: $(cat "$work/early.out")"
+grep -q "stopped .*stopped-early at step [0-9]* on signal 10 after writing" "$work/early.out" ||
+  fail "no stop message: $(cat "$work/early.out")"
+"${mpirun[@]}" "$mvibr" train "${small[@]}" --expname stopped-early --n_iters 40 >"$work/rest.out"
+grep -q "resuming from" "$work/rest.out" || fail "did not resume"
+/usr/bin/python3 -c '
+import h5py, numpy, sys
+with h5py.File(sys.argv[1], "r") as a, h5py.File(sys.argv[2], "r") as b:
+    assert a.attrs["step"] == b.attrs["step"] == 40
+    names = sorted(a["model"])
+    assert names == sorted(b["model"])
+    for name in names:
+        assert numpy.array_equal(a["model"][name][()], b["model"][name][()]), name
+print("stopped early and resumed: the same parameters as the uninterrupted run,", len(names),
+      "tensors")
+' "$work/runs/straight/checkpoints/ckpt-00000040.h5" \
+  "$work/runs/stopped-early/checkpoints/ckpt-00000040.h5"
+
 echo "== a stopped rank: the watchdog ends the job"
 job_ends_after STOP 45 stopped --watchdog_s 5
 grep -q "rank 0 on .*: the .* of step [0-9]* has not completed after 5 s: another rank has failed or stalls; ending the job" \

@@ -18,6 +18,7 @@
 // epoch, with a warning.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <iosfwd>
 #include <limits>
@@ -39,6 +40,9 @@ struct TrainSummary {
   double heldout_ssim = std::numeric_limits<double>::quiet_NaN();
   std::string last_checkpoint;
   uint64_t skipped_steps = 0;  // updates skipped for a non-finite loss or gradient
+  // The run stopped before n_iters because a rank was asked to (RankContext::stop_signal): its
+  // state is in last_checkpoint, and running the same command again continues it.
+  int stopped_by_signal = 0;
 };
 
 // This process's place in the job.
@@ -48,6 +52,10 @@ struct RankContext {
   // Called (from the watchdog's thread) when a wait for the other ranks outlasts watchdog_s; a
   // real run ends the job there (MpiSession::abort_job). Null: no watchdog.
   dist::Watchdog::StallHandler on_stall;
+  // Set (to the signal's number) by a signal handler when the job should stop early, e.g. Slurm's
+  // warning before a time limit. Checked at every step: when any rank has it set, all ranks stop
+  // after that step and rank 0 writes a checkpoint. Null: never.
+  const std::atomic<int>* stop_signal = nullptr;
 };
 
 // Trains until config.n_iters steps; rank 0's progress lines go to `log`. Every collective is
