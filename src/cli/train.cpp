@@ -54,13 +54,14 @@ int run_train(const std::vector<std::string>& args) {
     if (!train::parse_train_config(args, &config)) return 0;  // --help
     install_stop_handlers();
     const auto world = mpi.world();
-    train::RankContext context{world.get(), topology,
-                               [](const std::string& message) {
-                                 std::cerr << "mvibr train: " << message << "; ending the job\n"
-                                           << std::flush;
-                                 dist::MpiSession::abort_job(kStalledExitCode);
-                               },
-                               &stop_signal};
+    train::RankContext context;
+    context.comm = world.get();
+    context.topology = topology;
+    context.on_stall = [](const std::string& message) {
+      std::cerr << "mvibr train: " << message << "; ending the job\n" << std::flush;
+      dist::MpiSession::abort_job(kStalledExitCode);
+    };
+    context.stop_signal = &stop_signal;
     summary = train::train(config, std::cout, context);
   } catch (const std::exception& e) {
     if (topology.size == 1) throw;  // main prints it

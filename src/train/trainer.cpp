@@ -100,13 +100,13 @@ std::vector<data::ReaderCursor> all_cursors(dist::Communicator& comm, data::Read
 // The parameters, Adam's state and the data cursors every rank starts from: rank 0's
 // checkpoint (read by rank 0 alone and broadcast), or rank 0's initialisation.
 data::ReaderCursor restore_or_initialize(const TrainConfig& config, const std::string& run_dir,
-                                         dist::Communicator& comm, IbrnetModel* model,
-                                         nn::Adam* adam, std::ostream& log) {
+                                         bool measure_only, dist::Communicator& comm,
+                                         IbrnetModel* model, nn::Adam* adam, std::ostream& log) {
   nn::ParameterSet& params = model->parameters();
   nn::TrainingState state;
   std::string resume;
   on_root(comm, [&] {
-    resume = resume_path(config, run_dir);
+    resume = measure_only ? "" : resume_path(config, run_dir);
     if (resume.empty()) {
       model->initialize(config.seed);
     } else {
@@ -219,7 +219,7 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
 
   TrainSummary summary;
   summary.run_dir = (fs::path(config.basedir) / config.expname).string();
-  if (rank == 0) {
+  if (rank == 0 && !context.measure_only) {
     fs::create_directories(summary.run_dir);
     std::ofstream(fs::path(summary.run_dir) / "config.txt") << config.to_text();
   }
@@ -230,7 +230,8 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
   data::ReaderCursor cursor;
   {
     dist::Watchdog::Scope watch(watchdog.get(), "the parameter broadcast at start");
-    cursor = restore_or_initialize(config, summary.run_dir, *comm, &model, &adam, log);
+    cursor = restore_or_initialize(config, summary.run_dir, context.measure_only, *comm, &model,
+                                   &adam, log);
     dist::check_same_parameters(*comm, params.values().data(), params.size(), "start");
   }
   summary.first_step = summary.last_step = adam.steps();
@@ -245,14 +246,17 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
 
   data::PrefetchReader reader(reader_options(config, rank, ranks), cursor);
   std::ofstream metrics;
-  if (rank == 0) metrics.open(fs::path(summary.run_dir) / "metrics.jsonl", std::ios::app);
+  if (rank == 0 && !context.measure_only) {
+    metrics.open(fs::path(summary.run_dir) / "metrics.jsonl", std::ios::app);
+  }
   // Validation renders one held-out view with a copy of the weights in a model of its own
   // (deterministic samples, its own buffers), so training continues exactly as without it.
-  const std::optional<data::TrainingSample> heldout = first_heldout_sample(config);
+  const std::optional<data::TrainingSample> heldout =
+      context.measure_only ? std::nullopt : first_heldout_sample(config);
   std::unique_ptr<IbrnetModel> validation_model;
   if (heldout) {
     validation_model = std::make_unique<IbrnetModel>(evaluation_config(config));
-  } else {
+  } else if (!context.measure_only) {
     log << "no test or val views in " << config.datadir << ": no held-out validation\n";
   }
 
@@ -265,7 +269,11 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
     const uint64_t step = adam.steps();
     const std::string step_name = "step " + std::to_string(step + 1);
     const RandomKey key{config.seed, step};
+    StepReport report;
+    const auto step_start = std::chrono::steady_clock::now();
+    const double waited_before = reader.wait_seconds();
     const data::TrainingSample sample = reader.next();
+    report.data_wait = reader.wait_seconds() - waited_before;
     params.zero_grads();
     model.begin_step(sample);
     RaySums sums;
@@ -281,8 +289,10 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
                         context.stop_signal ? double(context.stop_signal->load()) : 0.0};
     {
       dist::Watchdog::Scope watch(watchdog.get(), "the loss all-reduce of " + step_name);
+      const auto reduce_start = std::chrono::steady_clock::now();
       comm->all_reduce(global, 4, dist::ReduceOp::kSum);
       comm->all_reduce(global + 4, 1, dist::ReduceOp::kMax);
+      report.loss_allreduce = seconds_since(reduce_start);
     }
     const int stop_signal = int(global[4]);
     const double coarse_denominator = masked_mse_denominator(global[2]);
@@ -296,6 +306,9 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
     }
     communication += buckets.communication_seconds();
     exposed += buckets.exposed_seconds();
+    report.allreduce = buckets.communication_seconds();
+    report.allreduce_exposed = buckets.exposed_seconds();
+    const auto optimizer_start = std::chrono::steady_clock::now();
 
     StepResult result;
     result.mse_coarse = global[0] / coarse_denominator;
@@ -331,6 +344,13 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
     consecutive_skips = 0;
     adam.step(&params);
     const uint64_t done = adam.steps();
+    report.step = done;
+    report.optimizer = seconds_since(optimizer_start);
+    report.seconds = seconds_since(step_start);
+    report.phases = model.phase_times();
+    report.loss = result.loss;
+    report.psnr = result.psnr;
+    if (context.on_step) context.on_step(report);
     summary.last_step = done;
     summary.last_loss = result.loss;
     summary.last_psnr = result.psnr;
@@ -386,8 +406,8 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
                 << std::flush;
       }
     }
-    if (stop_signal != 0 || done % uint64_t(config.i_weights) == 0 ||
-        done == uint64_t(config.n_iters)) {
+    if (!context.measure_only && (stop_signal != 0 || done % uint64_t(config.i_weights) == 0 ||
+                                  done == uint64_t(config.n_iters))) {
       dist::Watchdog::Scope watch(watchdog.get(), "the checkpoint of " + step_name);
       const nn::TrainingState state{config.to_text(), all_cursors(*comm, reader.cursor()),
                                     config.seed};

@@ -97,6 +97,28 @@ job_ends_after() {
   echo "ok: SIG$signal to rank 1 ended the job in $((SECONDS - start)) s with exit code $code"
 }
 
+echo "== training benchmark on 1 and 2 ranks"
+for ranks in 1 2; do
+  "$mpiexec" -np "$ranks" --oversubscribe "$mvibr" bench train "${small[@]}" --warmup 1 --steps 3 \
+    --json --out "$work/bench-$ranks.json" >"$work/bench-$ranks.out"
+  cmp -s "$work/bench-$ranks.out" "$work/bench-$ranks.json" || fail "--out differs from stdout"
+done
+/usr/bin/python3 -c '
+import json, sys
+for ranks, path in ((1, sys.argv[1]), (2, sys.argv[2])):
+    r = json.load(open(path))
+    assert r["bench"] == "train" and r["ranks"] == ranks and r["steps"] == 3, r
+    assert r["global_batch_rays"] == 32 * ranks, r
+    assert abs(r["rays_per_second"] - r["global_batch_rays"] * r["steps_per_second"]) < 1e-6 * r["rays_per_second"]
+    assert len(r["busy_seconds_per_rank"]) == ranks and len(r["peak_rss_mb_per_rank"]) == ranks
+    assert all(m > 10 for m in r["peak_rss_mb_per_rank"]), r
+    covered = sum(r["phases_rank0"].values()) / r["step_seconds"]
+    assert 0.8 < covered <= 1.0001, ("the phases do not make up the step", covered, r)
+    assert 0 <= r["allreduce_hidden_fraction"] <= 1, r
+print("bench train json ok; phases cover the step")
+' "$work/bench-1.json" "$work/bench-2.json"
+[[ ! -e "$work/runs/synthetic" ]] || fail "the benchmark wrote a run directory"
+
 echo "== SIGUSR1 (Slurm's warning before the time limit): checkpoint, exit 75, resume exactly"
 "${mpirun[@]}" "$mvibr" train "${small[@]}" --expname straight --n_iters 40 >/dev/null
 "${mpirun[@]}" "$mvibr" train "${small[@]}" --expname stopped-early --n_iters 40 \

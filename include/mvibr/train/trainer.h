@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <limits>
 #include <string>
@@ -28,6 +29,7 @@
 #include "mvibr/dist/mpi_session.h"
 #include "mvibr/dist/watchdog.h"
 #include "mvibr/train/config.h"
+#include "mvibr/train/ibrnet_model.h"
 
 namespace mvibr::train {
 
@@ -45,6 +47,19 @@ struct TrainSummary {
   int stopped_by_signal = 0;
 };
 
+// What one update took on this rank, in seconds: for benchmarks and monitoring.
+struct StepReport {
+  uint64_t step = 0;             // updates done, this one included
+  double seconds = 0;            // the whole update, from taking the sample to Adam's step
+  double data_wait = 0;          // waiting for the prefetching reader
+  PhaseTimes phases;             // the model's forward and backward, by phase
+  double loss_allreduce = 0;     // the loss all-reduce, including waiting for slower ranks
+  double allreduce = 0;          // gradient buckets in all-reduce (hidden or not)
+  double allreduce_exposed = 0;  // the part of it the backward pass did not hide
+  double optimizer = 0;          // gradient norm check and Adam
+  double loss = 0, psnr = 0;
+};
+
 // This process's place in the job.
 struct RankContext {
   dist::Communicator* comm = nullptr;  // null: a job of one process
@@ -56,6 +71,10 @@ struct RankContext {
   // warning before a time limit. Checked at every step: when any rank has it set, all ranks stop
   // after that step and rank 0 writes a checkpoint. Null: never.
   const std::atomic<int>* stop_signal = nullptr;
+  // Called on every rank after each update.
+  std::function<void(const StepReport&)> on_step;
+  // A benchmark: no validation, no checkpoints and no metrics file, and never a resume.
+  bool measure_only = false;
 };
 
 // Trains until config.n_iters steps; rank 0's progress lines go to `log`. Every collective is
