@@ -4,6 +4,7 @@
 // sum for the bias. cblas_sgemm for training, cblas_dgemm for the double-precision oracle.
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "mvibr/nn/layers.h"
@@ -56,15 +57,22 @@ void Linear::forward(const T* params, size_t n, const T* x, T* y, Activation act
   gemm(CblasNoTrans, CblasTrans, n, out_, in_, x, in_, params + weight_, in_, T(0), y, out_);
   const T* b = has_bias_ ? params + bias_ : nullptr;
   const size_t out = size_t(out_);
-  for (size_t i = 0; i < n; ++i) {
-    T* yi = y + i * out;
+  // In blocks of rows that stay in L1 between the bias and the activation, which then runs over
+  // the block as one flat array: full vectors whatever the layer's width (some are 1 wide).
+  constexpr size_t kBlock = 2048;
+  const size_t rows_per_block = std::max<size_t>(1, kBlock / out);
+  for (size_t first = 0; first < n; first += rows_per_block) {
+    const size_t rows = std::min(rows_per_block, n - first);
+    T* block = y + first * out;
     if (b) {
-      for (size_t o = 0; o < out; ++o) yi[o] += b[o];
+      for (size_t i = 0; i < rows; ++i) {
+        for (size_t o = 0; o < out; ++o) block[i * out + o] += b[o];
+      }
     }
     if (activation == Activation::kElu) {
-      for (size_t o = 0; o < out; ++o) yi[o] = elu_of(yi[o]);
+      for (size_t i = 0; i < rows * out; ++i) block[i] = elu_of(block[i]);
     } else if (activation == Activation::kRelu) {
-      for (size_t o = 0; o < out; ++o) yi[o] = yi[o] > 0 ? yi[o] : T(0);
+      for (size_t i = 0; i < rows * out; ++i) block[i] = block[i] > 0 ? block[i] : T(0);
     }
   }
 }

@@ -4,12 +4,12 @@
 //
 // Memory shapes the design. Saving every activation would take about 2 KiB per (ray, sample,
 // view), 1.4 GB for 512 rays x 128 samples x 10 views, so the forward saves nothing but pointers
-// to its inputs and the backward recomputes the activations of a chunk of rays (about 2048
+// to its inputs and the backward recomputes the activations of a chunk of rays (about 640
 // (sample, view) rows) right before it backpropagates through them: one extra forward (a third
-// more work) for a working set of about 10 MiB per thread. Chunks of rays are independent (the
-// ray transformer mixes samples of one ray only), so OpenMP runs them in parallel with
-// single-threaded BLAS inside. Each chunk accumulates its parameter gradients in its own slot,
-// and slots are summed in chunk order, so results are the same for every thread count.
+// more work) for a working set of about 2.5 MiB per thread, close to a core's L2. Chunks of rays
+// are independent (the ray transformer mixes samples of one ray only), so OpenMP runs them in
+// parallel with single-threaded BLAS inside. Each chunk accumulates its parameter gradients in its
+// own slot, and slots are summed in chunk order, so results are the same for every thread count.
 //
 // Layouts are render_ops.h's: rgb_features [R,S,V,3+C] (colour then features), ray_diff
 // [R,S,V,4] (direction difference, then the dot product of the directions), mask [R,S,V] (1 for
