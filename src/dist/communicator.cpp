@@ -15,6 +15,7 @@ class SingleProcess final : public Communicator {
   std::string backend() const override { return "none"; }
   void all_reduce(float*, size_t, ReduceOp) override {}
   void all_reduce(double*, size_t, ReduceOp) override {}
+  void all_reduce_bf16_sum(uint16_t*, size_t) override {}
   void broadcast(void*, size_t, int) override {}
   void all_gather(const void* send, size_t bytes, void* receive) override {
     if (bytes > 0) std::memcpy(receive, send, bytes);
@@ -23,6 +24,21 @@ class SingleProcess final : public Communicator {
 };
 
 }  // namespace
+
+uint16_t to_bf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return uint16_t((bits >> 16) | 0x40u);  // quiet NaN
+  bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest, ties to even
+  return uint16_t(bits >> 16);
+}
+
+float from_bf16(uint16_t value) {
+  const uint32_t bits = uint32_t(value) << 16;
+  float result;
+  std::memcpy(&result, &bits, sizeof(result));
+  return result;
+}
 
 std::unique_ptr<Communicator> single_process_communicator() {
   return std::make_unique<SingleProcess>();

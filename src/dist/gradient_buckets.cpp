@@ -17,8 +17,9 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 GradientBuckets::GradientBuckets(Communicator& comm, std::vector<GradientRange> ready_order,
-                                 size_t bucket_bytes, ReduceOp op, bool overlap)
-    : comm_(comm), op_(op) {
+                                 size_t bucket_bytes, ReduceOp op, bool overlap, bool bf16)
+    : comm_(comm), op_(op), bf16_(bf16) {
+  if (bf16 && op != ReduceOp::kSum) throw InvalidArgument("bfloat16 all-reduce only sums");
   const size_t per_bucket = std::max<size_t>(1, bucket_bytes / sizeof(float));
   for (const GradientRange& range : ready_order) {
     size_t end = range.offset + range.count;
@@ -29,6 +30,11 @@ GradientBuckets::GradientBuckets(Communicator& comm, std::vector<GradientRange> 
     }
   }
   remaining_.resize(buckets_.size());
+  if (bf16_) {
+    size_t largest = 0;
+    for (const GradientRange& b : buckets_) largest = std::max(largest, b.count);
+    bf16_buffer_.resize(largest);
+  }
   if (overlap && comm_.size() > 1) worker_ = std::thread([this] { worker_loop(); });
 }
 
@@ -54,7 +60,15 @@ void GradientBuckets::begin(float* grads) {
 
 void GradientBuckets::reduce(size_t bucket) {
   const auto start = std::chrono::steady_clock::now();
-  comm_.all_reduce(grads_ + buckets_[bucket].offset, buckets_[bucket].count, op_);
+  float* values = grads_ + buckets_[bucket].offset;
+  const size_t count = buckets_[bucket].count;
+  if (bf16_) {
+    for (size_t i = 0; i < count; ++i) bf16_buffer_[i] = to_bf16(values[i]);
+    comm_.all_reduce_bf16_sum(bf16_buffer_.data(), count);
+    for (size_t i = 0; i < count; ++i) values[i] = from_bf16(bf16_buffer_[i]);
+  } else {
+    comm_.all_reduce(values, count, op_);
+  }
   communication_seconds_ += seconds_since(start);
 }
 

@@ -40,10 +40,18 @@ void all_reduce_pieces(MPI_Comm comm, int size, T* data, size_t count, ReduceOp 
   }
 }
 
+// MPI has no bfloat16: the values travel as MPI_UINT16_T and this op adds them.
+extern "C" void add_bf16(void* in, void* inout, int* count, MPI_Datatype*) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *count; ++i) b[i] = to_bf16(from_bf16(a[i]) + from_bf16(b[i]));
+}
+
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm) {
   check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+  check(MPI_Op_create(add_bf16, 1, &bf16_sum_), "MPI_Op_create");
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
 }
@@ -51,7 +59,9 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm) {
 MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Comm_free(&comm_);
+  if (finalized) return;
+  MPI_Op_free(&bf16_sum_);
+  MPI_Comm_free(&comm_);
 }
 
 void MpiCommunicator::all_reduce(float* data, size_t count, ReduceOp op) {
@@ -60,6 +70,14 @@ void MpiCommunicator::all_reduce(float* data, size_t count, ReduceOp op) {
 
 void MpiCommunicator::all_reduce(double* data, size_t count, ReduceOp op) {
   all_reduce_pieces(comm_, size_, data, count, op, MPI_DOUBLE);
+}
+
+void MpiCommunicator::all_reduce_bf16_sum(uint16_t* data, size_t count) {
+  for (size_t first = 0; first < count; first += kMaxPiece) {
+    const int piece = int(std::min(kMaxPiece, count - first));
+    check(MPI_Allreduce(MPI_IN_PLACE, data + first, piece, MPI_UINT16_T, bf16_sum_, comm_),
+          "MPI_Allreduce (bfloat16)");
+  }
 }
 
 void MpiCommunicator::broadcast(void* data, size_t bytes, int root) {

@@ -21,12 +21,14 @@ class MpiCommunicator final : public Communicator {
   std::string backend() const override { return "mpi"; }
   void all_reduce(float* data, size_t count, ReduceOp op) override;
   void all_reduce(double* data, size_t count, ReduceOp op) override;
+  void all_reduce_bf16_sum(uint16_t* data, size_t count) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void all_gather(const void* send, size_t bytes, void* receive) override;
   void barrier() override;
 
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Op bf16_sum_ = MPI_OP_NULL;
   int rank_ = 0, size_ = 1;
 };
 

@@ -88,6 +88,8 @@ po::options_description options(TrainConfig* c) {
       "gradient all-reduce bucket size in MB")(
       "overlap_allreduce", flag(&c->overlap_allreduce),
       "all-reduce gradient buckets during the backward pass")(
+      "allreduce_dtype", po::value(&c->allreduce_dtype)->default_value(c->allreduce_dtype),
+      "fp32 | bf16: gradients travel as float or bfloat16 (half the bytes)")(
       "watchdog_s", po::value(&c->watchdog_s)->default_value(c->watchdog_s),
       "seconds a rank may wait for the others before the job is ended")(
       "nan_policy", po::value(&c->nan_policy)->default_value(c->nan_policy),
@@ -138,6 +140,8 @@ void validate(const TrainConfig& c) {
         "must be none, linear or sqrt, got '" + c.lr_scaling + "'");
   check(c.bucket_mb > 0, "bucket_mb", "must be > 0");
   check(c.watchdog_s > 0, "watchdog_s", "must be > 0");
+  check(c.allreduce_dtype == "fp32" || c.allreduce_dtype == "bf16", "allreduce_dtype",
+        "must be fp32 or bf16, got '" + c.allreduce_dtype + "'");
   check(c.nan_policy == "skip" || c.nan_policy == "stop", "nan_policy",
         "must be skip or stop, got '" + c.nan_policy + "'");
 }
@@ -199,8 +203,9 @@ std::string TrainConfig::to_text() const {
       << "\nlrate_decay_steps = " << lrate_decay_steps << "\ngrad_clip = " << grad_clip
       << "\naccumulation_steps = " << accumulation_steps << "\nlr_scaling = " << lr_scaling
       << "\nbucket_mb = " << bucket_mb << "\noverlap_allreduce = " << overlap_allreduce
-      << "\nwatchdog_s = " << watchdog_s << "\nnan_policy = " << nan_policy
-      << "\nallow_shared_shards = " << allow_shared_shards << "\n";
+      << "\nallreduce_dtype = " << allreduce_dtype << "\nwatchdog_s = " << watchdog_s
+      << "\nnan_policy = " << nan_policy << "\nallow_shared_shards = " << allow_shared_shards
+      << "\n";
   return out.str();
 }
 

@@ -180,7 +180,8 @@ std::string describe_job(const TrainConfig& c, const RankContext& context,
       << (comm.size() > 1 ? comm.backend() : "none") << ", CPU; global batch "
       << c.N_rand * c.accumulation_steps * comm.size() << " rays (N_rand " << c.N_rand << " x "
       << c.accumulation_steps << " micro-steps x " << comm.size() << " ranks); " << parameters
-      << " parameters in " << buckets << " all-reduce bucket(s) of <= " << c.bucket_mb << " MB";
+      << " parameters in " << buckets << " all-reduce bucket(s) of <= " << c.bucket_mb << " MB ("
+      << c.allreduce_dtype << ")";
   if (c.lr_scaling != "none") out << "; learning rates x " << lr_factor(c, comm.size());
   out << "\n";
   return out.str();
@@ -241,7 +242,8 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
     ready_order.push_back({r.offset, r.count});
   }
   dist::GradientBuckets buckets(*comm, ready_order, size_t(config.bucket_mb * 1024 * 1024),
-                                dist::ReduceOp::kSum, config.overlap_allreduce);
+                                dist::ReduceOp::kSum, config.overlap_allreduce,
+                                config.allreduce_dtype == "bf16");
   log << describe_job(config, context, *comm, params.size(), buckets.buckets().size());
 
   data::PrefetchReader reader(reader_options(config, rank, ranks), cursor);

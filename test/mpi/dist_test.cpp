@@ -98,6 +98,33 @@ TEST(GradientBuckets, SumEveryRanksGradientsInline) {
   check_buckets(false, 1024);
 }
 
+TEST(Bfloat16, RoundsToNearestEven) {
+  EXPECT_EQ(from_bf16(to_bf16(1.0f)), 1.0f);
+  EXPECT_EQ(from_bf16(to_bf16(-3.5f)), -3.5f);
+  // bfloat16 keeps 8 significant bits: 1 + 2^-8 is a tie between 1 and 1 + 2^-7 (even: 1).
+  EXPECT_EQ(from_bf16(to_bf16(1.0f + 1.0f / 256)), 1.0f);
+  EXPECT_EQ(from_bf16(to_bf16(1.0f + 3.0f / 256)), 1.0f + 4.0f / 256);
+  EXPECT_EQ(from_bf16(to_bf16(1.0f + 1.5f / 256)), 1.0f + 2.0f / 256);
+  EXPECT_TRUE(std::isnan(from_bf16(to_bf16(std::nanf("")))));
+  EXPECT_TRUE(std::isinf(from_bf16(to_bf16(INFINITY))));
+}
+
+TEST(GradientBuckets, Bfloat16BucketsSumAndRound) {
+  auto comm = world();
+  std::vector<float> g(1000);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = float(i % 100) + (comm->rank() == 0 ? 0.25f : 0.0f);
+  GradientBuckets buckets(*comm, {{0, 1000}}, 1024, ReduceOp::kSum, true, true);
+  buckets.begin(g.data());
+  buckets.mark_ready(0, 1000);
+  buckets.finish();
+  for (size_t i = 0; i < g.size(); ++i) {
+    const float exact = 2.0f * float(i % 100) + 0.25f;
+    EXPECT_EQ(g[i], from_bf16(to_bf16(exact))) << i;  // one addition, one rounding
+  }
+  EXPECT_THROW(GradientBuckets(*comm, {{0, 10}}, 1024, ReduceOp::kAverage, false, true),
+               InvalidArgument);
+}
+
 TEST(GradientBuckets, OneBucketPerRangeWhenBucketsAreLarge) {
   auto comm = world();
   GradientBuckets buckets(*comm, {{10, 5}, {0, 10}}, 25 << 20, ReduceOp::kSum, true);

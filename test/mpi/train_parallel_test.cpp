@@ -56,7 +56,12 @@ class TrainParallel : public ::testing::Test {
     return c;
   }
 
-  RankContext both() const { return RankContext{world_.get(), session->topology(), {}}; }
+  RankContext both() const {
+    RankContext context;
+    context.comm = world_.get();
+    context.topology = session->topology();
+    return context;
+  }
 
   static std::vector<float> values(const TrainConfig& c, const std::string& checkpoint) {
     IbrnetModel model(c);
@@ -103,6 +108,26 @@ TEST_F(TrainParallel, TwoRanksOfBTrainAsOneRankOfTwoB) {
     EXPECT_NEAR(two.last_loss, one.last_loss, 1e-5 * one.last_loss);
     std::cout << "[          ] 2x32 vs 1x64 rays after 6 steps: relative difference " << relative
               << ", training moved the parameters " << moved << "x that\n";
+  }
+  world_->barrier();
+}
+
+// Gradients sent as bfloat16 (8 significant bits) train close to, not exactly as, float ones.
+TEST_F(TrainParallel, Bfloat16AllReduceTrainsCloseToFloat) {
+  std::ostringstream log;
+  TrainConfig fp32 = config("fp32", 6, 32), bf16 = config("bf16", 6, 32);
+  bf16.allreduce_dtype = "bf16";
+  const TrainSummary a = train(fp32, log, both());
+  const TrainSummary b = train(bf16, log, both());
+  if (world_->rank() == 0) {
+    EXPECT_NE(log.str().find("(bf16)"), std::string::npos);
+    const auto [relative, moved] =
+        compare(fp32, values(bf16, b.last_checkpoint), values(fp32, a.last_checkpoint));
+    EXPECT_GT(relative, 0.0);
+    EXPECT_LE(relative, 1e-2);
+    EXPECT_GT(moved, 3.0) << "the bf16 rounding must be small against what training moved";
+    std::cout << "[          ] bf16 vs fp32 all-reduce after 6 steps: relative difference "
+              << relative << ", training moved the parameters " << moved << "x that\n";
   }
   world_->barrier();
 }

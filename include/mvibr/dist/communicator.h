@@ -24,12 +24,19 @@ class Communicator {
   // In place, over every rank's `count` values.
   virtual void all_reduce(float* data, size_t count, ReduceOp op) = 0;
   virtual void all_reduce(double* data, size_t count, ReduceOp op) = 0;
+  // bfloat16 values (the upper half of a float's bits), summed; each addition rounds to nearest
+  // even in bfloat16. Half the bytes of a float all-reduce, as DDP's bf16 compression hook.
+  virtual void all_reduce_bf16_sum(uint16_t* data, size_t count) = 0;
   // `bytes` of root's `data` into every rank's `data`.
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   // Every rank's `bytes` of `send`, by rank, into `receive` (size() * bytes).
   virtual void all_gather(const void* send, size_t bytes, void* receive) = 0;
   virtual void barrier() = 0;
 };
+
+// float <-> bfloat16, rounding to nearest even (NaN stays NaN).
+uint16_t to_bf16(float value);
+float from_bf16(uint16_t value);
 
 // A job of one rank without MPI: every collective leaves the data as it is (all_gather copies).
 // What `mvibr train` uses in tests and libraries that run one process.

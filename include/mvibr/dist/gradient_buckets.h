@@ -12,6 +12,7 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <mutex>
@@ -32,8 +33,10 @@ class GradientBuckets {
   // them final; each is cut from its end downwards (a network's backward finishes its last layer
   // first) into buckets of at most `bucket_bytes`. Gradients outside every range are never
   // reduced. With `overlap` false (or one rank) buckets are reduced in mark_ready's caller.
+  // With `bf16`, each bucket travels as bfloat16 (half the bytes; sums rounded to 8 significant
+  // bits) and comes back as float; `op` must then be kSum.
   GradientBuckets(Communicator& comm, std::vector<GradientRange> ready_order, size_t bucket_bytes,
-                  ReduceOp op, bool overlap);
+                  ReduceOp op, bool overlap, bool bf16 = false);
   ~GradientBuckets();
   GradientBuckets(const GradientBuckets&) = delete;
   GradientBuckets& operator=(const GradientBuckets&) = delete;
@@ -59,6 +62,8 @@ class GradientBuckets {
 
   Communicator& comm_;
   ReduceOp op_;
+  bool bf16_;
+  std::vector<uint16_t> bf16_buffer_;  // one bucket in bfloat16 (reduce() runs one at a time)
   std::vector<GradientRange> buckets_;
   std::vector<size_t> remaining_;      // values of each bucket not yet marked ready in this pass
   std::vector<GradientRange> marked_;  // the ranges marked ready in this pass

@@ -45,12 +45,13 @@ struct TrainConfig {
   // rank takes its own target view and accumulates accumulation_steps micro-steps of N_rand of
   // its rays before the update (memory for N_rand rays, the batch of all of them).
   int accumulation_steps = 1;
-  std::string lr_scaling = "none";   // none | linear | sqrt: rates x ranks or x sqrt(ranks)
-  double bucket_mb = 25;             // gradient all-reduce bucket size
-  bool overlap_allreduce = true;     // all-reduce buckets while the backward pass goes on
-  double watchdog_s = 300;           // longest wait for the other ranks before ending the job
-  std::string nan_policy = "skip";   // skip | stop on a non-finite loss or gradient
-  bool allow_shared_shards = false;  // fewer shards than ranks: share them round-robin
+  std::string lr_scaling = "none";       // none | linear | sqrt: rates x ranks or x sqrt(ranks)
+  double bucket_mb = 25;                 // gradient all-reduce bucket size
+  bool overlap_allreduce = true;         // all-reduce buckets while the backward pass goes on
+  std::string allreduce_dtype = "fp32";  // fp32 | bf16: how gradients travel
+  double watchdog_s = 300;               // longest wait for the other ranks before ending the job
+  std::string nan_policy = "skip";       // skip | stop on a non-finite loss or gradient
+  bool allow_shared_shards = false;      // fewer shards than ranks: share them round-robin
 
   // The config as `key = value` lines in a fixed order, every key except ckpt_path and
   // no_reload (they say where a run starts, not what it trains): stored in checkpoints and
