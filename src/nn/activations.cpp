@@ -1,6 +1,6 @@
 // Element-wise activations, in place, with backward passes from the output: ELU'(x) is 1 above
-// zero and y + 1 below, ReLU' is [y > 0], Sigmoid' is y (1 - y). ELU in float vectorises (see
-// vector_math.h).
+// zero and y + 1 below, ReLU' is [y > 0], Sigmoid' is y (1 - y). ELU and Sigmoid in float
+// vectorise (see vector_math.h).
 #include <cmath>
 
 #include "mvibr/nn/layers.h"
@@ -36,7 +36,7 @@ void relu_backward(size_t n, const T* y, T* grad) {
 template <typename T>
 void sigmoid(size_t n, T* x) {
 #pragma omp parallel for schedule(static) if (worth_parallel(n))
-  for (size_t i = 0; i < n; ++i) x[i] = T(1) / (T(1) + std::exp(-x[i]));
+  for (size_t i = 0; i < n; ++i) x[i] = sigmoid_of(x[i]);
 }
 
 template <typename T>

@@ -492,7 +492,8 @@ void IbrnetAggregator::forward_chunk(const T* params, const Activations<T>& a,
     for (size_t v = 0; v < V; ++v) b[v] = mask[j * V + v] == 0 ? T(kMaskedLogit) : b[v];
     const T top = *std::max_element(b, b + V);
     T sum = 0;
-    for (size_t v = 0; v < V; ++v) sum += b[v] = std::exp(b[v] - top);
+    for (size_t v = 0; v < V; ++v) b[v] = exp_nonpositive(b[v] - top);
+    for (size_t v = 0; v < V; ++v) sum += b[v];
     for (int c = 0; c < 3; ++c) rgb[j * 3 + c] = 0;
     for (size_t v = 0; v < V; ++v) {
       b[v] /= sum;
