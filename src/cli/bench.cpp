@@ -21,6 +21,7 @@
 #include "mvibr/core/error.h"
 #include "mvibr/dist/allreduce_benchmark.h"
 #include "mvibr/dist/mpi_session.h"
+#include "mvibr/dist/nccl_communicator.h"
 #include "mvibr/train/config.h"
 #include "mvibr/train/trainer.h"
 
@@ -54,7 +55,7 @@ size_t parse_bytes(const std::string& text, const std::string& key) {
 }
 
 int run_allreduce(const std::vector<std::string>& args) {
-  std::string min_text = "1K", max_text = "256M";
+  std::string min_text = "1K", max_text = "256M", backend = "mpi";
   int warmup = 5, iterations = 20;
   po::options_description options("mvibr bench allreduce");
   options.add_options()("help,h", "print this help")(
@@ -62,6 +63,8 @@ int run_allreduce(const std::vector<std::string>& args) {
       "max_bytes", po::value(&max_text)->default_value(max_text), "largest message")(
       "warmup", po::value(&warmup)->default_value(warmup), "untimed all-reduces per size")(
       "iters", po::value(&iterations)->default_value(iterations), "timed all-reduces per size")(
+      "backend", po::value(&backend)->default_value(backend),
+      "mpi (host memory) | nccl (device memory, one GPU per rank)")(
       "json", "one JSON object per size instead of the table");
   po::variables_map vm;
   try {
@@ -77,11 +80,18 @@ int run_allreduce(const std::vector<std::string>& args) {
   const size_t min_bytes = parse_bytes(min_text, "min_bytes");
   const size_t max_bytes = parse_bytes(max_text, "max_bytes");
 
+  if (backend != "mpi" && backend != "nccl") {
+    throw InvalidArgument("--backend must be mpi or nccl, got '" + backend + "'");
+  }
+
   dist::MpiSession mpi(nullptr, nullptr);
-  const auto comm = mpi.world();
+  const auto world = mpi.world();
   const dist::Topology& t = mpi.topology();
-  const std::vector<dist::AllReduceResult> results =
-      dist::benchmark_all_reduce(*comm, min_bytes, max_bytes, warmup, iterations);
+  std::unique_ptr<dist::Communicator> nccl;
+  if (backend == "nccl") nccl = dist::make_nccl_communicator(*world, dist::select_device(t));
+  dist::Communicator* comm = nccl ? nccl.get() : world.get();
+  const std::vector<dist::AllReduceResult> results = dist::benchmark_all_reduce(
+      *comm, *world, min_bytes, max_bytes, warmup, iterations, nccl != nullptr);
   size_t wrong = 0;
   for (const dist::AllReduceResult& r : results) wrong += r.wrong;
   if (t.rank != 0) return wrong == 0 ? 0 : 1;

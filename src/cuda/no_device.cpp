@@ -1,6 +1,8 @@
-// The device API in a build without CUDA: no device, and asking for device memory is an error.
+// The device API in a build without CUDA: no device, and asking for device memory or NCCL is an
+// error.
 #include "mvibr/core/device.h"
 #include "mvibr/core/error.h"
+#include "mvibr/dist/nccl_communicator.h"
 
 namespace mvibr {
 
@@ -38,3 +40,15 @@ void device_synchronize() {
 }
 
 }  // namespace mvibr
+
+namespace mvibr::dist {
+
+int select_device(const Topology&) {
+  return -1;
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator&, int) {
+  throw RuntimeFailure("this mvibr was built without CUDA and NCCL (configure with MVIBR_CUDA=ON)");
+}
+
+}  // namespace mvibr::dist

@@ -52,6 +52,7 @@ assert all(r["seconds"] > 0 and abs(r["busbw_gbs"] - r["algbw_gbs"]) < 1e-9 * r[
 print("allreduce json ok:", len(rows), "sizes")
 ' "$work/allreduce.json"
 expect_error "max_bytes: unknown unit" "$mvibr" bench allreduce --max_bytes 3X
+expect_error "NCCL" "$mvibr" bench allreduce --backend nccl  # no GPU here
 
 # The pid of rank 1 of the mvibr job started in the background (Open MPI exports the rank).
 rank1_pid() {

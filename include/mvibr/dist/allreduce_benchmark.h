@@ -21,7 +21,10 @@ struct AllReduceResult {
 };
 
 // Sizes from min_bytes to max_bytes, doubling (each rounded down to whole floats, at least one).
-std::vector<AllReduceResult> benchmark_all_reduce(Communicator& comm, size_t min_bytes,
-                                                  size_t max_bytes, int warmup, int iterations);
+// `comm` is measured; `control` (host memory, the same ranks: MPI) gathers times and checks.
+// With `device_memory` the buffer is in device memory, as NCCL needs.
+std::vector<AllReduceResult> benchmark_all_reduce(Communicator& comm, Communicator& control,
+                                                  size_t min_bytes, size_t max_bytes, int warmup,
+                                                  int iterations, bool device_memory);
 
 }  // namespace mvibr::dist

@@ -1,0 +1,26 @@
+// The GPU side of a data-parallel job: which device a rank drives, and NCCL collectives over
+// device buffers. MPI starts the ranks; rank 0 asks NCCL for a unique id and the MPI
+// communicator broadcasts it; every rank then joins the NCCL communicator on its own device.
+// In a build without CUDA both functions report that there is no GPU.
+#pragma once
+
+#include <memory>
+
+#include "mvibr/dist/communicator.h"
+#include "mvibr/dist/mpi_session.h"
+
+namespace mvibr::dist {
+
+// The device of this rank, local_rank % devices on its host (one rank per GPU; more ranks than
+// GPUs share them round-robin), made current; -1 when the host has no CUDA device.
+int select_device(const Topology& topology);
+
+// A Communicator whose collectives run on NCCL over `device` memory: every pointer passed to it
+// is device memory. Calls block until the collective is complete, polling NCCL's asynchronous
+// error state while they wait; an NCCL error aborts the communicator (ncclCommAbort) and throws
+// RuntimeFailure, so a failing peer never leaves this rank waiting. `bootstrap` (the MPI
+// communicator of the same ranks) carries the unique id. Throws RuntimeFailure in a build
+// without CUDA or without a device.
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device);
+
+}  // namespace mvibr::dist
