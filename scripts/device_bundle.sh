@@ -8,11 +8,17 @@ cd "$(dirname "$0")/.."
 bash scripts/build.sh -DMVIBR_CUDA=ON >/dev/null
 rm -rf device-bundle
 mkdir -p device-bundle/lib
-cp build/test/gpu_render_ops_test build/bench/render_ops_bench device-bundle/
-for library in libbenchmark.so.1debian libgomp.so.1 libcudart.so.13; do
-  path=$(ldd build/bench/render_ops_bench build/test/gpu_render_ops_test |
-    awk -v name="$library" '$1 == name { print $3; exit }')
-  [[ -n $path ]] && cp -L "$path" device-bundle/lib/
-done
+binaries=(build/test/gpu_render_ops_test build/test/gpu_nccl_test build/bench/render_ops_bench)
+cp "${binaries[@]}" device-bundle/
+# Every shared library they need except the C library's own, the driver's, and NCCL (218 MB;
+# the device image has it in its nvidia-nccl Python package): Open MPI, HDF5, BLAS travel.
+ldd "${binaries[@]}" | awk '$3 ~ /^\// { print $1, $3 }' | sort -u |
+  while read -r name path; do
+    case $name in
+      libc.so* | libm.so* | libdl.so* | librt.so* | libpthread.so* | ld-linux* | libcuda.so* | \
+        libnccl.so*) ;;
+      *) cp -L "$path" device-bundle/lib/ ;;
+    esac
+  done
 git rev-parse --short HEAD >device-bundle/REVISION
 du -sh device-bundle

@@ -32,8 +32,9 @@ else
   if timeout "$(left)" cmake -S . -B build-device -G Ninja -DMVIBR_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 >"$logs/configure.log" 2>&1 &&
     timeout "$(left)" cmake --build build-device -j "$(nproc)" \
-      --target gpu_render_ops_test render_ops_bench >"$logs/build.log" 2>&1; then
-    cp build-device/test/gpu_render_ops_test build-device/bench/render_ops_bench build-device/
+      --target gpu_render_ops_test gpu_nccl_test render_ops_bench >"$logs/build.log" 2>&1; then
+    cp build-device/test/gpu_render_ops_test build-device/test/gpu_nccl_test \
+      build-device/bench/render_ops_bench build-device/
   else
     tail -20 "$logs/configure.log" "$logs/build.log" 2>/dev/null
     say "FAILED: no build (run scripts/device_bundle.sh here and carry device-bundle)"
@@ -46,6 +47,16 @@ timeout "$(left)" "$bin/gpu_render_ops_test" >"$logs/gpu_render_ops_test.log" 2>
 grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|actual|Which is" "$logs/gpu_render_ops_test.log" | head -60
 if grep -q "^\[  SKIPPED \]" "$logs/gpu_render_ops_test.log"; then
   say "FAILED: tests skipped, the device was not seen"
+  status=1
+fi
+
+say "gpu_nccl_test (NCCL from the image's nvidia-nccl package)"
+nccl_lib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(os.path.dirname(nvidia.nccl.__file__), "lib"))' 2>/dev/null || true)
+LD_LIBRARY_PATH="${nccl_lib:+$nccl_lib:}${LD_LIBRARY_PATH:-}" timeout "$(left)" \
+  "$bin/gpu_nccl_test" >"$logs/gpu_nccl_test.log" 2>&1 || status=1
+grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|error" "$logs/gpu_nccl_test.log" | head -20
+if grep -q "^\[  SKIPPED \] NcclOneRank" "$logs/gpu_nccl_test.log"; then
+  say "FAILED: NCCL test skipped, the device was not seen"
   status=1
 fi
 
