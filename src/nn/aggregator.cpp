@@ -38,23 +38,28 @@ constexpr size_t kChunksPerWave = 64;
 // weight in two parts, g_weight[v] plus the returned part common to all views,
 // mean . dL/dmean. The common part can dwarf the differences between views that matter; kept
 // apart, the normalisation's backward takes it exactly rather than through float cancellation.
+// Loops run along channels (contiguous) so they vectorise; scratch holds 3 * width values.
 template <typename T>
 T mean_var_backward(size_t n_views, size_t width, const T* x, const T* weight, T denominator,
-                    const T* mean, const T* g_mean, const T* g_var, T* g_x, T* g_weight) {
+                    const T* mean, const T* g_mean, const T* g_var, T* g_x, T* g_weight,
+                    T* scratch) {
   const T gap = T(kWeightEpsilon) / denominator;  // 1 - sum_v w_v
-  T common = 0;
-  for (size_t v = 0; v < n_views; ++v) g_weight[v] = 0;
-  for (size_t c = 0; c < width; ++c) {
-    // d var / d mean = -2 sum_v w_v (x_v - mean) = -2 mean gap.
-    const T g_mean_total = g_mean[c] - 2 * g_var[c] * mean[c] * gap;
-    common += mean[c] * g_mean_total;
-    for (size_t v = 0; v < n_views; ++v) {
-      const T dev = x[v * width + c] - mean[c];
-      g_x[v * width + c] += weight[v] * (g_mean_total + 2 * g_var[c] * dev);
-      g_weight[v] += dev * g_mean_total + g_var[c] * dev * dev;
+  T* g_mean_total = scratch;
+  T* dev = scratch + width;
+  T* term = scratch + 2 * width;
+  // d var / d mean = -2 sum_v w_v (x_v - mean) = -2 mean gap.
+  for (size_t c = 0; c < width; ++c) g_mean_total[c] = g_mean[c] - 2 * g_var[c] * mean[c] * gap;
+  for (size_t v = 0; v < n_views; ++v) {
+    const T* x_v = x + v * width;
+    T* g_x_v = g_x + v * width;
+    for (size_t c = 0; c < width; ++c) {
+      dev[c] = x_v[c] - mean[c];
+      g_x_v[c] += weight[v] * (g_mean_total[c] + 2 * g_var[c] * dev[c]);
+      term[c] = dev[c] * g_mean_total[c] + g_var[c] * dev[c] * dev[c];
     }
+    g_weight[v] = sum(term, width);
   }
-  return common;
+  return dot(mean, g_mean_total, width);
 }
 
 // Backward of w_v = raw_v / D for view v, given dL/dw_u = g[u] + common:
@@ -551,12 +556,14 @@ void IbrnetAggregator::backward_chunk(const T* params, T* grads, const Activatio
   geometry_0_.backward(params, grads, m, a.geometry_in, a.g_h_geometry, a.g_geometry_in);
 
   // Mean, variance and mean weight of x under the visibility weights, then their normalisation.
+  std::vector<T> scratch(3 * std::max(w, size_t(kWidth)));
   for (size_t j = 0; j < m; ++j) {
     const T* g_in = a.g_geometry_in + j * kGeometryIn;
     T* g_weight = a.g_vis_weight + j * V;
-    const T common = mean_var_backward(V, kWidth, a.x + j * V * kWidth, a.vis_weight + j * V,
-                                       a.vis_denominator[j], a.geometry_in + j * kGeometryIn, g_in,
-                                       g_in + kWidth, a.g_x + j * V * kWidth, g_weight);
+    const T common =
+        mean_var_backward(V, kWidth, a.x + j * V * kWidth, a.vis_weight + j * V,
+                          a.vis_denominator[j], a.geometry_in + j * kGeometryIn, g_in,
+                          g_in + kWidth, a.g_x + j * V * kWidth, g_weight, scratch.data());
     const T g_mean_weight = g_in[2 * kWidth] / T(V);
     for (size_t v = 0; v < V; ++v) {
       a.g_vis[j * V + v] += normalisation_backward(V, v, a.vis_weight + j * V, g_weight,
@@ -613,9 +620,9 @@ void IbrnetAggregator::backward_chunk(const T* params, T* grads, const Activatio
   std::vector<T> g_weight(V);
   for (size_t j = 0; j < m; ++j) {
     const T* g_mean = a.g_mean_var + j * 2 * w;
-    a.g_pool_common[j] = mean_var_backward(V, w, a.feat + j * V * w, a.pool + j * V,
-                                           a.pool_denominator[j], a.mean_var + j * 2 * w, g_mean,
-                                           g_mean + w, a.g_feat + j * V * w, g_weight.data());
+    a.g_pool_common[j] = mean_var_backward(
+        V, w, a.feat + j * V * w, a.pool + j * V, a.pool_denominator[j], a.mean_var + j * 2 * w,
+        g_mean, g_mean + w, a.g_feat + j * V * w, g_weight.data(), scratch.data());
     for (size_t v = 0; v < V; ++v) a.g_pool[j * V + v] += g_weight[v];
   }
 
