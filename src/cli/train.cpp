@@ -2,6 +2,9 @@
 // process or as every rank of an mpirun / srun job; an error on any rank ends the whole job.
 // Exit codes: 0 done, 1 error, 2 bad input, 3 a rank stalled (watchdog), 75 stopped early on a
 // signal with a checkpoint written (requeue and run again to continue).
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -42,6 +45,15 @@ void install_stop_handlers() {
   sigaction(SIGINT, &action, nullptr);
 }
 
+// The width of the terminal standard output is, or 0 when it is not one (a file, a pipe, a Slurm
+// log): the progress line is redrawn in place only on a terminal.
+int terminal_columns() {
+  if (!isatty(STDOUT_FILENO)) return 0;
+  winsize size{};
+  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
+  return 80;  // a terminal that does not say how wide it is
+}
+
 }  // namespace
 
 int run_train(const std::vector<std::string>& args) {
@@ -62,6 +74,7 @@ int run_train(const std::vector<std::string>& args) {
       dist::MpiSession::abort_job(kStalledExitCode);
     };
     context.stop_signal = &stop_signal;
+    context.progress_columns = terminal_columns();
     summary = train::train(config, std::cout, context);
   } catch (const std::exception& e) {
     if (topology.size == 1) throw;  // main prints it

@@ -21,6 +21,8 @@
 #include "mvibr/render/loss.h"
 #include "mvibr/train/evaluate.h"
 #include "mvibr/train/ibrnet_model.h"
+#include "mvibr/train/monitor.h"
+#include "mvibr/train/tensorboard.h"
 
 namespace mvibr::train {
 
@@ -140,10 +142,10 @@ data::ReaderCursor restore_or_initialize(const TrainConfig& config, const std::s
   return {epoch, 0};
 }
 
-// Every rank renders a band of the held-out view's rows; rank 0 puts the image together and
-// scores it (the others return a view of -1).
+// Every rank renders a band of the held-out view's rows; rank 0 puts the image together into
+// `image` and scores it (the others return a view of -1).
 ViewMetrics validate(IbrnetModel& model, const data::TrainingSample& sample, RandomKey key,
-                     dist::Communicator& comm) {
+                     dist::Communicator& comm, RgbImage* image) {
   const int width = sample.target.camera.width, height = sample.target.camera.height;
   const int band = (height + comm.size() - 1) / comm.size();
   const int first_row = std::min(height, comm.rank() * band);
@@ -162,12 +164,12 @@ ViewMetrics validate(IbrnetModel& model, const data::TrainingSample& sample, Ran
   comm.all_gather(rgb.data(), rgb.size() * sizeof(float), all.data());
   ViewMetrics m;
   if (comm.rank() != 0) return m;
-  RgbImage image{width, height, std::vector<float>(all.begin(), all.begin() + 3 * width * height)};
+  *image = {width, height, std::vector<float>(all.begin(), all.begin() + 3 * width * height)};
   const RgbImage truth = view_image(sample.target);
   m.view = sample.target_view;
   m.name = sample.target.name;
-  m.psnr = psnr(image, truth);
-  m.ssim = ssim(image, truth);
+  m.psnr = psnr(*image, truth);
+  m.ssim = ssim(*image, truth);
   return m;
 }
 
@@ -187,8 +189,68 @@ std::string describe_job(const TrainConfig& c, const RankContext& context,
   return out.str();
 }
 
+// Busy times of ranks differing by more than this fraction of the fastest one's get a warning.
+constexpr double kImbalanceWarning = 0.2;
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// One monitored value: its TensorBoard tag and its metrics.jsonl key.
+struct Scalar {
+  const char* tag;
+  const char* key;
+  double value;
+};
+
+// Rank 0's record of the run: metrics.jsonl (one JSON object per line) and the event files, both
+// written with every value, so scripts and TensorBoard see the same numbers.
+class MetricsLog {
+ public:
+  explicit MetricsLog(const std::string& run_dir)
+      : jsonl_(fs::path(run_dir) / "metrics.jsonl", std::ios::app),
+        events_((fs::path(run_dir) / "tb").string()) {
+    // Every digit of a double, so a script reads back the value that was logged.
+    jsonl_.precision(17);
+  }
+
+  // `extra`: values for the JSON line alone (counts, not curves).
+  void write(uint64_t step, const std::vector<Scalar>& scalars,
+             const std::vector<std::pair<std::string, double>>& extra = {}) {
+    std::vector<std::pair<std::string, double>> tagged;
+    jsonl_ << "{\"step\": " << step;
+    for (const Scalar& s : scalars) {
+      jsonl_ << ", \"" << s.key << "\": " << s.value;
+      tagged.emplace_back(s.tag, s.value);
+    }
+    for (const auto& [key, value] : extra) jsonl_ << ", \"" << key << "\": " << value;
+    jsonl_ << "}\n" << std::flush;
+    events_.scalars(step, tagged);
+  }
+
+  void image(const std::string& tag, uint64_t step, const RgbImage& image) {
+    events_.image(tag, step, image);
+  }
+
+ private:
+  std::ofstream jsonl_;
+  EventWriter events_;
+};
+
+// The ranks' busy parts of an interval (every rank calls it), per update, on every rank.
+std::vector<std::vector<std::pair<std::string, double>>> gather_busy_parts(
+    dist::Communicator& comm, const IntervalTimes& interval) {
+  std::vector<std::pair<std::string, double>> mine = interval.busy_parts();
+  for (auto& part : mine) part.second /= double(std::max<uint64_t>(1, interval.steps));
+  std::vector<double> values;
+  for (const auto& part : mine) values.push_back(part.second);
+  std::vector<double> all(values.size() * size_t(comm.size()));
+  comm.all_gather(values.data(), values.size() * sizeof(double), all.data());
+  std::vector<std::vector<std::pair<std::string, double>>> parts(size_t(comm.size()), mine);
+  for (size_t r = 0; r < parts.size(); ++r) {
+    for (size_t k = 0; k < mine.size(); ++k) parts[r][k].second = all[r * mine.size() + k];
+  }
+  return parts;
 }
 
 }  // namespace
@@ -247,10 +309,8 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
   log << describe_job(config, context, *comm, params.size(), buckets.buckets().size());
 
   data::PrefetchReader reader(reader_options(config, rank, ranks), cursor);
-  std::ofstream metrics;
-  if (rank == 0 && !context.measure_only) {
-    metrics.open(fs::path(summary.run_dir) / "metrics.jsonl", std::ios::app);
-  }
+  std::unique_ptr<MetricsLog> metrics;
+  if (rank == 0 && !context.measure_only) metrics = std::make_unique<MetricsLog>(summary.run_dir);
   // Validation renders one held-out view with a copy of the weights in a model of its own
   // (deterministic samples, its own buffers), so training continues exactly as without it.
   const std::optional<data::TrainingSample> heldout =
@@ -264,8 +324,10 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
 
   const uint64_t rays_per_update =
       uint64_t(config.N_rand) * uint64_t(config.accumulation_steps) * uint64_t(ranks);
-  const auto start = std::chrono::steady_clock::now();
-  double communication = 0, exposed = 0;
+  Progress progress(log, rank == 0 ? context.progress_columns : 0, summary.first_step,
+                    uint64_t(config.n_iters), double(rays_per_update));
+  IntervalTimes interval;  // since the last i_print
+  uint64_t logged_step = summary.first_step;
   int consecutive_skips = 0;
   while (adam.steps() < uint64_t(config.n_iters)) {
     const uint64_t step = adam.steps();
@@ -306,8 +368,6 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
       dist::Watchdog::Scope watch(watchdog.get(), "the gradient all-reduce of " + step_name);
       buckets.finish();
     }
-    communication += buckets.communication_seconds();
-    exposed += buckets.exposed_seconds();
     report.allreduce = buckets.communication_seconds();
     report.allreduce_exposed = buckets.exposed_seconds();
     const auto optimizer_start = std::chrono::steady_clock::now();
@@ -337,7 +397,7 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
                              (rank == 0 ? written : "rank 0's run directory"));
       }
       ++summary.skipped_steps;
-      log << "warning: " << what << "; update skipped\n" << std::flush;
+      progress.print("warning: " + what + "; update skipped\n");
       if (++consecutive_skips >= 10) {
         throw RuntimeFailure(what + "; 10 updates in a row skipped, stopping");
       }
@@ -353,6 +413,8 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
     report.loss = result.loss;
     report.psnr = result.psnr;
     if (context.on_step) context.on_step(report);
+    interval.add(report);
+    progress.update(done, result.loss, result.psnr);
     summary.last_step = done;
     summary.last_loss = result.loss;
     summary.last_psnr = result.psnr;
@@ -362,39 +424,72 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
         dist::Watchdog::Scope watch(watchdog.get(), "the parameter check of " + step_name);
         dist::check_same_parameters(*comm, params.values().data(), params.size(), step_name);
       }
-      const double seconds = seconds_since(start);
-      const double steps_per_second = double(done - summary.first_step) / seconds;
-      const double eta = double(uint64_t(config.n_iters) - done) / steps_per_second;
-      const double hidden = communication > 0 ? 1.0 - std::min(1.0, exposed / communication) : 0;
-      char line[320];
-      std::snprintf(line, sizeof(line),
-                    "step %llu/%d  loss %.5f  psnr %.2f  rays/s %.0f  data wait %.1f%%  "
-                    "all-reduce %.1f%% (%.0f%% hidden)  eta %.0f s\n",
-                    (unsigned long long)done, config.n_iters, result.loss, result.psnr,
-                    steps_per_second * double(rays_per_update),
-                    100.0 * reader.wait_seconds() / seconds, 100.0 * communication / seconds,
-                    100.0 * hidden, eta);
-      log << line << std::flush;
-      if (rank == 0) {
-        metrics << "{\"step\": " << done << ", \"loss\": " << result.loss
-                << ", \"mse_coarse\": " << result.mse_coarse
-                << ", \"mse_fine\": " << result.mse_fine << ", \"psnr\": " << result.psnr
-                << ", \"grad_norm\": " << norm
-                << ", \"lr_feature\": " << adam.learning_rate(nn::ParameterGroup::kFeature)
-                << ", \"lr_mlp\": " << adam.learning_rate(nn::ParameterGroup::kMlp)
-                << ", \"rays_per_second\": " << steps_per_second * double(rays_per_update)
-                << ", \"valid_rays\": " << result.valid_rays << ", \"ranks\": " << ranks
-                << ", \"allreduce_seconds\": " << communication
-                << ", \"allreduce_exposed_seconds\": " << exposed << "}\n"
-                << std::flush;
+      std::vector<std::vector<std::pair<std::string, double>>> parts;
+      {
+        dist::Watchdog::Scope watch(watchdog.get(), "the time gathering of " + step_name);
+        parts = gather_busy_parts(*comm, interval);
       }
+      const Imbalance balance = assess_imbalance(parts);
+      double data_wait = 0;  // the rank that waited longest for its reader
+      for (const auto& rank_parts : parts) data_wait = std::max(data_wait, rank_parts[0].second);
+      const double steps = double(interval.steps);
+      const double step_seconds = interval.seconds / steps;
+      const double rays_per_second = double(rays_per_update) / step_seconds;
+      const double data_wait_fraction = data_wait / step_seconds;
+      const double allreduce_fraction = interval.allreduce / interval.seconds;
+      const double hidden =
+          interval.allreduce > 0
+              ? 1.0 - std::min(1.0, interval.allreduce_exposed / interval.allreduce)
+              : 0;
+      if (!progress.in_place()) {
+        char line[320];
+        std::snprintf(line, sizeof(line),
+                      "step %llu/%d  loss %.5f  psnr %.2f  rays/s %.0f  data wait %.1f%%  "
+                      "all-reduce %.1f%% (%.0f%% hidden)  eta %.0f s\n",
+                      (unsigned long long)done, config.n_iters, result.loss, result.psnr,
+                      rays_per_second, 100.0 * data_wait_fraction, 100.0 * allreduce_fraction,
+                      100.0 * hidden, progress.eta_seconds(done));
+        log << line << std::flush;
+      }
+      const std::string warning =
+          imbalance_warning(balance, kImbalanceWarning, logged_step + 1, done);
+      if (!warning.empty()) progress.print(warning);
+      if (metrics) {
+        metrics->write(
+            done,
+            {{"loss/total", "loss", result.loss},
+             {"loss/coarse", "mse_coarse", result.mse_coarse},
+             {"loss/fine", "mse_fine", result.mse_fine},
+             {"train/psnr", "psnr", result.psnr},
+             {"train/grad_norm", "grad_norm", norm},
+             {"lr/feature", "lr_feature", adam.learning_rate(nn::ParameterGroup::kFeature)},
+             {"lr/mlp", "lr_mlp", adam.learning_rate(nn::ParameterGroup::kMlp)},
+             {"throughput/rays_per_second", "rays_per_second", rays_per_second},
+             {"throughput/steps_per_second", "steps_per_second", 1.0 / step_seconds},
+             {"time/step_seconds", "step_seconds", step_seconds},
+             {"time/data_wait_fraction", "data_wait_fraction", data_wait_fraction},
+             {"time/busy_seconds_min", "busy_seconds_min", balance.busy_min},
+             {"time/busy_seconds_max", "busy_seconds_max", balance.busy_max},
+             {"time/imbalance", "imbalance", balance.imbalance},
+             {"allreduce/seconds", "allreduce_seconds", interval.allreduce / steps},
+             {"allreduce/exposed_seconds", "allreduce_exposed_seconds",
+              interval.allreduce_exposed / steps},
+             {"allreduce/hidden_fraction", "allreduce_hidden_fraction", hidden}},
+            {{"valid_rays", result.valid_rays},
+             {"ranks", ranks},
+             {"slowest_rank", balance.slow_rank},
+             {"interval_steps", steps}});
+      }
+      interval = IntervalTimes{};
+      logged_step = done;
     }
     if (heldout && (done % uint64_t(config.i_img) == 0 || done == uint64_t(config.n_iters))) {
       validation_model->parameters().values() = params.values();
       ViewMetrics m;
+      RgbImage rendered;
       {
         dist::Watchdog::Scope watch(watchdog.get(), "the validation of " + step_name);
-        m = validate(*validation_model, *heldout, RandomKey{config.seed, 0}, *comm);
+        m = validate(*validation_model, *heldout, RandomKey{config.seed, 0}, *comm, &rendered);
       }
       if (rank == 0) {
         summary.heldout_psnr = m.psnr;
@@ -402,10 +497,10 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
         char line[256];
         std::snprintf(line, sizeof(line), "step %llu/%d  held-out view %d  psnr %.2f  ssim %.4f\n",
                       (unsigned long long)done, config.n_iters, m.view, m.psnr, m.ssim);
-        log << line << std::flush;
-        metrics << "{\"step\": " << done << ", \"heldout_psnr\": " << m.psnr
-                << ", \"heldout_ssim\": " << m.ssim << "}\n"
-                << std::flush;
+        progress.print(line);
+        metrics->write(done, {{"heldout/psnr", "heldout_psnr", m.psnr},
+                              {"heldout/ssim", "heldout_ssim", m.ssim}});
+        metrics->image("heldout/rgb", done, rendered);
       }
     }
     if (!context.measure_only && (stop_signal != 0 || done % uint64_t(config.i_weights) == 0 ||
@@ -420,9 +515,9 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
     }
     if (stop_signal != 0 && done < uint64_t(config.n_iters)) {
       summary.stopped_by_signal = stop_signal;
-      log << "stopping at step " << done << " on signal " << stop_signal << "; checkpoint "
-          << summary.last_checkpoint << "\n"
-          << std::flush;
+      progress.print("stopping at step " + std::to_string(done) + " on signal " +
+                     std::to_string(stop_signal) + "; checkpoint " + summary.last_checkpoint +
+                     "\n");
       break;
     }
   }

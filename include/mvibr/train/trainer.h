@@ -11,8 +11,14 @@
 // Adam step. Rank 0 logs, validates (all ranks render a share of the held-out view) and writes
 // checkpoints with every rank's data cursor.
 //
-// A run lives in basedir/expname (config.txt, metrics.jsonl, checkpoints/); it resumes from its
-// newest checkpoint unless no_reload, or from ckpt_path: rank 0 reads it and broadcasts it, so
+// Rank 0 monitors the job every i_print steps: the scalars of the interval (losses, PSNR, learning
+// rates, rays/s, data wait, every rank's busy time and the imbalance between them, all-reduce)
+// go to metrics.jsonl and to TensorBoard event files in tb/ (with the held-out PSNR, SSIM and
+// rendered image at every validation), and a warning names the slow rank and its slow phase when
+// ranks' busy times differ by more than 20% (monitor.h).
+//
+// A run lives in basedir/expname (config.txt, metrics.jsonl, tb/, checkpoints/); it resumes from
+// its newest checkpoint unless no_reload, or from ckpt_path: rank 0 reads it and broadcasts it, so
 // only rank 0 needs the run directory. With the rank count of the checkpoint, resuming is exact
 // (bit-identical on the CPU); with another, each rank starts its new shards at the checkpoint's
 // epoch, with a warning.
@@ -73,8 +79,12 @@ struct RankContext {
   const std::atomic<int>* stop_signal = nullptr;
   // Called on every rank after each update.
   std::function<void(const StepReport&)> on_step;
-  // A benchmark: no validation, no checkpoints and no metrics file, and never a resume.
+  // A benchmark: no validation, no checkpoints, no metrics or event files, and never a resume.
   bool measure_only = false;
+  // The width of the terminal rank 0's log goes to, or 0 when it is not a terminal: on a terminal
+  // the progress line is redrawn in place, elsewhere (a Slurm log, a pipe) plain lines are
+  // printed every i_print steps.
+  int progress_columns = 0;
 };
 
 // Trains until config.n_iters steps; rank 0's progress lines go to `log`. Every collective is

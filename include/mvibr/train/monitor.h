@@ -1,0 +1,91 @@
+// Rank 0's view of a running job: the time every rank spent over a logging interval (all-gathered
+// every i_print steps), the load-balance verdict drawn from it, and the progress line.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mvibr/train/trainer.h"
+
+namespace mvibr::train {
+
+// One rank's steps since the last log, summed.
+struct IntervalTimes {
+  uint64_t steps = 0;
+  double seconds = 0;  // the updates, from taking the sample to Adam's step
+  double data_wait = 0;
+  std::vector<std::pair<std::string, double>> phases;  // PhaseTimes::named(), summed
+  double loss_allreduce = 0, allreduce = 0, allreduce_exposed = 0, optimizer = 0;
+
+  void add(const StepReport& report);
+  // Ranks wait for each other in the all-reduces, so every rank's update takes as long as the
+  // slowest one's; what tells the slow rank is the time it was busy outside those waits: the
+  // update less the loss all-reduce and the gradient all-reduce the backward pass did not hide
+  // (as `mvibr bench train` defines it).
+  double busy() const;
+  // The busy time by part, in the step's order: data_wait, the model's phases, optimizer, and
+  // `other` (what no part times: drawing rays, zeroing gradients). They sum to busy().
+  std::vector<std::pair<std::string, double>> busy_parts() const;
+};
+
+struct Imbalance {
+  double busy_min = 0, busy_max = 0;  // per update, over ranks
+  double imbalance = 0;               // busy_max / busy_min - 1 (0 when busy_min is 0)
+  int slow_rank = 0;                  // the rank of busy_max
+  // The part in which the slow rank spent the most time beyond the other ranks' mean, and both
+  // times (per update).
+  std::string slow_part;
+  double slow_part_seconds = 0, others_part_seconds = 0;
+};
+
+// parts[r]: rank r's busy_parts() divided by its steps (the same names in the same order on every
+// rank). With one rank there is nothing to compare: imbalance 0 and no slow part.
+Imbalance assess_imbalance(const std::vector<std::vector<std::pair<std::string, double>>>& parts);
+
+// The warning for steps (first, last] when the imbalance exceeds `threshold` (0.2: the slow rank
+// is busy more than 20% longer than the fastest), naming the slow rank and its slow part; empty
+// otherwise.
+std::string imbalance_warning(const Imbalance& imbalance, double threshold, uint64_t first,
+                              uint64_t last);
+
+// "42s", "3m05s", "2h07m": an ETA to read at a glance.
+std::string format_duration(double seconds);
+
+// Rank 0's progress line: step, steps/s and rays/s since this call began, ETA, loss and PSNR.
+// On a terminal (columns > 0, its width) it is one line redrawn in place ("\r", the text, clear
+// to the end of the line) after every update, at most 5 times a second; lines that must stay
+// (validation, warnings) go through print(), which writes them over it and redraws it below. Off a
+// terminal (columns 0: a Slurm log, a pipe) it draws nothing: the trainer prints its plain line
+// every i_print steps.
+class Progress {
+ public:
+  Progress(std::ostream& out, int columns, uint64_t first_step, uint64_t last_step,
+           double rays_per_step);
+  ~Progress();  // ends the line in place, so what follows starts on a line of its own
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
+  bool in_place() const { return columns_ > 0; }
+  void update(uint64_t step, double loss, double psnr);
+  // `text`: whole lines, each ending in '\n'.
+  void print(const std::string& text);
+  // Steps per second since this call began, and the seconds the remaining steps will take at it.
+  double steps_per_second(uint64_t step) const;
+  double eta_seconds(uint64_t step) const;
+
+ private:
+  std::ostream& out_;
+  const int columns_;
+  const uint64_t first_step_, last_step_;
+  const double rays_per_step_;
+  const std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point drawn_at_;
+  std::string line_;  // the text in place
+  bool drawn_ = false;
+};
+
+}  // namespace mvibr::train
