@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libdnnl-dev libopenblas-dev libstb-dev nlohmann-json3-dev
   python3-torch python3-numpy python3-h5py
+  python3-matplotlib python3-venv
 )
 
 missing=()
@@ -27,4 +28,14 @@ if ((${#missing[@]})); then
   $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
   echo "setup: all packages present"
+fi
+
+# TensorBoard, which the monitoring test reads event files with, is not packaged by Debian: pip
+# installs it into a virtual environment that also sees Debian's packages (torch, numpy), so
+# nothing in the system's Python changes. test/integration/monitoring_cli_test.sh looks here.
+python_env=${MVIBR_PYTHON_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/mvibr/python}
+if ! "$python_env/bin/python" -c "import tensorboard" 2>/dev/null; then
+  echo "setup: installing tensorboard into $python_env"
+  /usr/bin/python3 -m venv --system-site-packages "$python_env"
+  "$python_env/bin/python" -m pip install -q --disable-pip-version-check tensorboard==2.21.0
 fi
