@@ -1,0 +1,220 @@
+#!/usr/bin/env bash
+# The project's own sbatch scripts on a real Slurm (slurmctld + slurmd + munged on localhost,
+# test/integration/slurm_cluster.sh), in CPU mode on the built-in scene:
+#   - slurm/train.sbatch with 2 tasks through srun --mpi=pmix, and through mpirun inside the
+#     allocation: 2 ranks, checkpoint and logs written, exit 0, no requeue;
+#   - requeue: SIGUSR1 to the batch shell only (what --signal=B:USR1 does before a time limit)
+#     mid-run: checkpoint, exit 75, `scontrol requeue`, the job starts again under the same id,
+#     resumes and ends with bit-identical parameters to an uninterrupted job; MVIBR_MAX_REQUEUES
+#     stops a job that keeps being stopped;
+#   - the script's own --signal line under a real time limit requeues the job;
+#   - a failed job (bad input) and a missing config end without a requeue;
+#   - slurm/scaling.sbatch at 1 and 2 tasks, strong and weak, leaves its JSON results.
+#   slurm_test.sh MVIBR_BINARY SOURCE_DIR
+# Exits 77 (skipped) only when slurmctld cannot run on this machine at all.
+set -euo pipefail
+mvibr=$(realpath "$1")
+source_dir=$(realpath "$2")
+source "$source_dir/test/integration/lib.sh"
+source "$source_dir/test/integration/slurm_cluster.sh"
+# On a failure the daemons' logs tell what Slurm did; MVIBR_KEEP_SLURM_TEST=1 keeps everything.
+on_exit() {
+  local code=$?
+  if ((code != 0 && code != 77)) && [[ -n $slurm_cluster_dir ]]; then
+    tail -n 30 "$slurm_cluster_dir"/log/slurm*.log >&2 || true
+  fi
+  slurm_cluster_stop
+  if [[ -n ${MVIBR_KEEP_SLURM_TEST:-} ]]; then echo "kept $work" >&2; else rm -rf "$work"; fi
+}
+trap on_exit EXIT
+started=$SECONDS
+slurm_cluster_start "$work/cluster"
+
+# The jobs' environment (sbatch exports it, and a requeued job gets it again).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export MVIBR=$mvibr MVIBR_CONFIG=$source_dir/configs/synthetic.txt MVIBR_DATADIR=$work/data \
+  MVIBR_BASEDIR=$work/runs
+# The tiny model of parallel_cli_test.sh: a step takes milliseconds.
+export MVIBR_ARGS="--N_rand 32 --N_samples 8 --N_importance 4 --num_source_views 3 --source_pool 4
+  --coarse_feat_dim 4 --fine_feat_dim 4 --i_print 1 --i_img 100000"
+"$mvibr" prep --out "$work/data" --shards 2 --views 12 --width 32 --height 24 >/dev/null
+
+# CPU mode, 2 tasks of 1 core; the output file in the scratch folder.
+cpu_mode=(--gpus-per-task=0 --ntasks-per-node=2 --cpus-per-task=1)
+submit() {
+  sbatch --parsable --chdir="$work" --output="$work/%x-%j.out" "${cpu_mode[@]}" "$@"
+}
+# Fails unless job ID ended in STATE with exit code CODE after RESTARTS requeues.
+expect_end() {
+  local id=$1 state=$2 code=$3 restarts=$4 log=$5 got
+  got=$(slurm_wait_job "$id" 120)
+  [[ $got == "$state" && $(slurm_job_field "$id" ExitCode) == "$code:0" &&
+    $(slurm_job_field "$id" Restarts) == "$restarts" ]] ||
+    fail "job $id: $got, exit code $(slurm_job_field "$id" ExitCode), restarts" \
+      "$(slurm_job_field "$id" Restarts); expected $state, $code, $restarts: $(cat "$log")"
+}
+# Waits until run NAME has logged at least N steps.
+wait_steps() {
+  local metrics=$work/runs/$1/metrics.jsonl
+  for _ in $(seq 300); do
+    [[ -f $metrics ]] && (($(wc -l <"$metrics") >= $2)) && return 0
+    sleep 0.1
+  done
+  fail "$1 has not logged $2 steps after 30 s"
+}
+# Requeued batch jobs are not eligible to start for about two minutes (Slurm's fixed delay);
+# the test lets the job start at once instead of waiting that out, once the old instance's step
+# daemons are gone (slurm_wait_steps_gone says why).
+start_now_after_requeue() {
+  local id=$1 restarts=$2
+  for _ in $(seq 150); do
+    [[ $(slurm_job_field "$id" Restarts) == "$restarts" && $(slurm_job_field "$id" JobState) == PENDING ]] &&
+      break
+    sleep 0.2
+  done
+  [[ $(slurm_job_field "$id" JobState) == PENDING ]] ||
+    fail "job $id was not requeued: $(slurm_job_field "$id" JobState), restarts $(slurm_job_field "$id" Restarts): $(cat "$work"/*-"$id".out)"
+  slurm_wait_steps_gone "$id" 30
+  scontrol update JobId="$id" StartTime=now
+}
+same_parameters() {
+  /usr/bin/python3 -c '
+import h5py, numpy, sys
+with h5py.File(sys.argv[1], "r") as a, h5py.File(sys.argv[2], "r") as b:
+    step = a.attrs["step"]
+    assert step == b.attrs["step"], (step, b.attrs["step"])
+    names = sorted(a["model"])
+    assert names and names == sorted(b["model"]), (names, sorted(b["model"]))
+    for name in names:
+        assert numpy.array_equal(a["model"][name][()], b["model"][name][()]), name
+print("the same parameters,", len(names), "tensors, bit for bit, at step", step)
+' "$1" "$2"
+}
+
+echo "== train.sbatch, 2 tasks, srun --mpi=pmix"
+train=$(submit --job-name=train "$source_dir/slurm/train.sbatch" --n_iters 4)
+log=$work/train-$train.out
+expect_end "$train" COMPLETED 0 0 "$log"
+grep -q "CPU mode: 2 rank(s) on 1 node(s), 1 core(s) and OMP_NUM_THREADS=1 each, srun; run train-$train" \
+  "$log" || fail "no start line: $(cat "$log")"
+grep -q "mvibr train: 2 rank(s) on 1 host(s)" "$log" || fail "not 2 ranks: $(cat "$log")"
+grep -q "global batch 64 rays" "$log" || fail "global batch is not 2 x 32: $(cat "$log")"
+[[ $(grep -c "^step 4/4  loss" "$log") -eq 1 ]] || fail "no step 4, or rank 1 logs: $(cat "$log")"
+grep -q "train.sbatch: done" "$log" || fail "no end line: $(cat "$log")"
+run=$work/runs/train-$train
+[[ -f $run/config.txt && $(grep -c '"loss"' "$run/metrics.jsonl") -eq 4 ]] || fail "no config or metrics in $run"
+/usr/bin/python3 -c '
+import h5py, sys
+with h5py.File(sys.argv[1], "r") as f:
+    assert f.attrs["step"] == 4 and f["data_cursors"].shape[0] == 2, (f.attrs["step"], f["data_cursors"].shape)
+print("checkpoint at step 4 with both ranks cursors")
+' "$run/checkpoints/ckpt-00000004.h5"
+
+echo "== train.sbatch, 2 tasks, mpirun inside the allocation"
+train_mpirun=$(MVIBR_LAUNCHER=mpirun submit --job-name=mpirun "$source_dir/slurm/train.sbatch" --n_iters 2)
+log=$work/mpirun-$train_mpirun.out
+expect_end "$train_mpirun" COMPLETED 0 0 "$log"
+grep -q "mvibr train: 2 rank(s) on 1 host(s)" "$log" || fail "not 2 ranks: $(cat "$log")"
+[[ -f $work/runs/mpirun-$train_mpirun/checkpoints/ckpt-00000002.h5 ]] || fail "no checkpoint: $(cat "$log")"
+
+echo "== requeue: SIGUSR1 to the batch shell mid-run, checkpoint, requeue, resume exactly"
+steps=300
+straight=$(submit --job-name=straight "$source_dir/slurm/train.sbatch" --n_iters $steps)
+expect_end "$straight" COMPLETED 0 0 "$work/straight-$straight.out"
+requeued=$(submit --job-name=requeued "$source_dir/slurm/train.sbatch" --n_iters $steps)
+log=$work/requeued-$requeued.out
+wait_steps "requeued-$requeued" 3
+scancel --signal=USR1 --batch "$requeued"
+start_now_after_requeue "$requeued" 1
+expect_end "$requeued" COMPLETED 0 1 "$log"
+stop_step=$(sed -n 's/^stopping at step \([0-9]*\) on signal 10.*/\1/p' "$log")
+if [[ -z $stop_step ]] || ((stop_step >= steps)); then fail "no stop before step $steps: $(cat "$log")"; fi
+grep -q "train.sbatch: SIGUSR1 at .*: passing it to the ranks (srun)" "$log" || fail "no signal line"
+grep -q "requeueing job $requeued (requeue 1 of at most 20)" "$log" || fail "no requeue line"
+grep -q "job $requeued (restart 1) CPU mode" "$log" || fail "no second start: $(cat "$log")"
+grep -q "resuming from .*ckpt-0*$stop_step.h5" "$log" || fail "did not resume at $stop_step: $(cat "$log")"
+echo "stopped at step $stop_step of $steps, requeued, resumed"
+same_parameters "$work/runs/straight-$straight/checkpoints/ckpt-00000$steps.h5" \
+  "$work/runs/requeued-$requeued/checkpoints/ckpt-00000$steps.h5"
+
+echo "== MVIBR_MAX_REQUEUES=1: the second stop is not requeued"
+capped=$(MVIBR_MAX_REQUEUES=1 submit --job-name=capped "$source_dir/slurm/train.sbatch" --n_iters 100000)
+log=$work/capped-$capped.out
+wait_steps "capped-$capped" 2
+scancel --signal=USR1 --batch "$capped"
+start_now_after_requeue "$capped" 1
+slurm_wait_state "$capped" RUNNING 30
+lines=$(wc -l <"$work/runs/capped-$capped/metrics.jsonl")
+wait_steps "capped-$capped" $((lines + 2))
+scancel --signal=USR1 --batch "$capped"
+expect_end "$capped" FAILED 75 1 "$log"
+grep -q "not requeued: 1 requeues already (MVIBR_MAX_REQUEUES=1)" "$log" || fail "no cap line: $(cat "$log")"
+sleep 2 # long enough for a requeue to show
+[[ $(slurm_job_field "$capped" JobState) == FAILED ]] || fail "the capped job came back"
+
+echo "== a real time limit: the script's own --signal=B:USR1@300 arrives, the job requeues"
+# 1 minute is less than the 300 s warning, so the warning is due at once; slurmctld sends it at
+# its next time-limit check, within about 30 s.
+limited=$(submit --job-name=limited --time=1 "$source_dir/slurm/train.sbatch" --n_iters 100000)
+log=$work/limited-$limited.out
+for _ in $(seq 250); do
+  [[ $(slurm_job_field "$limited" Restarts) == 1 ]] && break
+  sleep 0.2
+done
+[[ $(slurm_job_field "$limited" Restarts) == 1 ]] || fail "no requeue within 50 s: $(cat "$log")"
+for line in "train.sbatch: SIGUSR1 at" "^stopped .* on signal 10 after writing" "requeueing job $limited"; do
+  grep -q "$line" "$log" || fail "not stopped by the warning ($line): $(cat "$log")"
+done
+scancel "$limited"
+echo "the warning came $(sed -n 's/^stopping at step \([0-9]*\).*/\1/p' "$log") steps into the job"
+
+echo "== failures are not requeued"
+bad=$(submit --job-name=bad "$source_dir/slurm/train.sbatch" --n_iters 4 --no_such_key 1)
+log=$work/bad-$bad.out
+expect_end "$bad" FAILED 2 0 "$log"
+grep -q "no_such_key" "$log" || fail "the program's error is not in the log: $(cat "$log")"
+grep -q "mvibr train failed with exit code 2; not requeued" "$log" || fail "no failure line: $(cat "$log")"
+noconfig=$(MVIBR_CONFIG=$work/nothing.txt submit --job-name=noconfig "$source_dir/slurm/train.sbatch")
+log=$work/noconfig-$noconfig.out
+expect_end "$noconfig" FAILED 2 0 "$log"
+[[ $(cat "$log") == "train.sbatch: MVIBR_CONFIG=$work/nothing.txt: no such file" ]] ||
+  fail "not one clear line: $(cat "$log")"
+sleep 2
+[[ $(slurm_job_field "$bad" JobState) == FAILED ]] || fail "the failed job came back"
+expect_error "not in a Slurm job" bash "$source_dir/slurm/train.sbatch"
+expect_error "not in a Slurm job" bash "$source_dir/slurm/scaling.sbatch"
+
+echo "== scaling.sbatch at 1 and 2 tasks, strong and weak"
+export MVIBR_RANK_RAYS=32 MVIBR_GLOBAL_RAYS=64 MVIBR_WARMUP=1 MVIBR_STEPS=3 \
+  MVIBR_ALLREDUCE_ARGS="--max_bytes 64K --iters 3" MVIBR_RESULTS=$work/results
+export MVIBR_ARGS="--N_samples 8 --N_importance 4 --num_source_views 3 --source_pool 4
+  --coarse_feat_dim 4 --fine_feat_dim 4"
+scaling=$(submit --job-name=scaling "$source_dir/slurm/scaling.sbatch")
+expect_end "$scaling" COMPLETED 0 0 "$work/scaling-$scaling.out"
+/usr/bin/python3 -c '
+import json, os, sys
+folder = sys.argv[1]
+assert sorted(os.listdir(folder)) == ["allreduce-r2.jsonl", "sweep.json", "train-strong-r1.json",
+    "train-strong-r2.json", "train-weak-r1.json", "train-weak-r2.json"], sorted(os.listdir(folder))
+for mode in ("strong", "weak"):
+    for ranks in (1, 2):
+        r = json.load(open(f"{folder}/train-{mode}-r{ranks}.json"))
+        assert r["bench"] == "train" and r["ranks"] == ranks and r["steps"] == 3, r
+        # strong: 64 rays per step over all ranks; weak: 32 per rank
+        assert r["global_batch_rays"] == (64 if mode == "strong" else 32 * ranks), (mode, r)
+        assert r["config"]["N_rand"] == (64 // ranks if mode == "strong" else 32), (mode, r)
+        assert r["steps_per_second"] > 0 and r["rays_per_second"] > 0 and r["phases_rank0"], r
+rows = [json.loads(line) for line in open(f"{folder}/allreduce-r2.jsonl")]
+assert [r["bytes"] for r in rows] == [1024 << i for i in range(7)], rows
+assert all(r["ranks"] == 2 and r["wrong"] == 0 for r in rows), rows
+sweep = json.load(open(f"{folder}/sweep.json"))
+assert sweep["ranks"] == "1 2" and sweep["modes"] == "strong weak", sweep
+print("scaling results: strong and weak at 1 and 2 ranks, all-reduce at 2")
+' "$work/results"
+uneven=$(MVIBR_GLOBAL_RAYS=33 MVIBR_RESULTS=$work/uneven submit --job-name=uneven "$source_dir/slurm/scaling.sbatch")
+expect_end "$uneven" FAILED 2 0 "$work/uneven-$uneven.out"
+[[ $(cat "$work/uneven-$uneven.out") == "scaling.sbatch: MVIBR_GLOBAL_RAYS=33 does not split evenly over 2 ranks" ]] ||
+  fail "not one clear line: $(cat "$work/uneven-$uneven.out")"
+[[ ! -e $work/uneven ]] || fail "a sweep with bad input wrote results"
+
+echo "slurm tests passed in $((SECONDS - started)) s"
