@@ -12,6 +12,9 @@ packages=(
   libdnnl-dev libopenblas-dev libstb-dev nlohmann-json3-dev
   python3-torch python3-numpy python3-h5py
   python3-matplotlib python3-venv
+  # The Slurm test (test/integration/slurm_test.sh) runs slurmctld, slurmd and munged on
+  # localhost; the basic plugins hold mpi/pmix for srun --mpi=pmix.
+  slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge
 )
 
 missing=()
