@@ -2,13 +2,16 @@
 // process or as every rank of an mpirun / srun job; an error on any rank ends the whole job.
 // Exit codes: 0 done, 1 error, 2 bad input, 3 a rank stalled (watchdog), 75 stopped early on a
 // signal with a checkpoint written (requeue and run again to continue).
+#include <fcntl.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
+#include <string>
 
 #include "commands.h"
 #include "mvibr/core/error.h"
@@ -45,13 +48,28 @@ void install_stop_handlers() {
   sigaction(SIGINT, &action, nullptr);
 }
 
-// The width of the terminal standard output is, or 0 when it is not one (a file, a pipe, a Slurm
-// log): the progress line is redrawn in place only on a terminal.
+// The width of the terminal standard output ends up on, or 0 when it is not one (a file, a pipe,
+// a Slurm log): the progress line is redrawn in place only on a terminal.
 int terminal_columns() {
   if (!isatty(STDOUT_FILENO)) return 0;
-  winsize size{};
-  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
-  return 80;  // a terminal that does not say how wide it is
+  int fd = STDOUT_FILENO;
+  // Open MPI's mpirun gives every rank it starts a pseudo-terminal of its own for standard output
+  // and copies it to mpirun's, whatever that is: under it, mpirun's own output is what counts.
+  // mpirun is the parent of the ranks it starts; a rank started by a daemon on another node
+  // finds the daemon's output, which is no terminal, and prints plain lines.
+  if (std::getenv("OMPI_COMM_WORLD_RANK") != nullptr) {
+    const std::string launcher_output = "/proc/" + std::to_string(getppid()) + "/fd/1";
+    fd = open(launcher_output.c_str(), O_WRONLY | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) return 0;
+  }
+  int columns = 0;
+  if (isatty(fd)) {
+    winsize size{};
+    const bool known = ioctl(fd, TIOCGWINSZ, &size) == 0 && size.ws_col > 0;
+    columns = known ? size.ws_col : 80;  // 80: a terminal that does not say how wide it is
+  }
+  if (fd != STDOUT_FILENO) close(fd);
+  return columns;
 }
 
 }  // namespace
