@@ -33,6 +33,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only: no display on compute nodes or in CI
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 
 TRAIN_NAME = re.compile(r"^train-(?P<mode>[A-Za-z0-9_]+)-r(?P<ranks>[0-9]+)\.json$")
 ALLREDUCE_NAME = re.compile(r"^allreduce-r(?P<ranks>[0-9]+)\.jsonl$")
@@ -195,6 +196,14 @@ def markdown(train, allreduce, sweep, plots):
     return "\n".join(lines)
 
 
+def size_label(size):
+    """1K, 64K, 1M, 256M: binary multiples as `mvibr bench allreduce` takes them."""
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:g}{unit}"
+    return f"{size:g}"
+
+
 def plot_throughput(train, path):
     fig, ax = plt.subplots(figsize=(6, 4.5))
     for index, (mode, results) in enumerate(train.items()):
@@ -252,7 +261,10 @@ def plot_phases(train, path):
     ax.set_xticklabels([f"{m}\n{n} rank{'s' if n > 1 else ''}" for m, n in columns])
     ax.set_ylabel("ms per step (rank 0)")
     ax.set_title("Time per phase")
-    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8)
+    # Listed top to bottom as stacked, so the legend reads like the bars.
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles[::-1], labels[::-1], loc="center left", bbox_to_anchor=(1.01, 0.5),
+              fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -265,7 +277,8 @@ def plot_allreduce(allreduce, path):
         ax.plot([r["bytes"] for r in rows], [r["busbw_gbs"] for r in rows], "o-", markersize=3,
                 color=f"C{index}", label=f"{ranks} ranks ({rows[0].get('backend', '?')})")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("message size (bytes)")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda b, _: size_label(b)))
+    ax.set_xlabel("message size")
     ax.set_ylabel("busbw (GB/s)")
     ax.set_title("All-reduce bus bandwidth")
     ax.set_ylim(bottom=0)
