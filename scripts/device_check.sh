@@ -16,25 +16,78 @@ say() { echo "== $*"; }
 status=0
 nvidia-smi -L || say "nvidia-smi found no device"
 
+# The lib (or include) folders of the image's nvidia-* Python packages that hold any of the given
+# files, joined by ':' (NCCL, cuDNN and cuBLAS come from there, not from the bundle).
+nvidia_package_dirs() {
+  python3 - "$@" <<'PYTHON' 2>/dev/null || true
+import glob, os, site, sys
+roots = site.getsitepackages() + [site.getusersitepackages()]
+found = []
+for root in roots:
+    for name in sys.argv[1:]:
+        for path in sorted(glob.glob(os.path.join(root, "nvidia", "**", name), recursive=True)):
+            if os.path.dirname(path) not in found:
+                found.append(os.path.dirname(path))
+print(":".join(found))
+PYTHON
+}
+dnn_lib=$(nvidia_package_dirs libcudnn.so.9 libcublas.so.13 libcublasLt.so.13)
+dnn_include=$(nvidia_package_dirs cudnn.h)
+say "cuDNN and cuBLAS libraries: ${dnn_lib:-not found in the Python packages}"
+
 if [[ -x device-bundle/gpu_render_ops_test ]]; then
   say "binaries from device-bundle ($(cat device-bundle/REVISION 2>/dev/null))"
   bin=device-bundle
   export LD_LIBRARY_PATH="$PWD/device-bundle/lib:${LD_LIBRARY_PATH:-}"
-  say "compiling the kernels with this machine's nvcc"
-  for source in kernels/*.cu src/cuda/device.cu; do
-    timeout "$(left)" nvcc -std=c++17 -O3 -Iinclude --Werror=all-warnings --expt-relaxed-constexpr \
-      -gencode arch=compute_90,code=sm_90 -c "$source" -o "/tmp/$(basename "$source").o" \
-      >>"$logs/nvcc.log" 2>&1 || { say "FAILED: nvcc $source"; status=1; }
+  # Large libraries travel xz-compressed (scripts/device_bundle.sh): unpacked to a temporary
+  # folder in front of the bundle's.
+  if compgen -G "device-bundle/lib/*.xz" >/dev/null; then
+    unpacked=$(mktemp -d)
+    for packed in device-bundle/lib/*.xz; do
+      target="$unpacked/$(basename "${packed%.xz}")"
+      if command -v xz >/dev/null; then
+        xz -dc "$packed" >"$target"
+      else
+        python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+          "$packed" "$target"
+      fi || { say "FAILED: unpacking $packed"; status=1; }
+    done
+    export LD_LIBRARY_PATH="$unpacked:$LD_LIBRARY_PATH"
+  fi
+  say "compiling the kernels with this machine's nvcc (in parallel)"
+  includes=(-Iinclude)
+  IFS=: read -r -a dnn_include_dirs <<<"${dnn_include}"
+  for dir in "${dnn_include_dirs[@]}"; do includes+=("-I$dir"); done
+  probe=$(mktemp --suffix=.cu)
+  printf '#include <cudnn.h>\n' >"$probe"
+  has_cudnn_h=$(nvcc -std=c++17 "${includes[@]}" -E "$probe" >/dev/null 2>&1 && echo yes || echo no)
+  rm -f "$probe"
+  pids=() sources=()
+  for source in kernels/*.cu src/cuda/device.cu src/cuda/nn_context.cu; do
+    # The layers' files include cudnn.h (through nn_context.h); without it they cannot build.
+    if [[ $has_cudnn_h == no ]] && grep -q 'nn_context.h\|cudnn.h' "$source"; then
+      say "skipped nvcc $source: no cudnn.h on this machine"
+      continue
+    fi
+    timeout "$(left)" nvcc -std=c++17 -O3 "${includes[@]}" --Werror=all-warnings \
+      --expt-relaxed-constexpr -gencode arch=compute_90,code=sm_90 -c "$source" \
+      -o "/tmp/$(basename "$source").o" >"$logs/nvcc-$(basename "$source").log" 2>&1 &
+    pids+=($!) sources+=("$source")
   done
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || { say "FAILED: nvcc ${sources[$i]}"; status=1; }
+  done
+  cat "$logs"/nvcc-*.log >"$logs/nvcc.log" 2>/dev/null
 else
   say "no device-bundle: building with CUDA here"
   bin=build-device
   if timeout "$(left)" cmake -S . -B build-device -G Ninja -DMVIBR_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 >"$logs/configure.log" 2>&1 &&
     timeout "$(left)" cmake --build build-device -j "$(nproc)" \
-      --target gpu_render_ops_test gpu_nccl_test render_ops_bench >"$logs/build.log" 2>&1; then
+      --target gpu_render_ops_test gpu_nccl_test gpu_nn_layers_test render_ops_bench \
+      >"$logs/build.log" 2>&1; then
     cp build-device/test/gpu_render_ops_test build-device/test/gpu_nccl_test \
-      build-device/bench/render_ops_bench build-device/
+      build-device/test/gpu_nn_layers_test build-device/bench/render_ops_bench build-device/
   else
     tail -20 "$logs/configure.log" "$logs/build.log" 2>/dev/null
     say "FAILED: no build (run scripts/device_bundle.sh here and carry device-bundle)"
@@ -57,6 +110,20 @@ LD_LIBRARY_PATH="${nccl_lib:+$nccl_lib:}${LD_LIBRARY_PATH:-}" timeout "$(left)" 
 grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|error" "$logs/gpu_nccl_test.log" | head -20
 if grep -q "^\[  SKIPPED \] NcclOneRank" "$logs/gpu_nccl_test.log"; then
   say "FAILED: NCCL test skipped, the device was not seen"
+  status=1
+fi
+
+say "gpu_nn_layers_test (cuDNN and cuBLAS from the image's nvidia-cudnn-cu13 and nvidia-cublas)"
+export LD_LIBRARY_PATH="${dnn_lib:+$dnn_lib:}${LD_LIBRARY_PATH:-}"
+if ldd "$bin/gpu_nn_layers_test" | grep "not found"; then
+  say "FAILED: gpu_nn_layers_test is missing libraries (above)"
+  status=1
+fi
+timeout "$(left)" "$bin/gpu_nn_layers_test" >"$logs/gpu_nn_layers_test.log" 2>&1 || status=1
+grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|Expected|actual|Which is|which is|error" \
+  "$logs/gpu_nn_layers_test.log" | head -80
+if grep -q "^\[  SKIPPED \]" "$logs/gpu_nn_layers_test.log"; then
+  say "FAILED: layer tests skipped, the device was not seen"
   status=1
 fi
 
