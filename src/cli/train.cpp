@@ -42,9 +42,10 @@ void install_stop_handlers() {
   struct sigaction action {};
   action.sa_handler = request_stop;
   sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;  // libraries' reads and waits go on, not fail with EINTR
   sigaction(SIGUSR1, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
-  action.sa_flags = SA_RESETHAND;
+  action.sa_flags = SA_RESTART | SA_RESETHAND;
   sigaction(SIGINT, &action, nullptr);
 }
 
@@ -75,6 +76,7 @@ int terminal_columns() {
 }  // namespace
 
 int run_train(const std::vector<std::string>& args) {
+  install_stop_handlers();  // first: a warning during start-up must stop, not kill, the rank
   dist::MpiSession mpi(nullptr, nullptr);
   const dist::Topology& topology = mpi.topology();
   const std::string who = "rank " + std::to_string(topology.rank) + " on " + topology.host;
@@ -82,7 +84,6 @@ int run_train(const std::vector<std::string>& args) {
   train::TrainSummary summary;
   try {
     if (!train::parse_train_config(args, &config)) return 0;  // --help
-    install_stop_handlers();
     const auto world = mpi.world();
     train::RankContext context;
     context.comm = world.get();

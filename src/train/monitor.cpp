@@ -88,7 +88,7 @@ Imbalance assess_imbalance(const std::vector<std::vector<std::pair<std::string, 
 }
 
 std::string imbalance_warning(const Imbalance& m, double threshold, uint64_t first, uint64_t last) {
-  if (!(m.imbalance > threshold)) return "";
+  if (!(m.imbalance > threshold) || m.busy_max - m.busy_min < kImbalanceFloorSeconds) return "";
   char line[400];
   std::snprintf(line, sizeof(line),
                 "warning: load imbalance over steps %llu-%llu: rank %d is busy %.4f s per update, "

@@ -100,6 +100,10 @@ TEST(Imbalance, WarnsOnlyAboveTheThreshold) {
   EXPECT_EQ(imbalance_warning(assess_imbalance(two_ranks(1.19)), 0.2, 1, 10), "");
   EXPECT_EQ(imbalance_warning(assess_imbalance(two_ranks(1.20)), 0.2, 1, 10), "");
   EXPECT_NE(imbalance_warning(assess_imbalance(two_ranks(1.21)), 0.2, 1, 10), "");
+  // 50% slower, but by 5 ms: noise, not a slow rank.
+  EXPECT_EQ(imbalance_warning(assess_imbalance({{{"sampling", 0.010}}, {{"sampling", 0.015}}}), 0.2,
+                              1, 10),
+            "");
   // The slow rank may be rank 0.
   const Imbalance first = assess_imbalance({{{"sampling", 2.0}}, {{"sampling", 1.0}}});
   EXPECT_EQ(first.slow_rank, 0);

@@ -46,9 +46,13 @@ struct Imbalance {
 // rank). With one rank there is nothing to compare: imbalance 0 and no slow part.
 Imbalance assess_imbalance(const std::vector<std::vector<std::pair<std::string, double>>>& parts);
 
+// Differences below this (per update) are the scheduler's noise, not a slow rank: tiny models'
+// 10 ms steps would warn at every interval.
+inline constexpr double kImbalanceFloorSeconds = 0.01;
+
 // The warning for steps (first, last] when the imbalance exceeds `threshold` (0.2: the slow rank
-// is busy more than 20% longer than the fastest), naming the slow rank and its slow part; empty
-// otherwise.
+// is busy more than 20% longer than the fastest) and the difference is at least
+// kImbalanceFloorSeconds, naming the slow rank and its slow part; empty otherwise.
 std::string imbalance_warning(const Imbalance& imbalance, double threshold, uint64_t first,
                               uint64_t last);
 
