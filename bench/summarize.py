@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prints a Markdown table from render_ops_bench's JSON output (--benchmark_format=json):
 time per call, achieved bandwidth of the compulsory bytes, that bandwidth as a share of the
-same run's measured copy bandwidth (Copy benchmark of the same backend), and GFLOP/s.
+same run's measured copy bandwidth ("copy" benchmark of the same backend), and GFLOP/s.
 
     summarize.py RESULTS.json
 
@@ -18,7 +18,7 @@ def main():
     copy = {}
     for r in results:
         backend, op = r["name"].split("/")[0].split("_", 2)[1:3]
-        if op.startswith("Copy") and "error_occurred" not in r:
+        if op == "copy" and "error_occurred" not in r:
             copy[backend] = r["bytes_per_second"]
     print("| backend | op | time per call | GB/s (floor bytes) | % of copy bandwidth | GFLOP/s |")
     print("|---|---|---|---|---|---|")

@@ -32,6 +32,9 @@ void copy_host_to_device(void*, const void*, size_t) {
 void copy_device_to_host(void*, const void*, size_t) {
   no_cuda();
 }
+void copy_device_to_device(void*, const void*, size_t) {
+  no_cuda();
+}
 void device_memset_zero(void*, size_t) {
   no_cuda();
 }
