@@ -3,22 +3,32 @@
 // table on rank 0, or one JSON object per size with --json). `train`: steady-state training
 // updates of a config (the real training loop, without validation, checkpoints or files): steps
 // and rays per second, the time of each phase, how much all-reduce the backward pass hid, the
-// imbalance between ranks and each rank's peak memory; one JSON object with --json / --out, so
-// results of many jobs can be put together.
+// imbalance between ranks and each rank's peak memory. `io`: each rank's shards read through
+// ShardReader and the prefetching reader against a plain read of the same files, and the wait
+// per sample at a given step time. `kernels`: every render op's median time, GB/s of compulsory
+// bytes and GFLOP/s against the copy bandwidth and FMA peak measured in the same run. With --json
+// / --out, one JSON object per result (with the build, host, ranks and device), so results of
+// many jobs can be put together.
 #include <omp.h>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "commands.h"
+#include "mvibr/bench/io_benchmark.h"
+#include "mvibr/bench/render_ops_benchmark.h"
 #include "mvibr/build_info.h"
+#include "mvibr/core/device.h"
 #include "mvibr/core/error.h"
+#include "mvibr/data/shards.h"
 #include "mvibr/dist/allreduce_benchmark.h"
 #include "mvibr/dist/mpi_session.h"
 #include "mvibr/dist/nccl_communicator.h"
@@ -54,6 +64,59 @@ size_t parse_bytes(const std::string& text, const std::string& key) {
   return size_t(value * scale);
 }
 
+// The fields every result carries, so results of many jobs can be put together.
+nlohmann::json result_header(const char* bench, const dist::Topology& t) {
+  nlohmann::json j;
+  j["bench"] = bench;
+  j["mvibr"] = std::string(MVIBR_VERSION " (" MVIBR_GIT_REVISION ")");
+  j["host"] = t.host;
+  j["ranks"] = t.size;
+  j["hosts"] = t.hosts;
+  return j;
+}
+
+// One JSON object per line into --out (when given) and, with --json, onto standard output.
+void write_results(const std::vector<nlohmann::json>& results, const std::string& out,
+                   bool to_stdout) {
+  if (!out.empty()) {
+    std::ofstream file(out);
+    for (const nlohmann::json& r : results) file << r.dump() << "\n";
+    if (!file) throw RuntimeFailure(out + ": cannot write the results");
+  }
+  if (to_stdout) {
+    for (const nlohmann::json& r : results) std::cout << r.dump() << "\n";
+  }
+}
+
+// Runs this rank's part of a benchmark. With several ranks an error on one ends the whole job,
+// as in `mvibr train`: the others may be waiting for it in a collective. With one, main prints
+// it.
+template <typename Body>
+void on_this_rank(const char* command, const dist::Topology& t, Body&& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    if (t.size == 1) throw;
+    const bool bad_input = dynamic_cast<const InvalidArgument*>(&e) != nullptr;
+    std::cerr << command << ": rank " << t.rank << " on " << t.host << ": "
+              << (bad_input ? "" : "error: ") << e.what() << "\n"
+              << std::flush;
+    dist::MpiSession::abort_job(bad_input ? 2 : 1);
+  }
+}
+
+po::variables_map parse_options(const std::vector<std::string>& args,
+                                const po::options_description& options) {
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(options).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw InvalidArgument(std::string("command line: ") + e.what());
+  }
+  return vm;
+}
+
 int run_allreduce(const std::vector<std::string>& args) {
   std::string min_text = "1K", max_text = "256M", backend = "mpi";
   int warmup = 5, iterations = 20;
@@ -66,13 +129,7 @@ int run_allreduce(const std::vector<std::string>& args) {
       "backend", po::value(&backend)->default_value(backend),
       "mpi (host memory) | nccl (device memory, one GPU per rank)")(
       "json", "one JSON object per size instead of the table");
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(options).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw InvalidArgument(std::string("command line: ") + e.what());
-  }
+  const po::variables_map vm = parse_options(args, options);
   if (vm.count("help")) {
     std::cout << "usage: mvibr bench allreduce [options] (under mpirun or srun)\n\n" << options;
     return 0;
@@ -218,12 +275,7 @@ int run_train_bench(const std::vector<std::string>& args) {
   const double rays = double(config.N_rand) * config.accumulation_steps * t.size;
   const double allreduce = mean_of(reports, &train::StepReport::allreduce);
   const double exposed = mean_of(reports, &train::StepReport::allreduce_exposed);
-  nlohmann::json j;
-  j["bench"] = "train";
-  j["mvibr"] = std::string(MVIBR_VERSION " (" MVIBR_GIT_REVISION ")");
-  j["host"] = t.host;
-  j["ranks"] = t.size;
-  j["hosts"] = t.hosts;
+  nlohmann::json j = result_header("train", t);
   j["threads_per_rank"] = omp_get_max_threads();
   j["backend"] = t.size > 1 ? comm->backend() : "none";
   j["device"] = "cpu";
@@ -252,16 +304,8 @@ int run_train_bench(const std::vector<std::string>& args) {
   j["slowest_rank"] = slow_rank;
   j["imbalance"] = fastest > 0 ? *slowest / fastest - 1.0 : 0.0;
   j["peak_rss_mb_per_rank"] = peak_mb;
-  const std::string text = j.dump();
-  if (!out.empty()) {
-    std::ofstream file(out);
-    file << text << "\n";
-    if (!file) throw RuntimeFailure(out + ": cannot write the result");
-  }
-  if (vm.count("json")) {
-    std::cout << text << "\n";
-    return 0;
-  }
+  write_results({j}, out, vm.count("json") > 0);
+  if (vm.count("json")) return 0;
   std::printf(
       "mvibr bench train: %d rank(s) on %d host(s), %d thread(s) each, global batch %.0f "
       "rays, %d measured steps after %d\n",
@@ -281,6 +325,318 @@ int run_train_bench(const std::vector<std::string>& args) {
   return 0;
 }
 
+nlohmann::json rate_json(const bench::ReadRate& r, bool frames) {
+  nlohmann::json j = {{"bytes", r.bytes}, {"seconds", r.seconds}, {"gbs", r.gbs()}};
+  if (frames) {
+    j["frames"] = r.frames;
+    j["frames_per_second"] = r.frames_per_second();
+  }
+  return j;
+}
+
+// The ranks read at the same time (a barrier before each measurement), so the job's rate is
+// every rank's bytes over the longest rank's time.
+nlohmann::json total_rate(const std::vector<nlohmann::json>& ranks, const char* key, bool frames) {
+  bench::ReadRate total;
+  for (const nlohmann::json& r : ranks) {
+    total.bytes += r[key]["bytes"].get<double>();
+    total.seconds = std::max(total.seconds, r[key]["seconds"].get<double>());
+    if (frames) total.frames += r[key]["frames"].get<long long>();
+  }
+  return rate_json(total, frames);
+}
+
+void add_fraction_of_plain(nlohmann::json& j) {
+  const double plain = j["plain_read"]["gbs"].get<double>();
+  for (const char* key : {"shard_reader", "prefetch_reader"}) {
+    j[key]["fraction_of_plain"] = plain > 0 ? j[key]["gbs"].get<double>() / plain : 0.0;
+  }
+}
+
+int run_io_bench(const std::vector<std::string>& args) {
+  std::string datadir, out;
+  double seconds = 2, step_ms = 50;
+  int num_source_views = 10, queue_depth = 4;
+  bool allow_shared = false;
+  po::options_description options("mvibr bench io");
+  options.add_options()("help,h", "print this help")("datadir", po::value(&datadir),
+                                                     "a folder `mvibr prep` wrote (required)")(
+      "seconds", po::value(&seconds)->default_value(seconds),
+      "time of each measurement (whole passes over the rank's shards)")(
+      "step_ms", po::value(&step_ms)->default_value(step_ms),
+      "simulated training step per sample for the prefetching reader's wait")(
+      "num_source_views", po::value(&num_source_views)->default_value(num_source_views),
+      "source views per sample (prefetching reader)")(
+      "queue_depth", po::value(&queue_depth)->default_value(queue_depth),
+      "samples the prefetching reader reads ahead")(
+      "allow_shared_shards", po::bool_switch(&allow_shared),
+      "let ranks share shards when there are fewer shards than ranks")(
+      "json", "one JSON object per rank and one for the job instead of the table")(
+      "out", po::value(&out), "also write the JSON objects to this file");
+  const po::variables_map vm = parse_options(args, options);
+  if (vm.count("help")) {
+    std::cout << "usage: mvibr bench io --datadir DIR [options] (under mpirun or srun)\n\n"
+              << options;
+    return 0;
+  }
+  if (datadir.empty()) throw InvalidArgument("--datadir is required (a folder mvibr prep wrote)");
+  for (const auto& [key, value] : {std::pair{"seconds", seconds}, std::pair{"step_ms", step_ms}}) {
+    if (!(value > 0) || !std::isfinite(value)) {
+      throw InvalidArgument(std::string("--") + key + " must be positive, got " +
+                            nlohmann::json(value).dump());
+    }
+  }
+
+  dist::MpiSession mpi(nullptr, nullptr);
+  const auto world = mpi.world();
+  const dist::Topology& t = mpi.topology();
+  std::string rank_result;
+  on_this_rank("mvibr bench io", t, [&] {
+    const data::SceneIndex index = data::read_scene_index(datadir);
+    const std::vector<int> shards =
+        data::shards_for_rank(index.n_shards, t.rank, t.size, allow_shared);
+    std::vector<std::string> files;
+    double file_bytes = 0;
+    for (int s : shards) {
+      files.push_back(
+          (std::filesystem::path(datadir) / data::shard_file_name(s, index.n_shards)).string());
+      file_bytes += double(std::filesystem::file_size(files.back()));
+    }
+    data::ReaderOptions reader;
+    reader.data_dir = datadir;
+    reader.rank = t.rank;
+    reader.world_size = t.size;
+    reader.num_source_views = num_source_views;
+    reader.queue_depth = queue_depth;
+    reader.allow_shared_shards = allow_shared;
+
+    // Without root the page cache cannot be dropped, so the files are read once first and every
+    // measurement reads from memory: what is compared is the readers' cost, not the disk's.
+    const double resident_before = bench::page_cache_resident_fraction(files);
+    bench::plain_read(files, 0);
+    const double resident_after = bench::page_cache_resident_fraction(files);
+    world->barrier();
+    const bench::ReadRate plain = bench::plain_read(files, seconds);
+    world->barrier();
+    const bench::ReadRate shard = bench::shard_read(files, seconds);
+    world->barrier();
+    const bench::ReadRate prefetch = bench::prefetch_read(reader, seconds);
+    world->barrier();
+    const int samples = std::max(3, int(std::lround(seconds * 1e3 / step_ms)));
+    const bench::PrefetchWait wait = bench::prefetch_wait(reader, step_ms / 1e3, samples);
+
+    nlohmann::json j = result_header("io", t);
+    j["scope"] = "rank";
+    j["rank"] = t.rank;
+    j["device"] = "cpu";
+    j["shards"] = shards;
+    j["file_bytes"] = file_bytes;
+    j["page_cache"] = {
+        {"resident_before", resident_before},
+        {"resident_after", resident_after},
+        {"warm", resident_after >= 0.99},
+        {"note",
+         "files read once before measuring (dropping the page cache needs root): every "
+         "read below is from memory unless resident_after < 1"}};
+    j["plain_read"] = rate_json(plain, false);
+    j["shard_reader"] = rate_json(shard, true);
+    j["prefetch_reader"] = rate_json(prefetch, true);
+    j["prefetch_wait"] = {{"step_ms", step_ms},
+                          {"samples", wait.samples},
+                          {"first_sample_ms", 1e3 * wait.first_sample_seconds},
+                          {"wait_ms_per_sample", 1e3 * wait.wait_seconds_per_sample}};
+    add_fraction_of_plain(j);
+    rank_result = j.dump();
+  });
+  const std::vector<std::string> gathered = dist::all_gather_strings(*world, rank_result);
+  if (t.rank != 0) return 0;
+
+  std::vector<nlohmann::json> results;
+  for (const std::string& text : gathered) results.push_back(nlohmann::json::parse(text));
+  nlohmann::json config = {{"datadir", datadir},         {"seconds", seconds},
+                           {"step_ms", step_ms},         {"num_source_views", num_source_views},
+                           {"queue_depth", queue_depth}, {"allow_shared_shards", allow_shared}};
+  nlohmann::json total = result_header("io", t);
+  total["scope"] = "total";
+  total["device"] = "cpu";
+  double file_bytes = 0, wait_sum = 0, wait_max = 0, resident_min = 1;
+  bool warm = true;
+  for (nlohmann::json& r : results) {
+    r["config"] = config;
+    file_bytes += r["file_bytes"].get<double>();
+    const double w = r["prefetch_wait"]["wait_ms_per_sample"].get<double>();
+    wait_sum += w;
+    wait_max = std::max(wait_max, w);
+    resident_min = std::min(resident_min, r["page_cache"]["resident_after"].get<double>());
+    warm = warm && r["page_cache"]["warm"].get<bool>();
+  }
+  total["config"] = config;
+  total["file_bytes"] = file_bytes;
+  total["page_cache"] = {{"resident_after_min", resident_min}, {"warm", warm}};
+  total["plain_read"] = total_rate(results, "plain_read", false);
+  total["shard_reader"] = total_rate(results, "shard_reader", true);
+  total["prefetch_reader"] = total_rate(results, "prefetch_reader", true);
+  total["prefetch_wait"] = {{"step_ms", step_ms},
+                            {"wait_ms_per_sample", wait_sum / double(results.size())},
+                            {"wait_ms_per_sample_max", wait_max}};
+  add_fraction_of_plain(total);
+  results.push_back(total);
+  write_results(results, out, vm.count("json") > 0);
+  if (vm.count("json")) return 0;
+
+  std::printf(
+      "mvibr bench io: %s, %d rank(s) on %d host(s), %.1f MB of shard files; %s page cache (files "
+      "read once first, %.0f%% resident after)\n",
+      datadir.c_str(), t.size, t.hosts, file_bytes / 1e6, warm ? "warm" : "PARTLY COLD",
+      100.0 * resident_min);
+  std::printf("  %-5s %10s %12s %10s %8s %12s %8s %8s %14s\n", "rank", "plain GB/s", "shard fr/s",
+              "GB/s", "of plain", "prefetch fr/s", "GB/s", "of plain", "wait ms/sample");
+  for (const nlohmann::json& r : results) {
+    const std::string who = r["scope"] == "total" ? "all" : std::to_string(r["rank"].get<int>());
+    std::printf("  %-5s %10.3f %12.1f %10.3f %7.0f%% %12.1f %8.3f %7.0f%% %14.3f\n", who.c_str(),
+                r["plain_read"]["gbs"].get<double>(),
+                r["shard_reader"]["frames_per_second"].get<double>(),
+                r["shard_reader"]["gbs"].get<double>(),
+                100 * r["shard_reader"]["fraction_of_plain"].get<double>(),
+                r["prefetch_reader"]["frames_per_second"].get<double>(),
+                r["prefetch_reader"]["gbs"].get<double>(),
+                100 * r["prefetch_reader"]["fraction_of_plain"].get<double>(),
+                r["prefetch_wait"]["wait_ms_per_sample"].get<double>());
+  }
+  std::printf("  (wait: per sample of a consumer busy %.0f ms per sample; \"all\": mean)\n",
+              step_ms);
+  return 0;
+}
+
+int run_kernels_bench(const std::vector<std::string>& args) {
+  bench::RenderOpsSize size;
+  std::string backend = "cpu", out;
+  int warmup = 3, repeats = 20;
+  po::options_description options("mvibr bench kernels");
+  options.add_options()("help,h", "print this help")(
+      "rays", po::value(&size.rays)->default_value(size.rays), "rays per call")(
+      "samples", po::value(&size.samples)->default_value(size.samples), "coarse samples per ray")(
+      "importance", po::value(&size.importance)->default_value(size.importance),
+      "importance samples per ray")("views", po::value(&size.views)->default_value(size.views),
+                                    "source views")(
+      "channels", po::value(&size.channels)->default_value(size.channels), "feature channels")(
+      "backend", po::value(&backend)->default_value(backend), "cpu | cuda")(
+      "warmup", po::value(&warmup)->default_value(warmup), "untimed calls per op")(
+      "repeats", po::value(&repeats)->default_value(repeats), "timed calls per op (median)")(
+      "json", "one JSON object per op instead of the table")(
+      "out", po::value(&out), "also write the JSON objects to this file");
+  const po::variables_map vm = parse_options(args, options);
+  if (vm.count("help")) {
+    std::cout << "usage: mvibr bench kernels [options] (under mpirun or srun: every rank "
+                 "measures at once)\n\n"
+              << options;
+    return 0;
+  }
+  if (backend != "cpu" && backend != "cuda") {
+    throw InvalidArgument("--backend must be cpu or cuda, got '" + backend + "'");
+  }
+  if (warmup < 0 || repeats < 1) throw InvalidArgument("--warmup must be >= 0 and --repeats >= 1");
+  bench::validate_render_ops_size(size);
+  if (backend == "cuda" && !cuda_backend_built()) {
+    throw InvalidArgument(
+        "--backend cuda: this mvibr was built without CUDA (configure with -DMVIBR_CUDA=ON)");
+  }
+
+  dist::MpiSession mpi(nullptr, nullptr);
+  const auto world = mpi.world();
+  const dist::Topology& t = mpi.topology();
+  const bool cuda = backend == "cuda";
+  std::vector<std::string> rank_results;
+  on_this_rank("mvibr bench kernels", t, [&] {
+    if (cuda && cuda_device_count() == 0) {
+      throw RuntimeFailure("--backend cuda: no CUDA device on " + t.host);
+    }
+    const std::string device =
+        cuda ? cuda_device_description(dist::select_device(t))
+             : bench::cpu_model_name() + ", " + std::to_string(omp_get_max_threads()) + " threads";
+    // References measured in the same run, under the same load: a copy far beyond the caches,
+    // and (on the CPU) the FMA peak of the instruction set this build uses.
+    const bench::OpCase copy =
+        cuda ? bench::cuda_copy_case(size_t(1) << 30) : bench::cpu_copy_case(size_t(256) << 20);
+    world->barrier();
+    const double copy_gbs =
+        copy.cost.bytes / bench::time_runs(copy.run, 1, 10).median_seconds / 1e9;
+    world->barrier();
+    const double peak_gflops = cuda ? 0 : bench::measure_fma_peak_flops(0.6) / 1e9;
+    const nlohmann::json config = {{"rays", size.rays},
+                                   {"samples", size.samples},
+                                   {"importance", size.importance},
+                                   {"views", size.views},
+                                   {"channels", size.channels},
+                                   {"image_size", {size.image_width, size.image_height}},
+                                   {"feature_size", {size.feature_width, size.feature_height}},
+                                   {"warmup", warmup},
+                                   {"repeats", repeats}};
+    for (const bench::OpCase& op :
+         cuda ? bench::cuda_render_op_cases(size) : bench::cpu_render_op_cases(size)) {
+      world->barrier();  // the ranks of a host measure each op at the same time, as they train
+      const bench::Timing timing = bench::time_runs(op.run, warmup, repeats);
+      nlohmann::json j = result_header("kernels", t);
+      j["rank"] = t.rank;
+      j["backend"] = backend;
+      j["device"] = device;
+      j["threads"] = cuda ? 0 : omp_get_max_threads();
+      j["config"] = config;
+      j["op"] = op.name;
+      j["seconds"] = timing.median_seconds;
+      j["min_seconds"] = timing.min_seconds;
+      j["bytes"] = op.cost.bytes;
+      j["flops"] = op.cost.flops;
+      const double gbs = op.cost.bytes / timing.median_seconds / 1e9;
+      const double gflops = op.cost.flops / timing.median_seconds / 1e9;
+      j["gbs"] = gbs;
+      j["gflops"] = gflops;
+      j["copy_gbs"] = copy_gbs;
+      j["fraction_of_copy"] = gbs / copy_gbs;
+      if (peak_gflops > 0) {
+        j["fma_peak_gflops"] = peak_gflops;
+        j["fraction_of_fma_peak"] = gflops / peak_gflops;
+      }
+      rank_results.push_back(j.dump());
+    }
+  });
+  // Every rank has the same ops, so rank 0 gathers them op by op.
+  std::vector<nlohmann::json> results;
+  for (const std::string& text : rank_results) {
+    for (const std::string& r : dist::all_gather_strings(*world, text)) {
+      results.push_back(nlohmann::json::parse(r));
+    }
+  }
+  if (t.rank != 0) return 0;
+  write_results(results, out, vm.count("json") > 0);
+  if (vm.count("json")) return 0;
+
+  const nlohmann::json& first = results.front();
+  std::printf(
+      "mvibr bench kernels: %s on %s, %d rank(s); %d rays x %d + %d samples, %d views, %d "
+      "channels; median of %d calls after %d\n",
+      backend.c_str(), first["device"].get<std::string>().c_str(), t.size, size.rays, size.samples,
+      size.importance, size.views, size.channels, repeats, warmup);
+  std::printf("  copy bandwidth %.2f GB/s", first["copy_gbs"].get<double>());
+  if (first.contains("fma_peak_gflops")) {
+    std::printf(", AVX2 FMA peak %.1f GFLOP/s", first["fma_peak_gflops"].get<double>());
+  }
+  std::printf(" (rank 0, measured now)\n");
+  std::printf("  %-4s %-26s %12s %10s %8s %10s %8s\n", "rank", "op", "time (us)", "GB/s", "of copy",
+              "GFLOP/s", "of peak");
+  for (const nlohmann::json& r : results) {
+    std::printf("  %-4d %-26s %12.2f %10.3f %7.1f%% %10.3f", r["rank"].get<int>(),
+                r["op"].get<std::string>().c_str(), 1e6 * r["seconds"].get<double>(),
+                r["gbs"].get<double>(), 100 * r["fraction_of_copy"].get<double>(),
+                r["gflops"].get<double>());
+    if (r.contains("fraction_of_fma_peak")) {
+      std::printf(" %7.1f%%", 100 * r["fraction_of_fma_peak"].get<double>());
+    }
+    std::printf("\n");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int run_bench(const std::vector<std::string>& args) {
@@ -289,12 +645,18 @@ int run_bench(const std::vector<std::string>& args) {
                  "  allreduce   all-reduce bandwidth (algbw, busbw as nccl-tests) of the job's\n"
                  "              communicator, 1 KB to 256 MB; run it under mpirun or srun\n"
                  "  train       steady-state training steps: steps/s, rays/s, time per phase,\n"
-                 "              all-reduce hidden, imbalance and memory per rank\n";
+                 "              all-reduce hidden, imbalance and memory per rank\n"
+                 "  io          each rank's shards read through the shard and prefetching readers\n"
+                 "              against a plain read of the same files, and the data wait\n"
+                 "  kernels     every render op's time, GB/s and GFLOP/s against the measured\n"
+                 "              copy bandwidth and FMA peak (--backend cpu|cuda)\n";
     return args.empty() ? 2 : 0;
   }
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (args[0] == "allreduce") return run_allreduce(rest);
   if (args[0] == "train") return run_train_bench(rest);
+  if (args[0] == "io") return run_io_bench(rest);
+  if (args[0] == "kernels") return run_kernels_bench(rest);
   throw InvalidArgument("mvibr bench: unknown benchmark '" + args[0] +
                         "' (see mvibr bench --help)");
 }
