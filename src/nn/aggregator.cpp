@@ -1,4 +1,5 @@
-// IBRNet's aggregation network, chunked over rays with recomputation (see aggregator.h).
+// IBRNet's aggregation network, chunked over rays, its activations stored or recomputed (see
+// aggregator.h).
 //
 // Names follow IBRNet's forward: per (ray, sample, view) "rows" and per (ray, sample) "samples".
 // Every per-view MLP runs on all rows of a chunk as one GEMM; pooling over views and the
@@ -7,6 +8,9 @@
 
 #include <cblas.h>
 #include <omp.h>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -117,8 +121,25 @@ ChunkPlan plan_chunks(int n_rays, int n_samples, int n_views) {
 
 }  // namespace
 
-// One chunk's buffers, carved from one arena: the forward's activations (post-activation values
-// of every ELU, which is all their backward needs) and, for the backward, a gradient for each.
+void* allocate_huge_pages(size_t bytes) {
+  constexpr size_t kHugePage = size_t(2) << 20;
+  const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = std::aligned_alloc(kHugePage, rounded);
+  if (!p) throw std::bad_alloc();
+  madvise(p, rounded, MADV_HUGEPAGE);  // advice only: where refused, 4 KiB pages serve
+  return p;
+}
+
+size_t default_stored_activations_budget() {
+  const size_t cap = size_t(2) << 30;
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return cap;
+  return std::min(cap, size_t(pages) * size_t(page) / 8);
+}
+
+// One chunk's buffers: the forward's activations (post-activation values of every ELU, which is
+// all their backward needs) and, for the backward, a gradient for each. Each part is carved from
+// one arena, both from the same one when the backward recomputes the forward.
 template <typename T>
 struct IbrnetAggregator::Activations {
   Activations(int samples_per_ray, int views, int channels)
@@ -145,8 +166,8 @@ struct IbrnetAggregator::Activations {
       *g_x_vis_weighted, *g_h_vis2, *g_vis2, *g_x_vis, *g_h_vis, *g_x_pooled, *g_x_base, *g_pool,
       *g_pool_common, *g_h_base, *g_h_mean_var, *g_mean_var, *g_feat, *g_dir, *g_h_dir;
 
-  // Lays the buffers out over `arena` (null: only counts), returns the elements used.
-  size_t layout(T* arena, const MultiHeadAttention& attention, bool with_backward) {
+  // Lays the forward's buffers out over `arena` (null: only counts), returns the elements used.
+  size_t layout_forward(T* arena, const MultiHeadAttention& attention) {
     size_t used = 0;
     auto take = [&](T*& p, size_t count) {
       p = arena ? arena + used : nullptr;
@@ -187,7 +208,17 @@ struct IbrnetAggregator::Activations {
     take(attention_out, m * kToken);
     take(h_sigma, m * kToken);
     take(sigma_relu, m);
-    if (!with_backward) return used;
+    return used;
+  }
+
+  // The same for the backward's gradients.
+  size_t layout_backward(T* arena, const MultiHeadAttention& attention) {
+    size_t used = 0;
+    auto take = [&](T*& p, size_t count) {
+      p = arena ? arena + used : nullptr;
+      used += count;
+    };
+    const size_t n = rows, m = samples, w = size_t(width);
     take(g_logit, n);
     take(g_h_rgb2, n * kRgbHidden2);
     take(g_h_rgb, n * kRgbHidden);
@@ -295,20 +326,40 @@ void IbrnetAggregator::forward(const T* params, int n_rays, int n_samples, int n
                           std::to_string(n_rays) + ", " + std::to_string(n_samples) + ", " +
                           std::to_string(n_views) + ")");
   }
-  if (workspace) *workspace = {n_rays, n_samples, n_views, rgb_features, ray_diff, mask};
   const ChunkPlan plan = plan_chunks(n_rays, n_samples, n_views);
   const int width = options_.feature_channels + 3;
+  Activations<T> full_chunk(n_samples, n_views, width);
+  full_chunk.set_rays(plan.rays_per_chunk);
+  const size_t stride = full_chunk.layout_forward(nullptr, ray_attention_);
+  T* stored = nullptr;  // chunk c's activations at stored + c * stride, or each thread's arena
+  if (workspace) {
+    workspace->n_rays = n_rays;
+    workspace->n_samples = n_samples;
+    workspace->n_views = n_views;
+    workspace->rgb_features = rgb_features;
+    workspace->ray_diff = ray_diff;
+    workspace->mask = mask;
+    const size_t total = plan.n_chunks * stride;
+    if (total <= options_.stored_activations_budget / sizeof(T)) {
+      if (workspace->activations.size() < total) workspace->activations.resize(total);
+      workspace->chunk_stride = stride;
+      stored = workspace->activations.data();
+    } else {
+      workspace->chunk_stride = 0;
+      decltype(workspace->activations)().swap(workspace->activations);
+    }
+  }
   SerialBlas serial_blas;
 #pragma omp parallel
   {
     Activations<T> a(n_samples, n_views, width);
     a.set_rays(plan.rays_per_chunk);
-    T* arena = thread_buffer<T, Buffer::kChunk>(a.layout(nullptr, ray_attention_, false));
+    T* arena = stored ? nullptr : thread_buffer<T, Buffer::kChunk>(stride);
 #pragma omp for schedule(dynamic)
     for (size_t c = 0; c < plan.n_chunks; ++c) {
       const size_t first = c * plan.rays_per_chunk;
       a.set_rays(std::min(plan.rays_per_chunk, size_t(n_rays) - first));
-      a.layout(arena, ray_attention_, false);
+      a.layout_forward(stored ? stored + c * stride : arena, ray_attention_);
       const size_t row = first * plan.rows_per_ray, sample = first * n_samples;
       forward_chunk(params, a, rgb_features + row * width, ray_diff + row * 4, mask + row,
                     rgb + sample * 3, sigma + sample);
@@ -328,6 +379,8 @@ void IbrnetAggregator::backward(const T* params, T* grads, const AggregatorWorks
   const size_t n_params = block_.size();
   const size_t n_slots = std::min(plan.n_chunks, kChunksPerWave) * n_params;
   T* slots = thread_buffer<T, Buffer::kSlots>(n_slots);
+  // backward_chunk only reads the forward's activations, stored ones included.
+  T* stored = ws.chunk_stride ? const_cast<T*>(ws.activations.data()) : nullptr;
   SerialBlas serial_blas;
   for (size_t wave = 0; wave < plan.n_chunks; wave += kChunksPerWave) {
     const size_t wave_end = std::min(plan.n_chunks, wave + kChunksPerWave);
@@ -336,18 +389,21 @@ void IbrnetAggregator::backward(const T* params, T* grads, const AggregatorWorks
     {
       Activations<T> a(ws.n_samples, ws.n_views, width);
       a.set_rays(plan.rays_per_chunk);
-      T* arena = thread_buffer<T, Buffer::kChunk>(a.layout(nullptr, ray_attention_, true));
-      std::vector<T> rgb(a.samples * 3), sigma(a.samples);  // recomputed, unused
+      const size_t forward_size = stored ? 0 : a.layout_forward(nullptr, ray_attention_);
+      T* arena = thread_buffer<T, Buffer::kChunk>(forward_size +
+                                                  a.layout_backward(nullptr, ray_attention_));
+      std::vector<T> rgb(stored ? 0 : a.samples * 3), sigma(stored ? 0 : a.samples);  // unused
 #pragma omp for schedule(dynamic)
       for (size_t c = wave; c < wave_end; ++c) {
         const size_t first = c * plan.rays_per_chunk;
         a.set_rays(std::min(plan.rays_per_chunk, size_t(ws.n_rays) - first));
-        a.layout(arena, ray_attention_, true);
+        a.layout_forward(stored ? stored + c * ws.chunk_stride : arena, ray_attention_);
+        a.layout_backward(arena + forward_size, ray_attention_);
         const size_t row = first * plan.rows_per_ray, sample = first * ws.n_samples;
         const T* features = ws.rgb_features + row * width;
         const T* diff = ws.ray_diff + row * 4;
         const T* valid = ws.mask + row;
-        forward_chunk(params, a, features, diff, valid, rgb.data(), sigma.data());
+        if (!stored) forward_chunk(params, a, features, diff, valid, rgb.data(), sigma.data());
         backward_chunk(params, slots + (c - wave) * n_params, a, features, diff, valid,
                        grad_rgb + sample * 3, grad_sigma + sample,
                        grad_rgb_features ? grad_rgb_features + row * width : nullptr);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -330,6 +331,62 @@ TEST(Aggregator, ResultsDoNotDependOnTheThreadCount) {
   EXPECT_EQ(one.sigma, three.sigma);
   EXPECT_EQ(one.grad_rgb_features, three.grad_rgb_features);
   EXPECT_EQ(one.grads, three.grads);
+}
+
+// Stored activations are the ones the backward would recompute, so every output and gradient
+// must be bit-identical between the two paths, at any thread count. Sizes: four chunks with a
+// short last one; 70 one-ray chunks, more than one wave of gradient slots.
+TEST(Aggregator, StoringActivationsGivesTheResultsOfRecomputingThem) {
+  struct Size {
+    int R, S, V, C;
+  };
+  for (const Size size : {Size{40, 16, 10, 32}, Size{70, 64, 10, 8}}) {
+    AggregatorOptions recompute, store;
+    recompute.stored_activations_budget = 0;
+    store.stored_activations_budget = SIZE_MAX;
+    const auto p = make_problem(size.R, size.S, size.V, size.C, recompute, 0.2, true, 41);
+    const auto q = make_problem(size.R, size.S, size.V, size.C, store, 0.2, true, 41);
+    const int threads = omp_get_max_threads();
+    for (int n_threads : {1, 3}) {
+      omp_set_num_threads(n_threads);
+      const Result recomputed = run_on_set(*p), stored = run_on_set(*q);
+      EXPECT_EQ(recomputed.rgb, stored.rgb) << size.R << " rays, " << n_threads << " threads";
+      EXPECT_EQ(recomputed.sigma, stored.sigma);
+      EXPECT_EQ(recomputed.grad_rgb_features, stored.grad_rgb_features);
+      EXPECT_EQ(recomputed.grads, stored.grads);
+    }
+    omp_set_num_threads(threads);
+    const Result recomputed = run<double>(*p, block_values(*p), p->rgb_features),
+                 stored = run<double>(*q, block_values(*q), q->rgb_features);
+    EXPECT_EQ(recomputed.grad_rgb_features, stored.grad_rgb_features);
+    EXPECT_EQ(recomputed.grads, stored.grads);
+  }
+}
+
+// The workspace keeps the activations exactly when they fit the budget.
+TEST(Aggregator, StoresActivationsWithinTheBudgetOnly) {
+  const int R = 4, S = 16, V = 10, C = 32;
+  const size_t rows = size_t(R) * S * V, samples = size_t(R) * S;
+  std::vector<float> features(rows * (C + 3), 0.5f), diff(rows * 4, 0.5f), mask(rows, 1.0f),
+      rgb(samples * 3), sigma(samples);
+  auto stored_bytes = [&](size_t budget) {
+    ParameterSet set;
+    AggregatorOptions options;
+    options.feature_channels = C;
+    options.stored_activations_budget = budget;
+    const IbrnetAggregator net(set, "net.", options);
+    AggregatorWorkspace<float> ws;
+    net.forward(R, S, V, features.data(), diff.data(), mask.data(), &ws, rgb.data(), sigma.data());
+    EXPECT_EQ(ws.chunk_stride == 0, ws.activations.empty());
+    return ws.activations.size() * sizeof(float);
+  };
+  const size_t needed = stored_bytes(SIZE_MAX);
+  EXPECT_GT(needed, rows * 1024);  // about 2 KiB a row
+  EXPECT_EQ(stored_bytes(needed), needed);
+  EXPECT_EQ(stored_bytes(needed - 1), 0u);
+  EXPECT_EQ(stored_bytes(0), 0u);
+  EXPECT_GT(default_stored_activations_budget(), size_t(0));
+  EXPECT_LE(default_stored_activations_budget(), size_t(2) << 30);
 }
 
 TEST(Aggregator, RejectsSizesItCannotRun) {

@@ -2,27 +2,42 @@
 // forward and hand-written backward: from the gathered colours, features, ray differences and
 // masks of every sample in every source view to a density and a blended colour per sample.
 //
-// Memory shapes the design. Saving every activation would take about 2 KiB per (ray, sample,
-// view), 1.4 GB for 512 rays x 128 samples x 10 views, so the forward saves nothing but pointers
-// to its inputs and the backward recomputes the activations of a chunk of rays (about 640
-// (sample, view) rows) right before it backpropagates through them: one extra forward (a third
-// more work) for a working set of about 2.5 MiB per thread, close to a core's L2. Chunks of rays
-// are independent (the ray transformer mixes samples of one ray only), so OpenMP runs them in
-// parallel with single-threaded BLAS inside. Each chunk accumulates its parameter gradients in its
-// own slot, and slots are summed in chunk order, so results are the same for every thread count.
+// Memory shapes the design. The activations the backward reads take about 2 KiB per (ray,
+// sample, view) row: 0.62 GiB for 512 rays x 64 samples x 10 views, 1.3 GiB at 128 samples.
+// The forward runs chunks of rays (about 640 rows, a working set of about 2.5 MiB per thread,
+// close to a core's L2). When the whole batch's activations fit
+// AggregatorOptions::stored_activations_budget, the forward writes each chunk's into the
+// workspace and the backward reads them back; otherwise the workspace keeps only pointers to the
+// inputs and the backward recomputes each chunk's activations right before it backpropagates
+// through them (one extra forward, a third more work, on data that stays in L2). Storing trades
+// that forward for memory traffic, so it gains less than the forward costs: on 2 cores, 10-15%
+// of forward + backward at 64 and at 128 samples once the workspace's pages exist (its first use
+// pays for faulting them in, about one step's saving). Both paths run the same forward code on
+// the same chunks, so the stored values are exactly what recomputation gives and the results are
+// bit-identical either way. Chunks of rays are independent (the ray transformer mixes samples of
+// one ray only), so OpenMP runs them in parallel with single-threaded BLAS inside. Each chunk
+// accumulates its parameter gradients in its own slot, and slots are summed in chunk order, so
+// results are the same for every thread count.
 //
 // Layouts are render_ops.h's: rgb_features [R,S,V,3+C] (colour then features), ray_diff
 // [R,S,V,4] (direction difference, then the dot product of the directions), mask [R,S,V] (1 for
 // a valid projection, 0 otherwise); outputs rgb [R,S,3] and sigma [R,S].
 #pragma once
 
+#include <cstddef>
+#include <cstdlib>
+#include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mvibr/nn/layers.h"
 #include "mvibr/nn/parameters.h"
 
 namespace mvibr::nn {
+
+// min(2 GiB, physical memory / 8).
+size_t default_stored_activations_budget();
 
 struct AggregatorOptions {
   int feature_channels = 32;  // C: rgb_features carry 3 + C channels
@@ -31,17 +46,61 @@ struct AggregatorOptions {
   // kQueries is what IBRNet's code computes (its mask broadcasts over keys); kKeys is the
   // key-padding mask the transformer literature means.
   AttentionMask attention_mask = AttentionMask::kQueries;
+  // Bytes of activations a forward with a workspace may keep for its backward (each network's
+  // workspace on its own); above it, the backward recomputes them. The default is the smaller of
+  // 2 GiB and an eighth of physical memory: room for the fine pass at 512 rays x 128 samples x
+  // 10 views (1.3 GiB; training holds it and the coarse pass's 0.62 GiB) without crowding a small
+  // machine. Tests set 0 (always recompute) or
+  // SIZE_MAX (always store).
+  size_t stored_activations_budget = default_stored_activations_budget();
 };
 
-// What forward keeps for backward: the sizes and pointers to the inputs, not copies (backward
-// recomputes every activation from them). The inputs must stay alive and unchanged until the
-// backward that uses this workspace has returned.
+// At least `bytes`, aligned to and advised (madvise) into 2 MiB pages; std::free releases it.
+void* allocate_huge_pages(size_t bytes);
+
+// For the stored activations. A fresh 0.62 GiB workspace in 4 KiB pages costs 160,000 page
+// faults, more time than storing saves in a step, so it asks for 2 MiB pages; and it leaves new
+// elements uninitialised (the forward writes every stored value before the backward reads it),
+// which spares a pass that would zero them.
+template <typename T>
+struct HugePageAllocator {
+  using value_type = T;
+  HugePageAllocator() = default;
+  template <typename U>
+  HugePageAllocator(const HugePageAllocator<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(allocate_huge_pages(n * sizeof(T))); }
+  void deallocate(T* p, size_t) { std::free(p); }
+  template <typename U>
+  void construct(U* p) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+  template <typename U>
+  bool operator==(const HugePageAllocator<U>&) const {
+    return true;
+  }
+  template <typename U>
+  bool operator!=(const HugePageAllocator<U>&) const {
+    return false;
+  }
+};
+
+// What forward keeps for backward: the sizes, pointers to the inputs (not copies), and, within
+// the budget, every chunk's activations. The inputs must stay alive and unchanged until the
+// backward that uses this workspace has returned. The activations' buffer grows and never
+// shrinks while batches fit (fresh pages on every step would cost their faults), and is freed
+// when one does not.
 template <typename T>
 struct AggregatorWorkspace {
   int n_rays = 0, n_samples = 0, n_views = 0;
   const T* rgb_features = nullptr;
   const T* ray_diff = nullptr;
   const T* mask = nullptr;
+  size_t chunk_stride = 0;  // elements per chunk in `activations`; 0: backward recomputes
+  std::vector<T, HugePageAllocator<T>> activations;  // chunk c's at c * chunk_stride
 };
 
 class IbrnetAggregator {
