@@ -18,11 +18,13 @@
 
 #include "ibrnet_model_case.h"
 #include "mvibr/core/error.h"
+#include "mvibr/core/stopwatch.h"
 #include "mvibr/data/prefetch_reader.h"
 #include "mvibr/nn/optimizer.h"
 #include "mvibr/train/config.h"
 #include "mvibr/train/ibrnet_model.h"
 #include "mvibr/train/ray_batch.h"
+#include "mvibr/train/trainer.h"
 
 namespace mvibr {
 namespace {
@@ -56,26 +58,10 @@ BenchOptions take_bench_options(std::vector<std::string>* args) {
   return o;
 }
 
-// The optimizer as `mvibr train` sets it up from the config.
-nn::AdamOptions adam_options(const train::TrainConfig& c) {
-  nn::AdamOptions o;
-  o.lrate_feature = c.lrate_feature;
-  o.lrate_mlp = c.lrate_mlp;
-  o.lrate_decay_factor = c.lrate_decay_factor;
-  o.lrate_decay_steps = uint64_t(c.lrate_decay_steps);
-  o.max_grad_norm = c.grad_clip;
-  return o;
-}
-
 // The first training sample of the config's data set, as `mvibr train` reads it.
 data::TrainingSample first_sample(const train::TrainConfig& c) {
-  data::ReaderOptions o;
-  o.data_dir = c.datadir;
-  o.seed = c.seed;
-  o.num_source_views = c.num_source_views;
-  o.source_pool = c.source_pool;
+  data::ReaderOptions o = train::reader_options(c, 0, 1);
   o.queue_depth = 1;
-  o.split = data::Split::kTrain;
   data::PrefetchReader reader(o);
   return reader.next();
 }
@@ -84,10 +70,6 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 int run(std::vector<std::string> args) {
@@ -104,7 +86,7 @@ int run(std::vector<std::string> args) {
     test::write_model_case(config, model, sample, rays, key, bench.case_dir);
   }
   nn::ParameterSet& params = model.parameters();
-  nn::Adam adam(params, adam_options(config));
+  nn::Adam adam(params, train::adam_options(config, 1));
 
   std::map<std::string, std::vector<double>> phases;
   std::vector<double> step_seconds;

@@ -5,16 +5,9 @@
 #include <chrono>
 
 #include "mvibr/core/error.h"
+#include "mvibr/core/stopwatch.h"
 
 namespace mvibr::dist {
-
-namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-}  // namespace
 
 GradientBuckets::GradientBuckets(Communicator& comm, std::vector<GradientRange> ready_order,
                                  size_t bucket_bytes, ReduceOp op, bool overlap, bool bf16)

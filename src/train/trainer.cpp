@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "mvibr/core/error.h"
+#include "mvibr/core/stopwatch.h"
 #include "mvibr/dist/agreement.h"
 #include "mvibr/dist/gradient_buckets.h"
 #include "mvibr/nn/checkpoint.h"
@@ -40,30 +41,6 @@ double lr_factor(const TrainConfig& c, int ranks) {
   if (c.lr_scaling == "linear") return double(ranks);
   if (c.lr_scaling == "sqrt") return std::sqrt(double(ranks));
   return 1.0;
-}
-
-nn::AdamOptions adam_options(const TrainConfig& c, int ranks) {
-  nn::AdamOptions o;
-  o.lrate_feature = c.lrate_feature * lr_factor(c, ranks);
-  o.lrate_mlp = c.lrate_mlp * lr_factor(c, ranks);
-  o.lrate_decay_factor = c.lrate_decay_factor;
-  o.lrate_decay_steps = uint64_t(c.lrate_decay_steps);
-  o.max_grad_norm = c.grad_clip;
-  return o;
-}
-
-data::ReaderOptions reader_options(const TrainConfig& c, int rank, int ranks) {
-  data::ReaderOptions o;
-  o.data_dir = c.datadir;
-  o.rank = rank;
-  o.world_size = ranks;
-  o.allow_shared_shards = c.allow_shared_shards;
-  o.seed = c.seed;
-  o.num_source_views = c.num_source_views;
-  o.source_pool = c.source_pool;
-  o.queue_depth = c.queue_depth;
-  o.split = data::Split::kTrain;
-  return o;
 }
 
 // Which checkpoint to resume from: ckpt_path, else the run's newest unless no_reload.
@@ -192,10 +169,6 @@ std::string describe_job(const TrainConfig& c, const RankContext& context,
 // Busy times of ranks differing by more than this fraction of the fastest one's get a warning.
 constexpr double kImbalanceWarning = 0.2;
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 // One monitored value: its TensorBoard tag and its metrics.jsonl key.
 struct Scalar {
   const char* tag;
@@ -254,6 +227,30 @@ std::vector<std::vector<std::pair<std::string, double>>> gather_busy_parts(
 }
 
 }  // namespace
+
+nn::AdamOptions adam_options(const TrainConfig& c, int ranks) {
+  nn::AdamOptions o;
+  o.lrate_feature = c.lrate_feature * lr_factor(c, ranks);
+  o.lrate_mlp = c.lrate_mlp * lr_factor(c, ranks);
+  o.lrate_decay_factor = c.lrate_decay_factor;
+  o.lrate_decay_steps = uint64_t(c.lrate_decay_steps);
+  o.max_grad_norm = c.grad_clip;
+  return o;
+}
+
+data::ReaderOptions reader_options(const TrainConfig& c, int rank, int ranks) {
+  data::ReaderOptions o;
+  o.data_dir = c.datadir;
+  o.rank = rank;
+  o.world_size = ranks;
+  o.allow_shared_shards = c.allow_shared_shards;
+  o.seed = c.seed;
+  o.num_source_views = c.num_source_views;
+  o.source_pool = c.source_pool;
+  o.queue_depth = c.queue_depth;
+  o.split = data::Split::kTrain;
+  return o;
+}
 
 TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const RankContext& context) {
   std::unique_ptr<dist::Communicator> single;

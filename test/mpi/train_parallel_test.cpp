@@ -64,26 +64,12 @@ class TrainParallel : public ::testing::Test {
   }
 
   static std::vector<float> values(const TrainConfig& c, const std::string& checkpoint) {
-    IbrnetModel model(c);
-    nn::Adam adam(model.parameters(), nn::AdamOptions{});
-    nn::TrainingState state;
-    nn::load_checkpoint(checkpoint, &model.parameters(), &adam, &state);
-    return model.parameters().values();
+    return testing::checkpoint_values(c, checkpoint);
   }
-
-  // |x - y| / |y|, and how far y moved from the initial parameters relative to that.
   static std::pair<double, double> compare(const TrainConfig& c, const std::vector<float>& x,
                                            const std::vector<float>& y) {
-    IbrnetModel model(c);
-    model.initialize(c.seed);
-    const std::vector<float>& initial = model.parameters().values();
-    double difference = 0, norm = 0, moved = 0;
-    for (size_t i = 0; i < x.size(); ++i) {
-      difference += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
-      norm += double(y[i]) * y[i];
-      moved += (double(y[i]) - initial[i]) * (double(y[i]) - initial[i]);
-    }
-    return {std::sqrt(difference / norm), std::sqrt(moved / std::max(difference, 1e-300))};
+    const testing::Closeness closeness = testing::closeness(c, x, y);
+    return {closeness.relative, closeness.moved};
   }
 
   std::unique_ptr<dist::Communicator> world_;

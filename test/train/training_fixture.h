@@ -2,13 +2,18 @@
 // trains it in seconds on 2 cores (small feature net, 16 + 8 samples, 4 sources).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <string>
 
 #include "mvibr/data/neighbours.h"
 #include "mvibr/data/shards.h"
 #include "mvibr/data/synthetic_scene.h"
+#include "mvibr/nn/checkpoint.h"
+#include "mvibr/nn/optimizer.h"
 #include "mvibr/train/config.h"
+#include "mvibr/train/ibrnet_model.h"
 
 namespace mvibr::train::testing {
 
@@ -40,6 +45,34 @@ inline TrainConfig small_config(const std::filesystem::path& root, const std::st
   c.n_iters = n_iters;
   c.seed = 3;
   return c;
+}
+
+// The parameters a checkpoint holds, in the layout of `config`'s model.
+inline std::vector<float> checkpoint_values(const TrainConfig& config, const std::string& path) {
+  IbrnetModel model(config);
+  nn::Adam adam(model.parameters(), nn::AdamOptions{});
+  nn::TrainingState state;
+  nn::load_checkpoint(path, &model.parameters(), &adam, &state);
+  return model.parameters().values();
+}
+
+// How close two trained parameter vectors are: |x - y| / |y|, and how far training moved y from
+// `config`'s initial parameters relative to |x - y| (so "equal" is not "both untrained").
+struct Closeness {
+  double relative = 0, moved = 0;
+};
+inline Closeness closeness(const TrainConfig& config, const std::vector<float>& x,
+                           const std::vector<float>& y) {
+  IbrnetModel model(config);
+  model.initialize(config.seed);
+  const std::vector<float>& initial = model.parameters().values();
+  double difference = 0, norm = 0, moved = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    difference += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
+    norm += double(y[i]) * y[i];
+    moved += (double(y[i]) - initial[i]) * (double(y[i]) - initial[i]);
+  }
+  return {std::sqrt(difference / norm), std::sqrt(moved / std::max(difference, 1e-300))};
 }
 
 }  // namespace mvibr::train::testing

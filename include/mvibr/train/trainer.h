@@ -31,9 +31,11 @@
 #include <limits>
 #include <string>
 
+#include "mvibr/data/prefetch_reader.h"
 #include "mvibr/dist/communicator.h"
 #include "mvibr/dist/mpi_session.h"
 #include "mvibr/dist/watchdog.h"
+#include "mvibr/nn/optimizer.h"
 #include "mvibr/train/config.h"
 #include "mvibr/train/ibrnet_model.h"
 
@@ -86,6 +88,11 @@ struct RankContext {
   // printed every i_print steps.
   int progress_columns = 0;
 };
+
+// The optimiser and the data stream of rank `rank` of `ranks` as `mvibr train` sets them up
+// (learning rates scaled by lr_scaling), for tools that run its step outside the loop.
+nn::AdamOptions adam_options(const TrainConfig& config, int ranks);
+data::ReaderOptions reader_options(const TrainConfig& config, int rank, int ranks);
 
 // Trains until config.n_iters steps; rank 0's progress lines go to `log`. Every collective is
 // called on every rank, so an error on one rank must end the job (the CLI aborts it).
