@@ -75,7 +75,6 @@ class ResUNet {
 
   const ResUNetOptions& options() const { return options_; }
 
- private:
   // Conv2d (reflect padding (k - 1) / 2) → InstanceNorm2d(affine) → activation: every
   // convolution but out_conv. The decoder's have a bias (nn.Conv2d's default); the norm right
   // after cancels it exactly, so its gradient is exactly zero and backward leaves it alone.
@@ -87,9 +86,24 @@ class ResUNet {
   };
   // out = ReLU(IN(conv2(ReLU(IN(conv1(x))))) + identity), identity = downsample(x) or x.
   struct Block {
-    int conv1 = -1, conv2 = -1, downsample = -1;  // indices into units_; -1: identity
+    int conv1 = -1, conv2 = -1, downsample = -1;  // indices into units; -1: identity
   };
+  // The network's wiring, read-only, so that another implementation of it (the GPU one,
+  // cuda_feature_net.h) runs the same units on the same parameters. Valid while this network
+  // and its ParameterSet live.
+  struct Wiring {
+    const ParameterSet& parameters;
+    const std::vector<ConvUnit>& units;               // in registration order
+    const std::array<std::vector<Block>, 3>& stages;  // layer1..layer3
+    int stem, upconv3, iconv3, upconv2, iconv2;       // indices into units
+    Parameter out_weight, out_bias;                   // out_conv, 1x1 with bias
+  };
+  Wiring wiring() const {
+    return {*parameters_, units_,   stages_, stem_,       upconv3_,
+            iconv3_,      upconv2_, iconv2_, out_weight_, out_bias_};
+  }
 
+ private:
   int add_unit(const std::string& conv_name, int in_channels, int out_channels, int kernel,
                int stride, bool bias, Activation activation, const std::string& norm_name);
   // One unit's forward, recorded in the workspace; residual (may be null) goes before the
