@@ -63,7 +63,7 @@ if [[ -x device-bundle/gpu_render_ops_test ]]; then
   has_cudnn_h=$(nvcc -std=c++17 "${includes[@]}" -E "$probe" >/dev/null 2>&1 && echo yes || echo no)
   rm -f "$probe"
   pids=() sources=()
-  for source in kernels/*.cu src/cuda/device.cu src/cuda/nn_context.cu; do
+  for source in kernels/*.cu src/cuda/device.cu src/cuda/nn_context.cu src/cuda/feature_net.cu; do
     # The layers' files include cudnn.h (through nn_context.h); without it they cannot build.
     if [[ $has_cudnn_h == no ]] && grep -q 'nn_context.h\|cudnn.h' "$source"; then
       say "skipped nvcc $source: no cudnn.h on this machine"
@@ -84,10 +84,11 @@ else
   if timeout "$(left)" cmake -S . -B build-device -G Ninja -DMVIBR_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 >"$logs/configure.log" 2>&1 &&
     timeout "$(left)" cmake --build build-device -j "$(nproc)" \
-      --target gpu_render_ops_test gpu_nccl_test gpu_nn_layers_test render_ops_bench \
-      >"$logs/build.log" 2>&1; then
+      --target gpu_render_ops_test gpu_nccl_test gpu_nn_layers_test gpu_feature_net_test \
+      render_ops_bench >"$logs/build.log" 2>&1; then
     cp build-device/test/gpu_render_ops_test build-device/test/gpu_nccl_test \
-      build-device/test/gpu_nn_layers_test build-device/bench/render_ops_bench build-device/
+      build-device/test/gpu_nn_layers_test build-device/test/gpu_feature_net_test \
+      build-device/bench/render_ops_bench build-device/
   else
     tail -20 "$logs/configure.log" "$logs/build.log" 2>/dev/null
     say "FAILED: no build (run scripts/device_bundle.sh here and carry device-bundle)"
@@ -124,6 +125,19 @@ grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|Expected|actual|Which is|which is|
   "$logs/gpu_nn_layers_test.log" | head -80
 if grep -q "^\[  SKIPPED \]" "$logs/gpu_nn_layers_test.log"; then
   say "FAILED: layer tests skipped, the device was not seen"
+  status=1
+fi
+
+say "gpu_feature_net_test (the whole ResUNet on the GPU layers against the CPU one)"
+if ldd "$bin/gpu_feature_net_test" | grep "not found"; then
+  say "FAILED: gpu_feature_net_test is missing libraries (above)"
+  status=1
+fi
+timeout "$(left)" "$bin/gpu_feature_net_test" >"$logs/gpu_feature_net_test.log" 2>&1 || status=1
+grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|Expected|actual|Which is|which is|error|drawing again" \
+  "$logs/gpu_feature_net_test.log" | head -80
+if grep -q "^\[  SKIPPED \]" "$logs/gpu_feature_net_test.log"; then
+  say "FAILED: feature network tests skipped, the device was not seen"
   status=1
 fi
 
