@@ -140,6 +140,24 @@ class IbrnetAggregator {
   size_t parameter_offset() const { return block_.offset(); }
   size_t parameter_count() const { return block_.size(); }
 
+  // Copies of the layers (where each one's parameters sit in this network's run), the offset of
+  // s in the run (when anti_alias_pooling) and the positional-encoding table [n_samples_max, 16]:
+  // what the GPU version of this network (nn/cuda_aggregator.h) needs to run it on the same
+  // parameter layout.
+  struct Layers {
+    Linear ray_dir_0, ray_dir_2, base_0, base_2, vis_0, vis_2, vis2_0, vis2_2, geometry_0,
+        geometry_2;
+    MultiHeadAttention ray_attention;
+    Linear out_geometry_0, out_geometry_2, rgb_0, rgb_2, rgb_4;
+  };
+  Layers layers() const {
+    return {ray_dir_0_,      ray_dir_2_, base_0_,     base_2_,     vis_0_,         vis_2_,
+            vis2_0_,         vis2_2_,    geometry_0_, geometry_2_, ray_attention_, out_geometry_0_,
+            out_geometry_2_, rgb_0_,     rgb_2_,      rgb_4_};
+  }
+  size_t sharpness_offset() const { return s_; }
+  const std::vector<double>& positional_encoding() const { return positional_encoding_; }
+
  private:
   template <typename T>
   struct Activations;  // one chunk's activations and gradients, in aggregator.cpp

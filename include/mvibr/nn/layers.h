@@ -55,6 +55,11 @@ class Linear {
 
   int in() const { return in_; }
   int out() const { return out_; }
+  // Where the weight and the bias (when it has one) sit in the block's run, for the GPU versions
+  // of the networks, which read the same layout.
+  size_t weight_offset() const { return weight_; }
+  size_t bias_offset() const { return bias_; }
+  bool has_bias() const { return has_bias_; }
   // nn.Linear's default: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias.
   void init_default(float* params, Initializer& init) const;
   // IBRNet's weights_init: kaiming_normal_ (fan_in) weight, zero bias.
@@ -107,6 +112,9 @@ class LayerNorm {
   LayerNorm(ParameterBlock& block, const std::string& name, int dim, double eps);
 
   int dim() const { return dim_; }
+  double eps() const { return eps_; }
+  size_t weight_offset() const { return weight_; }
+  size_t bias_offset() const { return bias_; }
   void init(float* params) const;  // weight 1, bias 0
 
   // Saves the normalised input xhat[n,dim] and 1/sqrt(var + eps) rstd[n] for the backward.
@@ -139,6 +147,16 @@ class MultiHeadAttention {
                      int d_k, int d_v, AttentionMask mask);
 
   int d_model() const { return d_model_; }
+  int n_head() const { return n_head_; }
+  int d_k() const { return d_k_; }
+  int d_v() const { return d_v_; }
+  AttentionMask mask() const { return mask_; }
+  // The sublayers, for the GPU version of the network that holds this module.
+  const Linear& w_qs() const { return w_qs_; }
+  const Linear& w_ks() const { return w_ks_; }
+  const Linear& w_vs() const { return w_vs_; }
+  const Linear& fc() const { return fc_; }
+  const LayerNorm& layer_norm() const { return layer_norm_; }
   void init_default(float* params, Initializer& init) const;  // nn.Linear defaults, LayerNorm 1/0
 
   // Elements of the `saved` buffer the forward fills and the backward reads, and of the
