@@ -1,0 +1,347 @@
+// The GPU aggregation network (nn/cuda_aggregator.h) against the CPU IbrnetAggregator on the same
+// random problems: rgb, sigma, the gradient of rgb_features and every parameter's gradient, with
+// anti-aliased and uniform pooling, both attention masks, odd sizes (7 rays x 13 samples x 5
+// views, 3 + 6 channels of colour and features), one view, one sample per ray, and IBRNet's 10
+// views with 3 + 32 channels (wider than a warp). Every problem has masked views, a sample no
+// view sees, one only one view sees and a ray that no view sees at all. Plain C++ (device memory
+// through core/device.h), so it builds in every build: without the CUDA backend it is one skipped
+// test, and without a device every test skips.
+//
+// Bounds, normwise (max |gpu - reference| / max |reference|) per output and per parameter:
+// - Against the CPU network in double, the oracle (aggregator_test holds it to 1e-10 of
+//   PyTorch's float64): 1e-5 for rgb and sigma, 1e-4 for the gradients. These are the bounds the
+//   CPU network in float meets against the same oracle (aggregator_test), for the same reasons:
+//   fp32 sums over up to 15,000 rows in the parameter gradients, and the cancellations of the
+//   normalised pooling and visibility weights, which both backends take through the same eps / D
+//   formulation. A parameter gradient far below the network's largest is a cancellation residue
+//   (with one view, some are only the 1e-8 of the weight normalisation), measured on 1e-6 of
+//   the largest; rgb_fc.4.bias shifts a sample's blending logits alike, which the softmax ignores,
+//   so its gradient is rounding only, measured on its weight's gradient.
+// - Against the CPU network in float: the sum of the two backends' bounds against the oracle,
+//   2e-5 and 2e-4, on the same floors.
+// - Repeated calls (the workspace reused, after a call of other sizes) and repeated backward
+//   passes: bit for bit. The backward accumulates into nonzero gradients what it gives from
+//   zero: one float addition where the GEMMs add the old values last, a reordered fp32 sum over
+//   the rows where they start from them (8 sqrt(rows) 2^-24, gpu_nn_layers_test's bound).
+#include <gtest/gtest.h>
+
+#if MVIBR_HAVE_CUDA
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mvibr/core/device.h"
+#include "mvibr/core/error.h"
+#include "mvibr/nn/aggregator.h"
+#include "mvibr/nn/cuda_aggregator.h"
+#include "mvibr/nn/cuda_layers.h"
+#include "mvibr/nn/parameters.h"
+#include "mvibr/testing/random_scene.h"
+
+namespace mvibr {
+namespace {
+
+using nn::AttentionMask;
+
+// A CPU network with IBRNet's initialisation, jittered away from its zeros and ones so that every
+// gradient is exercised, and s set.
+struct Network {
+  nn::ParameterSet set;
+  std::unique_ptr<nn::IbrnetAggregator> net;
+  std::vector<float> params;  // the network's run of the set
+};
+
+std::unique_ptr<Network> make_network(int C, bool anti_alias, AttentionMask mask, double s,
+                                      uint64_t seed) {
+  auto n = std::make_unique<Network>();
+  nn::AggregatorOptions options;
+  options.feature_channels = C;
+  options.anti_alias_pooling = anti_alias;
+  options.attention_mask = mask;
+  n->net = std::make_unique<nn::IbrnetAggregator>(n->set, "net_coarse.", options);
+  nn::Initializer init(seed);
+  n->net->initialize(init);
+  const std::vector<double> jitter = testing::random_values(n->set.size(), -0.05, 0.05, seed + 1);
+  for (size_t i = 0; i < n->set.size(); ++i) n->set.values()[i] += float(jitter[i]);
+  if (anti_alias) n->set.value(n->set.find("net_coarse.s"))[0] = float(s);
+  const auto begin = n->set.values().begin() + long(n->net->parameter_offset());
+  n->params.assign(begin, begin + long(n->net->parameter_count()));
+  return n;
+}
+
+// Inputs in render_ops.h's layouts: colours in [0, 1] then features in [-1, 1], direction
+// differences with dot products in [0.6, 1], a quarter of the views masked, and the edges: sample
+// (0,0) seen by no view, the next sample by one, the last ray by none.
+struct Inputs {
+  int R, S, V, C;
+  std::vector<float> rgb_features, ray_diff, mask, grad_rgb, grad_sigma;
+};
+
+std::vector<float> random_floats(size_t count, double lo, double hi, uint64_t seed) {
+  return testing::cast_values<float>(testing::random_values(count, lo, hi, seed));
+}
+
+Inputs make_inputs(int R, int S, int V, int C, uint64_t seed) {
+  Inputs in{R, S, V, C, {}, {}, {}, {}, {}};
+  const size_t rows = size_t(R) * S * V, width = size_t(C) + 3;
+  in.rgb_features = random_floats(rows * width, -1, 1, seed);
+  for (size_t i = 0; i < rows; ++i) {
+    for (size_t c = 0; c < 3; ++c) {
+      in.rgb_features[i * width + c] = 0.5f + 0.5f * in.rgb_features[i * width + c];
+    }
+  }
+  in.ray_diff = random_floats(rows * 4, -0.3, 0.3, seed + 1);
+  const std::vector<float> dots = random_floats(rows, 0.6, 1.0, seed + 2);
+  for (size_t i = 0; i < rows; ++i) in.ray_diff[i * 4 + 3] = dots[i];
+  in.mask = random_floats(rows, 0, 1, seed + 3);
+  for (float& m : in.mask) m = m < 0.75f ? 1.0f : 0.0f;
+  for (int v = 0; v < V; ++v) {
+    in.mask[size_t(v)] = 0;
+    in.mask[size_t(V) + v] = v == V / 2 ? 1.0f : 0.0f;
+  }
+  for (size_t i = size_t(R - 1) * S * V; i < rows; ++i) in.mask[i] = 0;
+  in.grad_rgb = random_floats(size_t(R) * S * 3, -1, 1, seed + 4);
+  in.grad_sigma = random_floats(size_t(R) * S, -1, 1, seed + 5);
+  return in;
+}
+
+// Forward outputs, the input gradient and the parameter gradients (from zero, the run's layout).
+struct Outputs {
+  std::vector<double> rgb, sigma, grad_rgb_features, grads;
+};
+
+template <typename T>
+std::vector<double> to_double(const std::vector<T>& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
+template <typename T>
+Outputs run_cpu(const Network& n, const Inputs& in) {
+  auto cast = [](const std::vector<float>& v) { return std::vector<T>(v.begin(), v.end()); };
+  const std::vector<T> params = cast(n.params), features = cast(in.rgb_features),
+                       diff = cast(in.ray_diff), mask = cast(in.mask), grad_rgb = cast(in.grad_rgb),
+                       grad_sigma = cast(in.grad_sigma);
+  const size_t samples = size_t(in.R) * in.S;
+  std::vector<T> rgb(samples * 3), sigma(samples), grads(params.size(), T(0)),
+      grad_features(features.size());
+  nn::AggregatorWorkspace<T> workspace;
+  n.net->forward(params.data(), in.R, in.S, in.V, features.data(), diff.data(), mask.data(),
+                 &workspace, rgb.data(), sigma.data());
+  n.net->backward(params.data(), grads.data(), workspace, grad_rgb.data(), grad_sigma.data(),
+                  grad_features.data());
+  return {to_double(rgb), to_double(sigma), to_double(grad_features), to_double(grads)};
+}
+
+// The inputs and parameters on the device, and buffers for the outputs.
+struct DeviceProblem {
+  DeviceProblem(const Network& n, const Inputs& in)
+      : params(n.params),
+        rgb_features(in.rgb_features),
+        ray_diff(in.ray_diff),
+        mask(in.mask),
+        grad_rgb(in.grad_rgb),
+        grad_sigma(in.grad_sigma),
+        rgb(in.grad_rgb.size()),
+        sigma(in.grad_sigma.size()),
+        grads(n.params.size()),
+        grad_rgb_features(in.rgb_features.size()) {}
+  DeviceArray<float> params, rgb_features, ray_diff, mask, grad_rgb, grad_sigma, rgb, sigma, grads,
+      grad_rgb_features;
+};
+
+struct GpuOutputs {
+  std::vector<float> rgb, sigma, grad_rgb_features, grads;
+};
+
+GpuOutputs run_gpu(nn::cuda::Context& context, nn::cuda::IbrnetAggregator& gpu, const Inputs& in,
+                   DeviceProblem& d) {
+  d.grads.zero();
+  gpu.forward(context, in.R, in.S, in.V, d.params.data(), d.rgb_features.data(), d.ray_diff.data(),
+              d.mask.data(), d.rgb.data(), d.sigma.data());
+  gpu.backward(context, d.params.data(), d.grads.data(), d.grad_rgb.data(), d.grad_sigma.data(),
+               d.grad_rgb_features.data());
+  device_synchronize();
+  return {d.rgb.to_host(), d.sigma.to_host(), d.grad_rgb_features.to_host(), d.grads.to_host()};
+}
+
+// max |ours - reference| / max(max |reference|, floor); infinite on NaN.
+double relative_error(const std::vector<double>& ours, const std::vector<double>& reference,
+                      double floor) {
+  if (ours.size() != reference.size()) return INFINITY;
+  double difference = 0, scale = floor;
+  for (size_t i = 0; i < ours.size(); ++i) {
+    if (std::isnan(ours[i]) || std::isnan(reference[i])) return INFINITY;
+    difference = std::max(difference, std::abs(ours[i] - reference[i]));
+    scale = std::max(scale, std::abs(reference[i]));
+  }
+  return scale > 0 ? difference / scale : difference;
+}
+
+double largest(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
+// Checks every output and parameter gradient of `gpu` against `reference` with the bounds
+// `forward_bound` (rgb, sigma) and `gradient_bound`, on the floors of the file comment; returns
+// the worst error as a fraction of its bound.
+double compare(const Network& n, const GpuOutputs& gpu, const Outputs& reference,
+               double forward_bound, double gradient_bound, const std::string& label) {
+  double worst = 0;
+  auto check = [&](const std::string& name, const std::vector<double>& ours,
+                   const std::vector<double>& ref, double bound, double floor) {
+    const double error = relative_error(ours, ref, floor);
+    EXPECT_LE(error, bound) << label << ": " << name;
+    worst = std::max(worst, error / bound);
+  };
+  check("rgb", to_double(gpu.rgb), reference.rgb, forward_bound, 0);
+  check("sigma", to_double(gpu.sigma), reference.sigma, forward_bound, 0);
+  check("grad_rgb_features", to_double(gpu.grad_rgb_features), reference.grad_rgb_features,
+        gradient_bound, 0);
+  const double network_scale = largest(reference.grads);
+  const size_t offset = n.net->parameter_offset();
+  auto slice = [&](const auto& all, const nn::ParameterInfo& info) {
+    const auto begin = all.begin() + long(info.offset - offset);
+    return std::vector<double>(begin, begin + long(info.size));
+  };
+  for (const nn::ParameterInfo& info : n.set.infos()) {
+    double floor = 1e-6 * network_scale;
+    if (info.name == "net_coarse.rgb_fc.4.bias") {
+      floor = largest(slice(reference.grads, n.set.info(n.set.find("net_coarse.rgb_fc.4.weight"))));
+    }
+    check(info.name, slice(to_double(gpu.grads), info), slice(reference.grads, info),
+          gradient_bound, floor);
+  }
+  return worst;
+}
+
+class CudaAggregator : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    context_ = std::make_unique<nn::cuda::Context>();
+  }
+  nn::cuda::Context& context() { return *context_; }
+
+ private:
+  std::unique_ptr<nn::cuda::Context> context_;
+};
+
+struct Case {
+  const char* name;
+  int R, S, V, C;
+  bool anti_alias;
+  AttentionMask mask;
+  double s;
+};
+
+TEST_F(CudaAggregator, MatchesTheCpuNetwork) {
+  const AttentionMask queries = AttentionMask::kQueries, keys = AttentionMask::kKeys;
+  const Case cases[] = {
+      {"odd_sizes", 7, 13, 5, 6, true, queries, 0.35},
+      {"odd_sizes_key_mask", 7, 13, 5, 6, true, keys, -0.5},
+      {"uniform_pooling", 7, 13, 5, 6, false, queries, 0},
+      {"uniform_pooling_key_mask", 5, 9, 3, 4, false, keys, 0},
+      {"one_view", 3, 5, 1, 4, true, queries, 0.2},
+      {"one_sample_per_ray", 6, 1, 3, 5, true, keys, 0.3},
+      {"ibrnet_10_views", 24, 64, 10, 32, true, queries, 0.2},
+      {"ibrnet_10_views_key_mask", 8, 32, 10, 32, true, keys, 0.2},
+  };
+  uint64_t seed = 500;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const auto network = make_network(c.C, c.anti_alias, c.mask, c.s, seed += 10);
+    const Inputs in = make_inputs(c.R, c.S, c.V, c.C, seed + 5);
+    nn::cuda::IbrnetAggregator gpu(*network->net);
+    DeviceProblem device(*network, in);
+    const GpuOutputs ours = run_gpu(context(), gpu, in, device);
+    const double against_double =
+        compare(*network, ours, run_cpu<double>(*network, in), 1e-5, 1e-4, "vs CPU double");
+    const double against_float =
+        compare(*network, ours, run_cpu<float>(*network, in), 2e-5, 2e-4, "vs CPU float");
+    std::printf("  %-26s worst error / bound: %.2f against double, %.2f against float\n", c.name,
+                against_double, against_float);
+  }
+}
+
+TEST_F(CudaAggregator, RepeatedCallsGiveTheSameBits) {
+  const auto network = make_network(32, true, AttentionMask::kQueries, 0.2, 900);
+  const Inputs big = make_inputs(16, 32, 10, 32, 910), small = make_inputs(3, 20, 4, 32, 920);
+  nn::cuda::IbrnetAggregator gpu(*network->net);
+  DeviceProblem device_big(*network, big), device_small(*network, small);
+  const GpuOutputs first = run_gpu(context(), gpu, big, device_big);
+  run_gpu(context(), gpu, small, device_small);  // other sizes in the same workspace
+  const GpuOutputs again = run_gpu(context(), gpu, big, device_big);
+  EXPECT_EQ(first.rgb, again.rgb);
+  EXPECT_EQ(first.sigma, again.sigma);
+  EXPECT_EQ(first.grad_rgb_features, again.grad_rgb_features);
+  EXPECT_EQ(first.grads, again.grads);
+
+  // A second backward of the same forward gives the same gradients; without grad_rgb_features,
+  // the same parameter gradients.
+  device_big.grads.zero();
+  gpu.backward(context(), device_big.params.data(), device_big.grads.data(),
+               device_big.grad_rgb.data(), device_big.grad_sigma.data(), nullptr);
+  device_synchronize();
+  EXPECT_EQ(device_big.grads.to_host(), first.grads);
+}
+
+TEST_F(CudaAggregator, BackwardAccumulatesIntoTheGradients) {
+  const auto network = make_network(8, true, AttentionMask::kKeys, 0.3, 950);
+  const Inputs in = make_inputs(7, 13, 5, 8, 960);
+  nn::cuda::IbrnetAggregator gpu(*network->net);
+  DeviceProblem device(*network, in);
+  const GpuOutputs from_zero = run_gpu(context(), gpu, in, device);
+  const std::vector<float> start = random_floats(network->params.size(), -1, 1, 970);
+  DeviceArray<float> grads(start);
+  gpu.backward(context(), device.params.data(), grads.data(), device.grad_rgb.data(),
+               device.grad_sigma.data(), nullptr);
+  device_synchronize();
+  std::vector<double> expected(start.size());
+  for (size_t i = 0; i < start.size(); ++i) expected[i] = double(start[i]) + from_zero.grads[i];
+  const double rows = double(in.R) * in.S * in.V;
+  EXPECT_LE(relative_error(to_double(grads.to_host()), expected, 0),
+            8 * std::sqrt(rows) * std::ldexp(1.0, -24));
+}
+
+TEST_F(CudaAggregator, RejectsWhatTheCpuNetworkRejects) {
+  nn::ParameterSet set;
+  nn::AggregatorOptions options;
+  options.n_samples_max = 8;
+  const nn::IbrnetAggregator cpu(set, "net.", options);
+  nn::cuda::IbrnetAggregator gpu(cpu);
+  // Nothing to go back through yet.
+  EXPECT_THROW(gpu.backward(context(), nullptr, nullptr, nullptr, nullptr, nullptr),
+               InvalidArgument);
+  struct Sizes {
+    int R, S, V;
+  };
+  for (const Sizes bad : {Sizes{1, 9, 2}, Sizes{1, 0, 2}, Sizes{1, 8, 0}, Sizes{-1, 8, 2}}) {
+    EXPECT_THROW(gpu.forward(context(), bad.R, bad.S, bad.V, nullptr, nullptr, nullptr, nullptr,
+                             nullptr, nullptr),
+                 InvalidArgument)
+        << bad.R << " rays, " << bad.S << " samples, " << bad.V << " views";
+  }
+  // No rays: nothing to compute, forward and backward included.
+  EXPECT_NO_THROW(
+      gpu.forward(context(), 0, 8, 2, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr));
+  EXPECT_NO_THROW(gpu.backward(context(), nullptr, nullptr, nullptr, nullptr, nullptr));
+  EXPECT_NO_THROW(device_synchronize());
+}
+
+}  // namespace
+}  // namespace mvibr
+
+#else
+
+TEST(GpuAggregator, SkippedWithoutCuda) {
+  GTEST_SKIP() << "built without CUDA";
+}
+
+#endif
