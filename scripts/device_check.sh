@@ -85,10 +85,10 @@ else
     -DCMAKE_CUDA_ARCHITECTURES=90 >"$logs/configure.log" 2>&1 &&
     timeout "$(left)" cmake --build build-device -j "$(nproc)" \
       --target gpu_render_ops_test gpu_nccl_test gpu_nn_layers_test gpu_feature_net_test \
-      render_ops_bench >"$logs/build.log" 2>&1; then
+      gpu_aggregator_test render_ops_bench >"$logs/build.log" 2>&1; then
     cp build-device/test/gpu_render_ops_test build-device/test/gpu_nccl_test \
       build-device/test/gpu_nn_layers_test build-device/test/gpu_feature_net_test \
-      build-device/bench/render_ops_bench build-device/
+      build-device/test/gpu_aggregator_test build-device/bench/render_ops_bench build-device/
   else
     tail -20 "$logs/configure.log" "$logs/build.log" 2>/dev/null
     say "FAILED: no build (run scripts/device_bundle.sh here and carry device-bundle)"
@@ -138,6 +138,19 @@ grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|Expected|actual|Which is|which is|
   "$logs/gpu_feature_net_test.log" | head -80
 if grep -q "^\[  SKIPPED \]" "$logs/gpu_feature_net_test.log"; then
   say "FAILED: feature network tests skipped, the device was not seen"
+  status=1
+fi
+
+say "gpu_aggregator_test (the aggregation network on the GPU against the CPU one)"
+if ldd "$bin/gpu_aggregator_test" | grep "not found"; then
+  say "FAILED: gpu_aggregator_test is missing libraries (above)"
+  status=1
+fi
+timeout "$(left)" "$bin/gpu_aggregator_test" >"$logs/gpu_aggregator_test.log" 2>&1 || status=1
+grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|Expected|actual|Which is|which is|error" \
+  "$logs/gpu_aggregator_test.log" | head -80
+if grep -q "^\[  SKIPPED \]" "$logs/gpu_aggregator_test.log"; then
+  say "FAILED: aggregator tests skipped, the device was not seen"
   status=1
 fi
 
