@@ -1,6 +1,6 @@
 // CUDA launchers of the element-wise activations, in place, and their backward passes from the
-// output (see nn/cuda_layers.h): one thread per element in a grid-stride loop, 256 threads a
-// block. Memory-bound; the layers that can fuse them (Linear, instance norm) do.
+// output, and a plain scaling (see nn/cuda_layers.h): one thread per element in a grid-stride loop,
+// 256 threads a block. Memory-bound; the layers that can fuse them (Linear, instance norm) do.
 #include <cmath>
 
 #include "../src/cuda/check.h"
@@ -46,6 +46,12 @@ __global__ void sigmoid_backward_kernel(size_t count, const float* y, float* gra
   }
 }
 
+__global__ void scale_kernel(size_t count, float factor, float* x) {
+  for (size_t i = grid_thread_index(); i < count; i += grid_thread_count()) {
+    x[i] = __fmul_rn(x[i], factor);
+  }
+}
+
 }  // namespace
 
 void activation_forward(Activation activation, size_t count, float* x, StreamHandle stream) {
@@ -74,6 +80,13 @@ void sigmoid_backward(size_t count, const float* y, float* grad, StreamHandle st
   if (count == 0) return;
   sigmoid_backward_kernel<<<blocks_for(count, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(
       count, y, grad);
+  MVIBR_CUDA_CHECK_LAUNCH();
+}
+
+void scale(size_t count, float factor, float* x, StreamHandle stream) {
+  if (count == 0) return;
+  scale_kernel<<<blocks_for(count, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(count, factor,
+                                                                                     x);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 

@@ -85,10 +85,11 @@ else
     -DCMAKE_CUDA_ARCHITECTURES=90 >"$logs/configure.log" 2>&1 &&
     timeout "$(left)" cmake --build build-device -j "$(nproc)" \
       --target gpu_render_ops_test gpu_nccl_test gpu_nn_layers_test gpu_feature_net_test \
-      gpu_aggregator_test render_ops_bench >"$logs/build.log" 2>&1; then
+      gpu_aggregator_test gpu_train_step_test render_ops_bench mvibr >"$logs/build.log" 2>&1; then
     cp build-device/test/gpu_render_ops_test build-device/test/gpu_nccl_test \
       build-device/test/gpu_nn_layers_test build-device/test/gpu_feature_net_test \
-      build-device/test/gpu_aggregator_test build-device/bench/render_ops_bench build-device/
+      build-device/test/gpu_aggregator_test build-device/test/gpu_train_step_test \
+      build-device/bench/render_ops_bench build-device/mvibr build-device/
   else
     tail -20 "$logs/configure.log" "$logs/build.log" 2>/dev/null
     say "FAILED: no build (run scripts/device_bundle.sh here and carry device-bundle)"
@@ -96,63 +97,68 @@ else
   fi
 fi
 
-say "gpu_render_ops_test"
-timeout "$(left)" "$bin/gpu_render_ops_test" >"$logs/gpu_render_ops_test.log" 2>&1 || status=1
-grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|actual|Which is" "$logs/gpu_render_ops_test.log" | head -60
-if grep -q "^\[  SKIPPED \]" "$logs/gpu_render_ops_test.log"; then
-  say "FAILED: tests skipped, the device was not seen"
-  status=1
-fi
-
-say "gpu_nccl_test (NCCL from the image's nvidia-nccl package)"
+# NCCL, cuDNN and cuBLAS come from the image's nvidia-nccl, nvidia-cudnn-cu13 and nvidia-cublas
+# Python packages.
 nccl_lib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(os.path.dirname(nvidia.nccl.__file__), "lib"))' 2>/dev/null || true)
-LD_LIBRARY_PATH="${nccl_lib:+$nccl_lib:}${LD_LIBRARY_PATH:-}" timeout "$(left)" \
-  "$bin/gpu_nccl_test" >"$logs/gpu_nccl_test.log" 2>&1 || status=1
-grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|error" "$logs/gpu_nccl_test.log" | head -20
-if grep -q "^\[  SKIPPED \] NcclOneRank" "$logs/gpu_nccl_test.log"; then
-  say "FAILED: NCCL test skipped, the device was not seen"
-  status=1
-fi
+export LD_LIBRARY_PATH="${nccl_lib:+$nccl_lib:}${dnn_lib:+$dnn_lib:}${LD_LIBRARY_PATH:-}"
 
-say "gpu_nn_layers_test (cuDNN and cuBLAS from the image's nvidia-cudnn-cu13 and nvidia-cublas)"
-export LD_LIBRARY_PATH="${dnn_lib:+$dnn_lib:}${LD_LIBRARY_PATH:-}"
-if ldd "$bin/gpu_nn_layers_test" | grep "not found"; then
-  say "FAILED: gpu_nn_layers_test is missing libraries (above)"
-  status=1
-fi
-timeout "$(left)" "$bin/gpu_nn_layers_test" >"$logs/gpu_nn_layers_test.log" 2>&1 || status=1
-grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|Expected|actual|Which is|which is|error" \
-  "$logs/gpu_nn_layers_test.log" | head -80
-if grep -q "^\[  SKIPPED \]" "$logs/gpu_nn_layers_test.log"; then
-  say "FAILED: layer tests skipped, the device was not seen"
-  status=1
-fi
+# Runs one GPU test binary with its log in $logs and a summary here; missing libraries, a
+# failure, or a skip (the device was not seen) fail the check.
+run_gpu_test() {
+  local name=$1 what=$2
+  say "$name ($what)"
+  if ldd "$bin/$name" | grep "not found"; then
+    say "FAILED: $name is missing libraries (above)"
+    status=1
+  fi
+  timeout "$(left)" "$bin/$name" >"$logs/$name.log" 2>&1 || status=1
+  grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|^\[ {10}\]|Failure|Expected|actual|Which is|which is|error" \
+    "$logs/$name.log" | head -80
+  if grep -q "^\[  SKIPPED \]" "$logs/$name.log"; then
+    say "FAILED: $name skipped tests, the device was not seen"
+    status=1
+  fi
+}
 
-say "gpu_feature_net_test (the whole ResUNet on the GPU layers against the CPU one)"
-if ldd "$bin/gpu_feature_net_test" | grep "not found"; then
-  say "FAILED: gpu_feature_net_test is missing libraries (above)"
-  status=1
-fi
-timeout "$(left)" "$bin/gpu_feature_net_test" >"$logs/gpu_feature_net_test.log" 2>&1 || status=1
-grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|Expected|actual|Which is|which is|error|drawing again" \
-  "$logs/gpu_feature_net_test.log" | head -80
-if grep -q "^\[  SKIPPED \]" "$logs/gpu_feature_net_test.log"; then
-  say "FAILED: feature network tests skipped, the device was not seen"
-  status=1
-fi
+run_gpu_test gpu_render_ops_test "every render kernel against the CPU backend"
+run_gpu_test gpu_nccl_test "a one-rank NCCL communicator on device memory"
+run_gpu_test gpu_nn_layers_test "every layer on cuBLAS, cuDNN and kernels against the CPU one"
+run_gpu_test gpu_feature_net_test "the whole ResUNet on the GPU layers against the CPU one"
+run_gpu_test gpu_aggregator_test "the aggregation network on the GPU against the CPU one"
+run_gpu_test gpu_train_step_test "the whole training step and mvibr train's loop against the CPU's"
 
-say "gpu_aggregator_test (the aggregation network on the GPU against the CPU one)"
-if ldd "$bin/gpu_aggregator_test" | grep "not found"; then
-  say "FAILED: gpu_aggregator_test is missing libraries (above)"
+# The training step at IBRNet's sizes (400x300, 512 rays, 64 + 64 samples, 10 sources, small
+# feature network), on the GPU and on this machine's CPU cores, side by side.
+say "mvibr bench train: GPU step vs CPU step ($(nproc) threads)"
+bench_dir=$(mktemp -d)
+if timeout "$(left)" "$bin/mvibr" prep --config configs/synthetic_bench_prep.txt \
+  --out "$bench_dir/data" >"$logs/prep.log" 2>&1; then
+  for device in cuda cpu; do
+    steps=10
+    [[ $device == cpu ]] && steps=3
+    timeout "$(left)" "$bin/mvibr" bench train --config configs/synthetic_bench.txt \
+      --datadir "$bench_dir/data" --basedir "$bench_dir/runs" --device $device --warmup 2 \
+      --steps $steps --json --out "$logs/bench-train-$device.json" >"$logs/bench-train-$device.log" 2>&1 ||
+      { tail -5 "$logs/bench-train-$device.log"; say "FAILED: bench train on $device"; status=1; }
+  done
+  python3 - "$logs/bench-train-cuda.json" "$logs/bench-train-cpu.json" <<'PYTHON' || status=1
+import json, sys
+runs = [json.load(open(path)) for path in sys.argv[1:]]
+print(f"{'phase':24s} {'GPU s':>10s} {'CPU s':>10s} {'ratio':>8s}")
+gpu, cpu = (r.get("phases_rank0", {}) for r in runs)
+for name in gpu:
+    g, c = gpu[name], cpu.get(name, float("nan"))
+    print(f"{name:24s} {g:10.4f} {c:10.4f} {c / g if g else float('nan'):8.1f}")
+for key in ("steps_per_second", "rays_per_second"):
+    g, c = runs[0].get(key, float("nan")), runs[1].get(key, float("nan"))
+    print(f"{key:24s} {g:10.2f} {c:10.2f} {g / c if c else float('nan'):8.1f}")
+PYTHON
+else
+  tail -5 "$logs/prep.log"
+  say "FAILED: mvibr prep"
   status=1
 fi
-timeout "$(left)" "$bin/gpu_aggregator_test" >"$logs/gpu_aggregator_test.log" 2>&1 || status=1
-grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|Expected|actual|Which is|which is|error" \
-  "$logs/gpu_aggregator_test.log" | head -80
-if grep -q "^\[  SKIPPED \]" "$logs/gpu_aggregator_test.log"; then
-  say "FAILED: aggregator tests skipped, the device was not seen"
-  status=1
-fi
+rm -rf "$bench_dir"
 
 say "render_ops_bench (CUDA)"
 if timeout "$(left)" "$bin/render_ops_bench" --benchmark_filter=Cuda --benchmark_min_time=0.1 \

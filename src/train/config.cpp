@@ -66,7 +66,9 @@ po::options_description options(TrainConfig* c) {
                                     "sample uniformly in inverse depth")(
       "det", flag(&c->det), "deterministic samples")("white_bkgd", flag(&c->white_bkgd),
                                                      "composite on white")(
-      "delta", po::value(&c->delta)->default_value(c->delta), "unit (IBRNet) | interval (NeRF)");
+      "delta", po::value(&c->delta)->default_value(c->delta), "unit (IBRNet) | interval (NeRF)")(
+      "device", po::value(&c->device)->default_value(c->device),
+      "auto | cpu | cuda: where the step runs (auto: a GPU when there is one)");
   po::options_description optimisation("optimisation");
   optimisation.add_options()("lrate_feature",
                              po::value(&c->lrate_feature)->default_value(c->lrate_feature),
@@ -131,6 +133,8 @@ void validate(const TrainConfig& c) {
         "must be >= 3 for importance sampling");
   check(c.delta == "unit" || c.delta == "interval", "delta",
         "must be unit or interval, got '" + c.delta + "'");
+  check(c.device == "auto" || c.device == "cpu" || c.device == "cuda", "device",
+        "must be auto, cpu or cuda, got '" + c.device + "'");
   check(c.lrate_feature >= 0 && c.lrate_mlp >= 0, "lrate_feature/lrate_mlp", "must be >= 0");
   check(c.lrate_decay_factor > 0 && c.lrate_decay_steps >= 1,
         "lrate_decay_factor/lrate_decay_steps", "must be positive");
@@ -198,8 +202,8 @@ std::string TrainConfig::to_text() const {
       << "\nanti_alias_pooling = " << anti_alias_pooling << "\nN_samples = " << N_samples
       << "\nN_importance = " << N_importance << "\ninv_uniform = " << inv_uniform
       << "\ndet = " << det << "\nwhite_bkgd = " << white_bkgd << "\ndelta = " << delta
-      << "\nlrate_feature = " << lrate_feature << "\nlrate_mlp = " << lrate_mlp
-      << "\nlrate_decay_factor = " << lrate_decay_factor
+      << "\ndevice = " << device << "\nlrate_feature = " << lrate_feature
+      << "\nlrate_mlp = " << lrate_mlp << "\nlrate_decay_factor = " << lrate_decay_factor
       << "\nlrate_decay_steps = " << lrate_decay_steps << "\ngrad_clip = " << grad_clip
       << "\naccumulation_steps = " << accumulation_steps << "\nlr_scaling = " << lr_scaling
       << "\nbucket_mb = " << bucket_mb << "\noverlap_allreduce = " << overlap_allreduce

@@ -4,14 +4,15 @@
 #include "mvibr/train/ibrnet_model.h"
 
 #include <algorithm>
-#include <chrono>
 #include <tuple>
 
+#include "device_step.h"
 #include "mvibr/core/error.h"
 #include "mvibr/nn/aggregator.h"
 #include "mvibr/nn/feature_net.h"
 #include "mvibr/ops/render_ops.h"
 #include "mvibr/render/loss.h"
+#include "phase_laps.h"
 
 namespace mvibr::train {
 
@@ -39,22 +40,6 @@ struct Sources {
 CompositeOptions composite_options(const TrainConfig& c) {
   return {c.delta == "interval" ? DeltaMode::kInterval : DeltaMode::kUnit, c.white_bkgd};
 }
-
-// Charges the time since the previous lap to a phase: one clock read per phase boundary, and
-// consecutive laps leave no gaps, so the phases add up to the step.
-class Laps {
- public:
-  void start() { last_ = Clock::now(); }
-  void to(double* phase) {
-    const Clock::time_point now = Clock::now();
-    *phase += std::chrono::duration<double>(now - last_).count();
-    last_ = now;
-  }
-
- private:
-  using Clock = std::chrono::steady_clock;
-  Clock::time_point last_ = Clock::now();
-};
 
 }  // namespace
 
@@ -90,9 +75,10 @@ struct IbrnetModel::State {
   Sources sources;
   Pass coarse, fine;
   std::vector<float> origins, directions;
+  std::unique_ptr<DeviceStep> device;       // the step on a CUDA device, when the config picks one
   PhaseTimes times;                         // of the running training step
   const data::View* step_target = nullptr;  // between begin_step and end_step
-  Laps laps;
+  PhaseLaps laps;
   static nn::AggregatorOptions aggregator_options(const TrainConfig& c, int channels) {
     nn::AggregatorOptions o;
     o.feature_channels = channels;
@@ -109,10 +95,13 @@ struct IbrnetModel::State {
       net_fine = std::make_unique<nn::IbrnetAggregator>(parameters, "net_fine.",
                                                         aggregator_options(c, c.fine_feat_dim));
     }
+    if (use_cuda_step(c.device))
+      device = make_cuda_step(c, feature_net, net_coarse, net_fine.get());
   }
 
-  // Source images to floats, cameras to float, and the feature network's maps.
-  void prepare_sources(const data::TrainingSample& sample) {
+  // Source images to floats, cameras to float, and the feature network's maps (on the device
+  // when there is one; `training` also clears the gradients there).
+  void prepare_sources(const data::TrainingSample& sample, bool training) {
     Sources& s = sources;
     s.n_views = int(sample.sources.size());
     if (s.n_views < 1)
@@ -126,6 +115,12 @@ struct IbrnetModel::State {
       const data::View& view = sample.sources[size_t(v)];
       s.cameras.push_back(camera_cast<float>(view.camera));
       for (size_t i = 0; i < pixels; ++i) s.images[v * pixels + i] = float(view.rgb[i]) / 255.0f;
+    }
+    if (device) {
+      device->prepare_sources(
+          parameters, HostSources{s.n_views, s.height, s.width, s.cameras.data(), s.images.data()},
+          training);
+      return;
     }
     std::tie(s.feature_height, s.feature_width) = nn::ResUNet::output_size(s.height, s.width);
     const size_t cells = size_t(s.n_views) * s.feature_height * s.feature_width;
@@ -270,7 +265,7 @@ void IbrnetModel::begin_step(const data::TrainingSample& sample) {
   State& s = *state_;
   s.times = PhaseTimes{};
   s.laps.start();
-  s.prepare_sources(sample);
+  s.prepare_sources(sample, true);
   s.step_target = &sample.target;
   // The maps the gather backward of every accumulate adds into.
   s.sources.grad_coarse_maps.assign(s.sources.coarse_maps.size(), 0.0f);
@@ -284,6 +279,10 @@ RaySums IbrnetModel::accumulate(const RayBatch& rays, RandomKey key, uint32_t fi
   const data::View& target = *s.step_target;
   const int n_rays = int(rays.pixels.size() / 2);
   const float* target_rgb = rays.target_rgb.data();
+  if (s.device) {
+    return s.device->accumulate(target, rays.pixels.data(), target_rgb, n_rays, key, first_ray,
+                                &s.times);
+  }
   s.laps.start();
   s.make_rays(target, rays.pixels.data(), n_rays);
   s.sample_depths(n_rays, target, key, first_ray);
@@ -320,6 +319,12 @@ std::vector<ParameterRange> IbrnetModel::gradient_ready_order() const {
 void IbrnetModel::end_step(double coarse_denominator, double fine_denominator,
                            const std::function<void(ParameterRange)>& ready) {
   State& s = *state_;
+  if (s.device) {
+    s.device->end_step(coarse_denominator, fine_denominator, gradient_ready_order(), s.parameters,
+                       ready, &s.times);
+    s.step_target = nullptr;
+    return;
+  }
   s.laps.start();
   const auto divide = [](float* values, size_t count, double denominator) {
     const float scale = float(1.0 / denominator);
@@ -340,6 +345,10 @@ void IbrnetModel::end_step(double coarse_denominator, double fine_denominator,
   s.laps.to(&s.times.features_backward);
   if (ready) ready(order.back());
   s.step_target = nullptr;
+}
+
+bool IbrnetModel::on_device() const {
+  return state_->device != nullptr;
 }
 
 const PhaseTimes& IbrnetModel::phase_times() const {
@@ -369,9 +378,14 @@ void IbrnetModel::render(const data::TrainingSample& sample, const std::vector<f
   const int total = int(pixels.size() / 2);
   rgb->resize(size_t(total) * 3);
   depth->resize(total);
-  s.prepare_sources(sample);
+  s.prepare_sources(sample, false);
   for (int first = 0; first < total; first += s.config.chunk_size) {
     const int n_rays = std::min(s.config.chunk_size, total - first);
+    if (s.device) {
+      s.device->render(sample.target, pixels.data() + 2 * size_t(first), n_rays, key,
+                       uint32_t(first), rgb->data() + 3 * size_t(first), depth->data() + first);
+      continue;
+    }
     s.make_rays(sample.target, pixels.data() + 2 * size_t(first), n_rays);
     s.sample_depths(n_rays, sample.target, key, uint32_t(first));
     s.run_pass(false, n_rays, sample.target, nullptr, false, &s.coarse);

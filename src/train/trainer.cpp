@@ -13,10 +13,13 @@
 #include <ostream>
 #include <sstream>
 
+#include "device_step.h"
+#include "mvibr/core/device.h"
 #include "mvibr/core/error.h"
 #include "mvibr/core/stopwatch.h"
 #include "mvibr/dist/agreement.h"
 #include "mvibr/dist/gradient_buckets.h"
+#include "mvibr/dist/nccl_communicator.h"
 #include "mvibr/nn/checkpoint.h"
 #include "mvibr/nn/optimizer.h"
 #include "mvibr/render/loss.h"
@@ -151,16 +154,20 @@ ViewMetrics validate(IbrnetModel& model, const data::TrainingSample& sample, Ran
 }
 
 std::string describe_job(const TrainConfig& c, const RankContext& context,
-                         const dist::Communicator& comm, size_t parameters, size_t buckets) {
+                         const dist::Communicator& comm, int device, size_t parameters,
+                         size_t buckets) {
   std::ostringstream out;
   const dist::Topology& t = context.topology;
   out << "mvibr train: " << comm.size() << " rank(s) on " << t.hosts << " host(s) (" << t.local_size
       << " on " << (t.host.empty() ? "this host" : t.host) << "), backend "
-      << (comm.size() > 1 ? comm.backend() : "none") << ", CPU; global batch "
-      << c.N_rand * c.accumulation_steps * comm.size() << " rays (N_rand " << c.N_rand << " x "
-      << c.accumulation_steps << " micro-steps x " << comm.size() << " ranks); " << parameters
-      << " parameters in " << buckets << " all-reduce bucket(s) of <= " << c.bucket_mb << " MB ("
-      << c.allreduce_dtype << ")";
+      << (comm.size() > 1 ? comm.backend() : "none") << ", "
+      << (device >= 0
+              ? "GPU " + std::to_string(device) + " (" + cuda_device_description(device) + ")"
+              : std::string("CPU"))
+      << "; global batch " << c.N_rand * c.accumulation_steps * comm.size() << " rays (N_rand "
+      << c.N_rand << " x " << c.accumulation_steps << " micro-steps x " << comm.size()
+      << " ranks); " << parameters << " parameters in " << buckets
+      << " all-reduce bucket(s) of <= " << c.bucket_mb << " MB (" << c.allreduce_dtype << ")";
   if (c.lr_scaling != "none") out << "; learning rates x " << lr_factor(c, comm.size());
   out << "\n";
   return out.str();
@@ -284,6 +291,8 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
     std::ofstream(fs::path(summary.run_dir) / "config.txt") << config.to_text();
   }
 
+  // A GPU rank drives device local_rank % devices, chosen before the model allocates on it.
+  const int device = use_cuda_step(config.device) ? dist::select_device(context.topology) : -1;
   IbrnetModel model(config);
   nn::ParameterSet& params = model.parameters();
   nn::Adam adam(params, adam_options(config, ranks));
@@ -303,7 +312,7 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
   dist::GradientBuckets buckets(*comm, ready_order, size_t(config.bucket_mb * 1024 * 1024),
                                 dist::ReduceOp::kSum, config.overlap_allreduce,
                                 config.allreduce_dtype == "bf16");
-  log << describe_job(config, context, *comm, params.size(), buckets.buckets().size());
+  log << describe_job(config, context, *comm, device, params.size(), buckets.buckets().size());
 
   data::PrefetchReader reader(reader_options(config, rank, ranks), cursor);
   std::unique_ptr<MetricsLog> metrics;

@@ -58,13 +58,20 @@ print("render pngs ok")
 ' "$work/runs/run/renders/6"
 
 echo "== help"
-"$mvibr" eval --help | grep -q -- "--max_views" || fail "eval --help"
-"$mvibr" render --help | grep -q -- "--split" || fail "render --help"
-"$mvibr" train --help | grep -q -- "--i_img" || fail "train --help"
+# grep reads all of the help (not -q): stopping early would end mvibr with SIGPIPE mid-write.
+"$mvibr" eval --help | grep -- "--max_views" >/dev/null || fail "eval --help"
+"$mvibr" render --help | grep -- "--split" >/dev/null || fail "render --help"
+"$mvibr" train --help | grep -- "--i_img" >/dev/null || fail "train --help"
 
 echo "== bad input"
 printf 'datadir = %s\nfrobnicate = 3\n' "$work/data" >"$work/bad.txt"
 expect_error "bad.txt: .*frobnicate" "$mvibr" train --config "$work/bad.txt"
+expect_error "'device': must be auto, cpu or cuda, got 'gpu'" "$mvibr" train "${small[@]}" \
+  --expname gpu --device gpu
+# Without a device (CI, this build or this machine), asking for one is an error, not the CPU.
+if "$mvibr" --version | grep -E "cuda backend: (not built|built, 0 device)" >/dev/null; then
+  expect_error "'device': cuda, but" "$mvibr" train "${small[@]}" --expname gpu --device cuda
+fi
 "$mvibr" train "${small[@]}" --expname untrained --n_iters 0 >/dev/null
 expect_error "no checkpoint" "$mvibr" eval --run "$work/runs/untrained"
 expect_error "no checkpoint" "$mvibr" render --run "$work/runs/untrained"

@@ -49,6 +49,7 @@ data::TrainingSample make_sample() {
 
 TrainConfig small_config(bool inv_uniform) {
   TrainConfig c;
+  c.device = "cpu";  // the ReLU masks below come from the CPU feature network's bits
   c.feature_net = "small";
   c.coarse_feat_dim = c.fine_feat_dim = 16;
   c.N_rand = 48;

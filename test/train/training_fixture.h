@@ -44,6 +44,7 @@ inline TrainConfig small_config(const std::filesystem::path& root, const std::st
   c.source_pool = 6;
   c.n_iters = n_iters;
   c.seed = 3;
+  c.device = "cpu";  // the CPU step is deterministic to the bit, which resume tests rely on
   return c;
 }
 

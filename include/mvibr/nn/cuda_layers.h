@@ -102,6 +102,8 @@ void activation_forward(Activation activation, size_t count, float* x, StreamHan
 void activation_backward(Activation activation, size_t count, const float* y, float* grad,
                          StreamHandle stream);
 void sigmoid_forward(size_t count, float* x, StreamHandle stream);
+// x *= factor, each element rounded once as the CPU's `x[i] *= factor` (gradient division).
+void scale(size_t count, float factor, float* x, StreamHandle stream);
 void sigmoid_backward(size_t count, const float* y, float* grad, StreamHandle stream);
 
 // ---- LayerNorm (layers.h) over the last dimension, biased variance ----

@@ -36,6 +36,9 @@ struct TrainConfig {
   int N_samples = 64, N_importance = 64;
   bool inv_uniform = false, det = false, white_bkgd = false;
   std::string delta = "unit";  // unit (IBRNet) | interval (NeRF)
+  // auto | cpu | cuda: where the step runs (auto: the rank's GPU, local rank % devices, when
+  // this build has CUDA and the process sees a device; else the CPU).
+  std::string device = "auto";
   // Optimisation
   double lrate_feature = 1e-3, lrate_mlp = 5e-4;
   double lrate_decay_factor = 0.5;

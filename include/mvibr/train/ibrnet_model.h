@@ -1,6 +1,6 @@
-// The IBRNet model and its training step on the CPU: the feature network over the source
-// views, then for the coarse and the fine pass: samples along the target rays, projection and
-// gathering into the source views, the aggregation network, compositing and the masked MSE; and
+// The IBRNet model and its training step, on the CPU or a CUDA device: the feature network over the
+// source views, then for the coarse and the fine pass: samples along the target rays, projection
+// and gathering into the source views, the aggregation network, compositing and the masked MSE; and
 // the backward of all of it into the parameters. Parameters are named as IBRNet's state_dict
 // ("feature_net.conv1.weight", "net_coarse.base_fc.0.weight", "net_fine.s", ...).
 #pragma once
@@ -103,6 +103,9 @@ class IbrnetModel {
   std::vector<ParameterRange> gradient_ready_order() const;
   // Of the step since the last begin_step.
   const PhaseTimes& phase_times() const;
+  // Whether the step runs on a CUDA device (the config's `device`; parameters, their gradients
+  // and the optimiser stay on the host either way).
+  bool on_device() const;
 
   // Renders rays without gradients, chunk_size rays at a time: rgb [R,3] and depth [R] of the
   // fine pass (coarse when coarse_only).
