@@ -8,7 +8,9 @@
 //   forward      y^T [out, rows]     = op_T(W^T) x^T       Sgemm(T, N, out, rows, in)
 //   grad input   grad_x^T [in, rows] = W^T grad^T          Sgemm(N, N, in, rows, out)
 //   grad weight  grad_W^T [in, out] += x^T op_T(grad^T)    Sgemm(N, T, in, out, rows), beta 1
-// where W^T, x^T, grad^T are the buffers as cuBLAS sees them.
+// where W^T, x^T, grad^T are the buffers as cuBLAS sees them. In the 16-bit GEMM precisions
+// (Context::set_gemm_precision) the same products run as cublasGemmEx on fp32 data with a
+// FAST_16BF / FAST_16F compute type.
 #include <algorithm>
 #include <climits>
 #include <string>
@@ -88,6 +90,25 @@ __global__ void add_partial_sums_kernel(int out, int chunks, const float* partia
   }
 }
 
+// C = alpha op(A) op(B) + beta C (column-major, as cublasSgemm) in the context's GEMM precision:
+// fp32 throughout, or fp32 data with inputs rounded to bf16/fp16 on tensor cores and fp32 sums.
+void gemm(const Context::Impl& c, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n,
+          int k, const float* a, int lda, const float* b, int ldb, const float* beta, float* out,
+          int ld_out) {
+  const float one = 1.0f;
+  if (c.gemm_precision == GemmPrecision::kFp32) {
+    MVIBR_CUBLAS_CHECK(
+        cublasSgemm(c.cublas, op_a, op_b, m, n, k, &one, a, lda, b, ldb, beta, out, ld_out));
+    return;
+  }
+  const cublasComputeType_t compute = c.gemm_precision == GemmPrecision::kBf16
+                                          ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                          : CUBLAS_COMPUTE_32F_FAST_16F;
+  MVIBR_CUBLAS_CHECK(cublasGemmEx(c.cublas, op_a, op_b, m, n, k, &one, a, CUDA_R_32F, lda, b,
+                                  CUDA_R_32F, ldb, beta, out, CUDA_R_32F, ld_out, compute,
+                                  CUBLAS_GEMM_DEFAULT));
+}
+
 }  // namespace
 
 void linear_forward(Context& context, const LinearShape& shape, const float* x, const float* weight,
@@ -95,10 +116,9 @@ void linear_forward(Context& context, const LinearShape& shape, const float* x, 
   check_shape(shape);
   if (shape.rows == 0) return;
   Context::Impl& c = context.impl();
-  const float one = 1.0f, zero = 0.0f;
-  MVIBR_CUBLAS_CHECK(cublasSgemm(c.cublas, CUBLAS_OP_T, CUBLAS_OP_N, shape.out, int(shape.rows),
-                                 shape.in, &one, weight, shape.stride(), x, shape.in, &zero, y,
-                                 shape.out));
+  const float zero = 0.0f;
+  gemm(c, CUBLAS_OP_T, CUBLAS_OP_N, shape.out, int(shape.rows), shape.in, weight, shape.stride(), x,
+       shape.in, &zero, y, shape.out);
   if (!bias && activation == Activation::kNone) return;
   const size_t count = shape.rows * size_t(shape.out);
   bias_activation_kernel<<<blocks_for(count, kThreadsPerBlock), kThreadsPerBlock, 0, c.stream>>>(
@@ -131,13 +151,11 @@ void linear_backward(Context& context, const LinearShape& shape, Activation acti
   }
   const float one = 1.0f, zero = 0.0f;
   if (grad_x) {
-    MVIBR_CUBLAS_CHECK(cublasSgemm(c.cublas, CUBLAS_OP_N, CUBLAS_OP_N, shape.in, int(shape.rows),
-                                   shape.out, &one, weight, shape.stride(), grad_y, shape.out,
-                                   accumulate_grad_x ? &one : &zero, grad_x, shape.in));
+    gemm(c, CUBLAS_OP_N, CUBLAS_OP_N, shape.in, int(shape.rows), shape.out, weight, shape.stride(),
+         grad_y, shape.out, accumulate_grad_x ? &one : &zero, grad_x, shape.in);
   }
-  MVIBR_CUBLAS_CHECK(cublasSgemm(c.cublas, CUBLAS_OP_N, CUBLAS_OP_T, shape.in, shape.out,
-                                 int(shape.rows), &one, x, shape.in, grad_y, shape.out, &one,
-                                 grad_weight, shape.stride()));
+  gemm(c, CUBLAS_OP_N, CUBLAS_OP_T, shape.in, shape.out, int(shape.rows), x, shape.in, grad_y,
+       shape.out, &one, grad_weight, shape.stride());
 }
 
 }  // namespace mvibr::nn::cuda

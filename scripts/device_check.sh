@@ -133,25 +133,29 @@ say "mvibr bench train: GPU step vs CPU step ($(nproc) threads)"
 bench_dir=$(mktemp -d)
 if timeout "$(left)" "$bin/mvibr" prep --config configs/synthetic_bench_prep.txt \
   --out "$bench_dir/data" >"$logs/prep.log" 2>&1; then
-  for device in cuda cpu; do
-    steps=10
+  for run in cuda-fp32 cuda-bf16 cuda-fp16 cpu-fp32; do
+    device=${run%-*} precision=${run#*-} steps=10
     [[ $device == cpu ]] && steps=3
     timeout "$(left)" "$bin/mvibr" bench train --config configs/synthetic_bench.txt \
-      --datadir "$bench_dir/data" --basedir "$bench_dir/runs" --device $device --warmup 2 \
-      --steps $steps --json --out "$logs/bench-train-$device.json" >"$logs/bench-train-$device.log" 2>&1 ||
-      { tail -5 "$logs/bench-train-$device.log"; say "FAILED: bench train on $device"; status=1; }
+      --datadir "$bench_dir/data" --basedir "$bench_dir/runs" --device "$device" \
+      --precision "$precision" --warmup 2 --steps $steps --json \
+      --out "$logs/bench-train-$run.json" >"$logs/bench-train-$run.log" 2>&1 ||
+      { tail -5 "$logs/bench-train-$run.log"; say "FAILED: bench train $run"; status=1; }
   done
-  python3 - "$logs/bench-train-cuda.json" "$logs/bench-train-cpu.json" <<'PYTHON' || status=1
-import json, sys
-runs = [json.load(open(path)) for path in sys.argv[1:]]
-print(f"{'phase':24s} {'GPU s':>10s} {'CPU s':>10s} {'ratio':>8s}")
-gpu, cpu = (r.get("phases_rank0", {}) for r in runs)
-for name in gpu:
-    g, c = gpu[name], cpu.get(name, float("nan"))
-    print(f"{name:24s} {g:10.4f} {c:10.4f} {c / g if g else float('nan'):8.1f}")
+  python3 - "$logs" <<'PYTHON' || status=1
+import json, os, sys
+names = ["cuda-fp32", "cuda-bf16", "cuda-fp16", "cpu-fp32"]
+runs = {n: json.load(open(os.path.join(sys.argv[1], f"bench-train-{n}.json")))
+        for n in names if os.path.exists(os.path.join(sys.argv[1], f"bench-train-{n}.json"))}
+print(f"{'seconds per step':24s}" + "".join(f"{n:>12s}" for n in runs))
+phases = next(iter(runs.values())).get("phases_rank0", {}) if runs else {}
+for phase in phases:
+    print(f"{phase:24s}" + "".join(f"{r['phases_rank0'].get(phase, float('nan')):12.4f}"
+                                   for r in runs.values()))
 for key in ("steps_per_second", "rays_per_second"):
-    g, c = runs[0].get(key, float("nan")), runs[1].get(key, float("nan"))
-    print(f"{key:24s} {g:10.2f} {c:10.2f} {g / c if c else float('nan'):8.1f}")
+    print(f"{key:24s}" + "".join(f"{r.get(key, float('nan')):12.1f}" for r in runs.values()))
+if "cuda-fp32" in runs and "cpu-fp32" in runs:
+    print(f"GPU fp32 step / CPU step: {runs['cuda-fp32']['steps_per_second'] / runs['cpu-fp32']['steps_per_second']:.1f}x")
 PYTHON
 else
   tail -5 "$logs/prep.log"

@@ -50,6 +50,14 @@ void Context::set_workspace_limit(size_t bytes) {
   impl_->conv_plans.clear();
 }
 
+void Context::set_gemm_precision(GemmPrecision precision) {
+  impl_->gemm_precision = precision;
+}
+
+GemmPrecision Context::gemm_precision() const {
+  return impl_->gemm_precision;
+}
+
 void* Context::Impl::workspace(size_t bytes) {
   if (bytes == 0) return nullptr;
   if (bytes > workspace_bytes_) {

@@ -50,6 +50,7 @@ struct Context::Impl {
   ConvSearch conv_search = ConvSearch::kHeuristic;
   bool deterministic = true;
   size_t workspace_limit = size_t(256) << 20;
+  GemmPrecision gemm_precision = GemmPrecision::kFp32;
   std::map<ConvKey, std::shared_ptr<ConvPlan>> conv_plans;
 
   // At least `bytes` of device memory, valid for work enqueued on `stream` until the next call

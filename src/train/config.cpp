@@ -68,7 +68,13 @@ po::options_description options(TrainConfig* c) {
                                                      "composite on white")(
       "delta", po::value(&c->delta)->default_value(c->delta), "unit (IBRNet) | interval (NeRF)")(
       "device", po::value(&c->device)->default_value(c->device),
-      "auto | cpu | cuda: where the step runs (auto: a GPU when there is one)");
+      "auto | cpu | cuda: where the step runs (auto: a GPU when there is one)")(
+      "precision", po::value(&c->precision)->default_value(c->precision),
+      "fp32 | bf16 | fp16: the GPU step's GEMMs (fp32 weights, activations and gradients)")(
+      "loss_scale", po::value(&c->loss_scale)->default_value(c->loss_scale),
+      "fp16: the initial dynamic loss scale")(
+      "loss_scale_window", po::value(&c->loss_scale_window)->default_value(c->loss_scale_window),
+      "fp16: finite steps in a row before the loss scale doubles");
   po::options_description optimisation("optimisation");
   optimisation.add_options()("lrate_feature",
                              po::value(&c->lrate_feature)->default_value(c->lrate_feature),
@@ -135,6 +141,12 @@ void validate(const TrainConfig& c) {
         "must be unit or interval, got '" + c.delta + "'");
   check(c.device == "auto" || c.device == "cpu" || c.device == "cuda", "device",
         "must be auto, cpu or cuda, got '" + c.device + "'");
+  check(c.precision == "fp32" || c.precision == "bf16" || c.precision == "fp16", "precision",
+        "must be fp32, bf16 or fp16, got '" + c.precision + "'");
+  check(c.precision == "fp32" || c.device != "cpu", "precision",
+        c.precision + " needs the GPU step; device = cpu is fp32 only");
+  check(c.loss_scale > 0, "loss_scale", "must be > 0");
+  check(c.loss_scale_window >= 1, "loss_scale_window", "must be >= 1");
   check(c.lrate_feature >= 0 && c.lrate_mlp >= 0, "lrate_feature/lrate_mlp", "must be >= 0");
   check(c.lrate_decay_factor > 0 && c.lrate_decay_steps >= 1,
         "lrate_decay_factor/lrate_decay_steps", "must be positive");
@@ -202,7 +214,8 @@ std::string TrainConfig::to_text() const {
       << "\nanti_alias_pooling = " << anti_alias_pooling << "\nN_samples = " << N_samples
       << "\nN_importance = " << N_importance << "\ninv_uniform = " << inv_uniform
       << "\ndet = " << det << "\nwhite_bkgd = " << white_bkgd << "\ndelta = " << delta
-      << "\ndevice = " << device << "\nlrate_feature = " << lrate_feature
+      << "\ndevice = " << device << "\nprecision = " << precision << "\nloss_scale = " << loss_scale
+      << "\nloss_scale_window = " << loss_scale_window << "\nlrate_feature = " << lrate_feature
       << "\nlrate_mlp = " << lrate_mlp << "\nlrate_decay_factor = " << lrate_decay_factor
       << "\nlrate_decay_steps = " << lrate_decay_steps << "\ngrad_clip = " << grad_clip
       << "\naccumulation_steps = " << accumulation_steps << "\nlr_scaling = " << lr_scaling

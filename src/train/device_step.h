@@ -58,6 +58,9 @@ class DeviceStep {
   virtual void end_step(double coarse_denominator, double fine_denominator,
                         const std::vector<ParameterRange>& order, nn::ParameterSet& parameters,
                         const std::function<void(ParameterRange)>& ready, PhaseTimes* times) = 0;
+  // The factor the next backward passes start from (the fp16 loss scale; 1 otherwise): the
+  // gradients are divided by it again in end_step.
+  virtual void set_loss_scale(double scale) = 0;
   // Renders n_rays rays of `target` without gradients into host rgb [R,3] and depth [R] (the
   // fine pass, or the coarse one when there is none).
   virtual void render(const data::View& target, const float* pixels, int n_rays, RandomKey key,

@@ -50,7 +50,12 @@ class CudaStep final : public DeviceStep {
       net_fine_ = std::make_unique<nn::cuda::IbrnetAggregator>(*net_fine);
       fine_offset_ = net_fine->parameter_offset();
     }
+    context_.set_gemm_precision(config.precision == "bf16"   ? nn::cuda::GemmPrecision::kBf16
+                                : config.precision == "fp16" ? nn::cuda::GemmPrecision::kFp16
+                                                             : nn::cuda::GemmPrecision::kFp32);
   }
+
+  void set_loss_scale(double scale) override { loss_scale_ = scale; }
 
   void prepare_sources(const nn::ParameterSet& parameters, const HostSources& sources,
                        bool training) override {
@@ -114,8 +119,9 @@ class CudaStep final : public DeviceStep {
                 const std::vector<ParameterRange>& order, nn::ParameterSet& parameters,
                 const std::function<void(ParameterRange)>& ready, PhaseTimes* times) override {
     PhaseLaps laps;
+    // The gradients of the loss times loss_scale_, back to those of the loss.
     const auto divide = [&](float* values, size_t count, double denominator) {
-      nn::cuda::scale(count, float(1.0 / denominator), values, context_.stream());
+      nn::cuda::scale(count, float(1.0 / (denominator * loss_scale_)), values, context_.stream());
     };
     // The aggregation networks' ranges come first in `order`, the feature network's last.
     const auto publish = [&](const ParameterRange& range) {
@@ -262,8 +268,8 @@ class CudaStep final : public DeviceStep {
     const SourceViews<float> v = views(use_fine);
     const size_t rows = size_t(n_rays) * p->n_samples;
     cuda::masked_mse_backward(n_rays, p->rgb_map.data(), target_rgb_.data(), p->ray_mask.data(),
-                              p->loss.data(), 1.0f, grown(p->grad_rgb_map, size_t(n_rays) * 3),
-                              context_.stream());
+                              p->loss.data(), float(loss_scale_),
+                              grown(p->grad_rgb_map, size_t(n_rays) * 3), context_.stream());
     cuda::composite_rays_backward(
         n_rays, p->n_samples, p->sigma.data(), p->rgb.data(), p->depths.data(), directions_.data(),
         composite_options(config_), p->grad_rgb_map.data(), nullptr, nullptr, nullptr,
@@ -287,6 +293,7 @@ class CudaStep final : public DeviceStep {
   nn::cuda::IbrnetAggregator net_coarse_;
   std::unique_ptr<nn::cuda::IbrnetAggregator> net_fine_;
   size_t coarse_offset_ = 0, fine_offset_ = 0;
+  double loss_scale_ = 1;
 
   DeviceArray<float> params_, grads_;
   HostSources sources_;  // sizes only after prepare_sources: the host arrays may be gone

@@ -95,8 +95,13 @@ struct IbrnetModel::State {
       net_fine = std::make_unique<nn::IbrnetAggregator>(parameters, "net_fine.",
                                                         aggregator_options(c, c.fine_feat_dim));
     }
-    if (use_cuda_step(c.device))
+    if (use_cuda_step(c.device)) {
       device = make_cuda_step(c, feature_net, net_coarse, net_fine.get());
+    } else if (c.precision != "fp32") {
+      throw InvalidArgument("config key 'precision': " + c.precision +
+                            " needs the GPU step, and this run has no CUDA device (the CPU "
+                            "step is fp32)");
+    }
   }
 
   // Source images to floats, cameras to float, and the feature network's maps (on the device
@@ -345,6 +350,14 @@ void IbrnetModel::end_step(double coarse_denominator, double fine_denominator,
   s.laps.to(&s.times.features_backward);
   if (ready) ready(order.back());
   s.step_target = nullptr;
+}
+
+void IbrnetModel::set_loss_scale(double scale) {
+  if (state_->device) {
+    state_->device->set_loss_scale(scale);
+  } else if (scale != 1.0) {
+    throw InvalidArgument("IbrnetModel: the CPU step has no loss scale (fp32 only)");
+  }
 }
 
 bool IbrnetModel::on_device() const {

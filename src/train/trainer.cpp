@@ -25,6 +25,7 @@
 #include "mvibr/render/loss.h"
 #include "mvibr/train/evaluate.h"
 #include "mvibr/train/ibrnet_model.h"
+#include "mvibr/train/loss_scale.h"
 #include "mvibr/train/monitor.h"
 #include "mvibr/train/tensorboard.h"
 
@@ -161,9 +162,9 @@ std::string describe_job(const TrainConfig& c, const RankContext& context,
   out << "mvibr train: " << comm.size() << " rank(s) on " << t.hosts << " host(s) (" << t.local_size
       << " on " << (t.host.empty() ? "this host" : t.host) << "), backend "
       << (comm.size() > 1 ? comm.backend() : "none") << ", "
-      << (device >= 0
-              ? "GPU " + std::to_string(device) + " (" + cuda_device_description(device) + ")"
-              : std::string("CPU"))
+      << (device >= 0 ? "GPU " + std::to_string(device) + " (" + cuda_device_description(device) +
+                            ", " + c.precision + " GEMMs)"
+                      : std::string("CPU"))
       << "; global batch " << c.N_rand * c.accumulation_steps * comm.size() << " rays (N_rand "
       << c.N_rand << " x " << c.accumulation_steps << " micro-steps x " << comm.size()
       << " ranks); " << parameters << " parameters in " << buckets
@@ -291,6 +292,9 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
     std::ofstream(fs::path(summary.run_dir) / "config.txt") << config.to_text();
   }
 
+  // fp16 GEMMs scale the loss (1 and never changed otherwise).
+  const bool fp16 = config.precision == "fp16";
+  DynamicLossScale loss_scale(fp16 ? config.loss_scale : 1.0, config.loss_scale_window);
   // A GPU rank drives device local_rank % devices, chosen before the model allocates on it.
   const int device = use_cuda_step(config.device) ? dist::select_device(context.topology) : -1;
   IbrnetModel model(config);
@@ -345,6 +349,7 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
     const data::TrainingSample sample = reader.next();
     report.data_wait = reader.wait_seconds() - waited_before;
     params.zero_grads();
+    model.set_loss_scale(loss_scale.scale());
     model.begin_step(sample);
     RaySums sums;
     for (int m = 0; m < config.accumulation_steps; ++m) {
@@ -387,6 +392,15 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
     result.valid_rays = int(fine ? global[3] : global[2]);
     // Every rank holds the same summed loss and gradients, so all decide alike.
     const double norm = nn::global_grad_norm(params.grads().data(), params.size());
+    // fp16: gradients that overflowed at this loss scale skip the update at half the scale, as
+    // GradScaler does; below a scale of 1 they are not an overflow but a failure.
+    if (fp16 && std::isfinite(result.loss) && !std::isfinite(norm) && loss_scale.scale() >= 1) {
+      loss_scale.update(false);
+      progress.print("note: " + step_name + ": fp16 gradients overflowed; update skipped, loss " +
+                     "scale now " + std::to_string(loss_scale.scale()) + "\n");
+      continue;
+    }
+    if (fp16) loss_scale.update(std::isfinite(norm));
     if (!std::isfinite(result.loss) || !std::isfinite(norm)) {
       const std::string what = step_name + ": the " +
                                (std::isfinite(result.loss) ? "gradient" : "loss") +

@@ -71,6 +71,8 @@ expect_error "'device': must be auto, cpu or cuda, got 'gpu'" "$mvibr" train "${
 # Without a device (CI, this build or this machine), asking for one is an error, not the CPU.
 if "$mvibr" --version | grep -E "cuda backend: (not built|built, 0 device)" >/dev/null; then
   expect_error "'device': cuda, but" "$mvibr" train "${small[@]}" --expname gpu --device cuda
+  expect_error "'precision': bf16 needs the GPU step" "$mvibr" train "${small[@]}" --expname gpu \
+    --precision bf16
 fi
 "$mvibr" train "${small[@]}" --expname untrained --n_iters 0 >/dev/null
 expect_error "no checkpoint" "$mvibr" eval --run "$work/runs/untrained"

@@ -37,6 +37,13 @@ enum class ConvSearch {
   kBenchmark,  // cudnnFind*Algorithm: times each algorithm once (synchronises the device)
 };
 
+// The arithmetic of the dense layers' GEMMs. Weights, activations, outputs and gradients are fp32
+// in every mode (the master weights the optimiser updates are fp32); the 16-bit modes let cuBLAS
+// round each GEMM's inputs to bf16 or fp16 and multiply on tensor cores, accumulating in fp32
+// (CUBLAS_COMPUTE_32F_FAST_16BF / _16F): PyTorch autocast's matmuls, without its casts through
+// memory. Convolutions stay fp32 in every mode.
+enum class GemmPrecision { kFp32, kBf16, kFp16 };
+
 // Owns the cuBLAS and cuDNN handles bound to one stream and a device workspace that grows on
 // demand (shared by cuDNN's algorithms and the kernels' partial sums; growing it waits for the
 // stream). Creating one needs a device: it throws RuntimeFailure without one.
@@ -57,6 +64,9 @@ class Context {
   void set_conv_search(ConvSearch search);
   void set_deterministic(bool deterministic);  // only algorithms without atomics
   void set_workspace_limit(size_t bytes);      // an algorithm needing more is skipped
+  // kFp32 by default; takes effect from the next GEMM.
+  void set_gemm_precision(GemmPrecision precision);
+  GemmPrecision gemm_precision() const;
 
   struct Impl;  // defined in src/cuda/nn_context.h, for the .cu files
   Impl& impl() { return *impl_; }

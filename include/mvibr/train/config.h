@@ -39,6 +39,12 @@ struct TrainConfig {
   // auto | cpu | cuda: where the step runs (auto: the rank's GPU, local rank % devices, when
   // this build has CUDA and the process sees a device; else the CPU).
   std::string device = "auto";
+  // fp32 | bf16 | fp16: the GPU step's dense-layer GEMMs (nn::cuda::GemmPrecision); parameters,
+  // activations and gradients stay fp32. fp16 scales the loss dynamically (loss_scale.h), from
+  // loss_scale, doubling after loss_scale_window finite steps. The CPU step is fp32 only.
+  std::string precision = "fp32";
+  double loss_scale = 65536;
+  int loss_scale_window = 2000;
   // Optimisation
   double lrate_feature = 1e-3, lrate_mlp = 5e-4;
   double lrate_decay_factor = 0.5;

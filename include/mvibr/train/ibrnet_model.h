@@ -106,6 +106,9 @@ class IbrnetModel {
   // Whether the step runs on a CUDA device (the config's `device`; parameters, their gradients
   // and the optimiser stay on the host either way).
   bool on_device() const;
+  // The GPU step's fp16 loss scale for the next accumulate calls (train/loss_scale.h); end_step
+  // divides it out again. The CPU step takes 1 only.
+  void set_loss_scale(double scale);
 
   // Renders rays without gradients, chunk_size rays at a time: rgb [R,3] and depth [R] of the
   // fine pass (coarse when coarse_only).
