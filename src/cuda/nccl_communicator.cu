@@ -58,31 +58,40 @@ class NcclCommunicator final : public Communicator {
   std::string backend() const override { return "nccl"; }
 
   void all_reduce(float* data, size_t count, ReduceOp op) override {
+    bind_device();
     check_nccl(ncclAllReduce(data, data, count, ncclFloat32, nccl_op(op), comm_, stream_),
                "ncclAllReduce");
     wait("ncclAllReduce");
   }
   void all_reduce(double* data, size_t count, ReduceOp op) override {
+    bind_device();
     check_nccl(ncclAllReduce(data, data, count, ncclFloat64, nccl_op(op), comm_, stream_),
                "ncclAllReduce");
     wait("ncclAllReduce");
   }
   void all_reduce_bf16_sum(uint16_t* data, size_t count) override {
+    bind_device();
     check_nccl(ncclAllReduce(data, data, count, ncclBfloat16, ncclSum, comm_, stream_),
                "ncclAllReduce (bfloat16)");
     wait("ncclAllReduce (bfloat16)");
   }
   void broadcast(void* data, size_t bytes, int root) override {
+    bind_device();
     check_nccl(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_), "ncclBroadcast");
     wait("ncclBroadcast");
   }
   void all_gather(const void* send, size_t bytes, void* receive) override {
+    bind_device();
     check_nccl(ncclAllGather(send, receive, bytes, ncclUint8, comm_, stream_), "ncclAllGather");
     wait("ncclAllGather");
   }
   void barrier() override { all_reduce(scratch_, 1, ReduceOp::kSum); }
 
  private:
+  // The calling thread's current device is per thread: the gradient buckets' worker thread calls
+  // in too, and the device this communicator's stream lives on must be current for the launch.
+  void bind_device() { MVIBR_CUDA_CHECK(cudaSetDevice(device_)); }
+
   // Until the stream has drained: NCCL errors (a peer gone, a network failure) abort.
   void wait(const char* call) {
     for (;;) {

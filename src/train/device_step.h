@@ -52,12 +52,19 @@ class DeviceStep {
   // synchronised at every boundary) to `times`.
   virtual RaySums accumulate(const data::View& target, const float* pixels, const float* target_rgb,
                              int n_rays, RandomKey key, uint32_t first_ray, PhaseTimes* times) = 0;
-  // As IbrnetModel::end_step: divides the gradients by the denominators, runs the feature
-  // network's backward, and adds each range of `order` into parameters' host gradients (+=)
-  // before calling `ready` with it.
+  // As IbrnetModel::end_step: divides the gradients by the denominators and runs the feature
+  // network's backward. Each range of `order`, once final, is added into parameters' host
+  // gradients (+=) before `ready` is called with it; or, with `keep_on_device`, `ready` is called
+  // with the range final in device_gradients() (the device idle), for a reduction there, and
+  // gradients_to_host adds them to the host's afterwards.
   virtual void end_step(double coarse_denominator, double fine_denominator,
                         const std::vector<ParameterRange>& order, nn::ParameterSet& parameters,
-                        const std::function<void(ParameterRange)>& ready, PhaseTimes* times) = 0;
+                        const std::function<void(ParameterRange)>& ready, bool keep_on_device,
+                        PhaseTimes* times) = 0;
+  // The device gradient buffer, in the ParameterSet's layout.
+  virtual float* device_gradients() = 0;
+  // parameters' host gradients += the device's.
+  virtual void gradients_to_host(nn::ParameterSet& parameters) = 0;
   // The factor the next backward passes start from (the fp16 loss scale; 1 otherwise): the
   // gradients are divided by it again in end_step.
   virtual void set_loss_scale(double scale) = 0;

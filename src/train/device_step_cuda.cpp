@@ -117,7 +117,8 @@ class CudaStep final : public DeviceStep {
 
   void end_step(double coarse_denominator, double fine_denominator,
                 const std::vector<ParameterRange>& order, nn::ParameterSet& parameters,
-                const std::function<void(ParameterRange)>& ready, PhaseTimes* times) override {
+                const std::function<void(ParameterRange)>& ready, bool keep_on_device,
+                PhaseTimes* times) override {
     PhaseLaps laps;
     // The gradients of the loss times loss_scale_, back to those of the loss.
     const auto divide = [&](float* values, size_t count, double denominator) {
@@ -125,11 +126,11 @@ class CudaStep final : public DeviceStep {
     };
     // The aggregation networks' ranges come first in `order`, the feature network's last.
     const auto publish = [&](const ParameterRange& range) {
-      download_.resize(range.count);
-      copy_device_to_host(download_.data(), grads_.data() + range.offset,
-                          range.count * sizeof(float));
-      float* host = parameters.grads().data() + range.offset;
-      for (size_t i = 0; i < range.count; ++i) host[i] += download_[i];
+      if (keep_on_device) {
+        device_synchronize();
+      } else {
+        add_to_host(range, parameters);
+      }
       if (ready) ready(range);
     };
     divide(grads_.data() + coarse_offset_, order[0].count, coarse_denominator);
@@ -147,6 +148,12 @@ class CudaStep final : public DeviceStep {
                           config_.coarse_only ? nullptr : grad_fine_maps_.data());
     publish(order.back());
     lap(laps, &times->features_backward);
+  }
+
+  float* device_gradients() override { return grads_.data(); }
+
+  void gradients_to_host(nn::ParameterSet& parameters) override {
+    add_to_host({0, parameters.size()}, parameters);
   }
 
   void render(const data::View& target, const float* pixels, int n_rays, RandomKey key,
@@ -168,6 +175,14 @@ class CudaStep final : public DeviceStep {
 
  private:
   bool has_fine() const { return net_fine_ != nullptr && config_.N_importance > 0; }
+
+  void add_to_host(const ParameterRange& range, nn::ParameterSet& parameters) {
+    download_.resize(range.count);
+    copy_device_to_host(download_.data(), grads_.data() + range.offset,
+                        range.count * sizeof(float));
+    float* host = parameters.grads().data() + range.offset;
+    for (size_t i = 0; i < range.count; ++i) host[i] += download_[i];
+  }
 
   // Waits for the device so that the lap charges its work to the phase that queued it.
   void lap(PhaseLaps& laps, double* phase) {

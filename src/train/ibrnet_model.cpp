@@ -326,7 +326,7 @@ void IbrnetModel::end_step(double coarse_denominator, double fine_denominator,
   State& s = *state_;
   if (s.device) {
     s.device->end_step(coarse_denominator, fine_denominator, gradient_ready_order(), s.parameters,
-                       ready, &s.times);
+                       ready, false, &s.times);
     s.step_target = nullptr;
     return;
   }
@@ -350,6 +350,24 @@ void IbrnetModel::end_step(double coarse_denominator, double fine_denominator,
   s.laps.to(&s.times.features_backward);
   if (ready) ready(order.back());
   s.step_target = nullptr;
+}
+
+void IbrnetModel::end_step_on_device(double coarse_denominator, double fine_denominator,
+                                     const std::function<void(ParameterRange)>& ready) {
+  State& s = *state_;
+  if (!s.device) throw InvalidArgument("IbrnetModel::end_step_on_device on the CPU step");
+  s.device->end_step(coarse_denominator, fine_denominator, gradient_ready_order(), s.parameters,
+                     ready, true, &s.times);
+  s.step_target = nullptr;
+}
+
+float* IbrnetModel::device_gradients() {
+  return state_->device ? state_->device->device_gradients() : nullptr;
+}
+
+void IbrnetModel::gradients_to_host() {
+  if (!state_->device) throw InvalidArgument("IbrnetModel::gradients_to_host on the CPU step");
+  state_->device->gradients_to_host(state_->parameters);
 }
 
 void IbrnetModel::set_loss_scale(double scale) {

@@ -313,10 +313,27 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
   for (const ParameterRange& r : model.gradient_ready_order()) {
     ready_order.push_back({r.offset, r.count});
   }
-  dist::GradientBuckets buckets(*comm, ready_order, size_t(config.bucket_mb * 1024 * 1024),
-                                dist::ReduceOp::kSum, config.overlap_allreduce,
-                                config.allreduce_dtype == "bf16");
-  log << describe_job(config, context, *comm, device, params.size(), buckets.buckets().size());
+  // GPU ranks all-reduce their gradients where they are, with NCCL on the device; the CPU ones,
+  // and GPU ones asked for bf16 all-reduce (converted on the host), over MPI on the host.
+  std::unique_ptr<dist::Communicator> nccl;
+  {
+    dist::Watchdog::Scope watch(watchdog.get(), "the NCCL set-up at start");
+    double device_ranks = model.on_device() ? 1 : 0;
+    comm->all_reduce(&device_ranks, 1, dist::ReduceOp::kSum);
+    if (device_ranks != 0 && device_ranks != ranks) {
+      throw InvalidArgument("config key 'device': " + std::to_string(int(device_ranks)) + " of " +
+                            std::to_string(ranks) + " ranks found a CUDA device (device = " +
+                            config.device + "); give every rank one, or set device = cpu");
+    }
+    if (model.on_device() && ranks > 1 && config.allreduce_dtype == "fp32") {
+      nccl = dist::make_nccl_communicator(*comm, device);
+    }
+  }
+  dist::GradientBuckets buckets(nccl ? *nccl : *comm, ready_order,
+                                size_t(config.bucket_mb * 1024 * 1024), dist::ReduceOp::kSum,
+                                config.overlap_allreduce, config.allreduce_dtype == "bf16");
+  log << describe_job(config, context, nccl ? *nccl : *comm, device, params.size(),
+                      buckets.buckets().size());
 
   data::PrefetchReader reader(reader_options(config, rank, ranks), cursor);
   std::unique_ptr<MetricsLog> metrics;
@@ -372,13 +389,19 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
     const int stop_signal = int(global[4]);
     const double coarse_denominator = masked_mse_denominator(global[2]);
     const double fine_denominator = masked_mse_denominator(global[3]);
-    buckets.begin(params.grads().data());
-    model.end_step(coarse_denominator, fine_denominator,
-                   [&](ParameterRange r) { buckets.mark_ready(r.offset, r.count); });
+    const auto mark_ready = [&](ParameterRange r) { buckets.mark_ready(r.offset, r.count); };
+    if (nccl) {
+      buckets.begin(model.device_gradients());
+      model.end_step_on_device(coarse_denominator, fine_denominator, mark_ready);
+    } else {
+      buckets.begin(params.grads().data());
+      model.end_step(coarse_denominator, fine_denominator, mark_ready);
+    }
     {
       dist::Watchdog::Scope watch(watchdog.get(), "the gradient all-reduce of " + step_name);
       buckets.finish();
     }
+    if (nccl) model.gradients_to_host();
     report.allreduce = buckets.communication_seconds();
     report.allreduce_exposed = buckets.exposed_seconds();
     const auto optimizer_start = std::chrono::steady_clock::now();

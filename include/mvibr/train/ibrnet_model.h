@@ -100,6 +100,13 @@ class IbrnetModel {
   RaySums accumulate(const RayBatch& rays, RandomKey key, uint32_t first_ray);
   void end_step(double coarse_denominator, double fine_denominator,
                 const std::function<void(ParameterRange)>& ready);
+  // On a device only: end_step, but each range is handed to `ready` final in
+  // device_gradients() (for an NCCL all-reduce there); gradients_to_host then adds the device
+  // gradients into parameters().grads().
+  void end_step_on_device(double coarse_denominator, double fine_denominator,
+                          const std::function<void(ParameterRange)>& ready);
+  float* device_gradients();  // null on the CPU
+  void gradients_to_host();
   std::vector<ParameterRange> gradient_ready_order() const;
   // Of the step since the last begin_step.
   const PhaseTimes& phase_times() const;
