@@ -161,7 +161,7 @@ std::string describe_job(const TrainConfig& c, const RankContext& context,
   const dist::Topology& t = context.topology;
   out << "mvibr train: " << comm.size() << " rank(s) on " << t.hosts << " host(s) (" << t.local_size
       << " on " << (t.host.empty() ? "this host" : t.host) << "), backend "
-      << (comm.size() > 1 ? comm.backend() : "none") << ", "
+      << (comm.size() > 1 || comm.backend() == "nccl" ? comm.backend() : "none") << ", "
       << (device >= 0 ? "GPU " + std::to_string(device) + " (" + cuda_device_description(device) +
                             ", " + c.precision + " GEMMs)"
                       : std::string("CPU"))
@@ -325,7 +325,8 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
                             std::to_string(ranks) + " ranks found a CUDA device (device = " +
                             config.device + "); give every rank one, or set device = cpu");
     }
-    if (model.on_device() && ranks > 1 && config.allreduce_dtype == "fp32") {
+    // One GPU rank too: its reduction is a copy, and single-GPU runs take the multi-GPU path.
+    if (model.on_device() && config.allreduce_dtype == "fp32") {
       nccl = dist::make_nccl_communicator(*comm, device);
     }
   }

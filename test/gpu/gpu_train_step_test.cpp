@@ -225,6 +225,8 @@ TEST_F(GpuTrainStep, TrainsAsTheCpuTrains) {
   const TrainSummary on_cpu = train(cpu, cpu_log);
   const TrainSummary on_gpu = train(gpu, gpu_log);
   EXPECT_NE(gpu_log.str().find("GPU 0"), std::string::npos) << gpu_log.str();
+  // The gradients went through NCCL (one rank: a copy), the path of multi-GPU jobs.
+  EXPECT_NE(gpu_log.str().find("backend nccl"), std::string::npos) << gpu_log.str();
   EXPECT_EQ(on_gpu.last_step, on_cpu.last_step);
   EXPECT_NEAR(on_gpu.last_loss, on_cpu.last_loss, 1e-3 * on_cpu.last_loss);
   const testing::Closeness closeness =
