@@ -36,13 +36,17 @@ double global_grad_norm(const float* grads, size_t count) {
 
 double clip_grad_norm(float* grads, size_t count, double max_norm) {
   const double norm = global_grad_norm(grads, count);
+  clip_grad_norm(grads, count, max_norm, norm);
+  return norm;
+}
+
+void clip_grad_norm(float* grads, size_t count, double max_norm, double norm) {
   const double scale = max_norm / (norm + 1e-6);
   if (scale < 1.0) {
     const float factor = float(scale);
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < count; ++i) grads[i] *= factor;
   }
-  return norm;
 }
 
 namespace {
@@ -85,15 +89,17 @@ double Adam::learning_rate(ParameterGroup group) const {
 }
 
 double Adam::step(ParameterSet* params) {
+  return step(params, global_grad_norm(params->grads().data(), params->size()));
+}
+
+double Adam::step(ParameterSet* params, double grad_norm) {
   if (params->size() != exp_avg_.size()) {
     throw InvalidArgument("Adam: built for " + std::to_string(exp_avg_.size()) +
                           " parameter values, stepped with " + std::to_string(params->size()));
   }
   float* grads = params->grads().data();
   const size_t count = params->size();
-  const double norm = options_.max_grad_norm > 0
-                          ? clip_grad_norm(grads, count, options_.max_grad_norm)
-                          : global_grad_norm(grads, count);
+  if (options_.max_grad_norm > 0) clip_grad_norm(grads, count, options_.max_grad_norm, grad_norm);
 
   const double lr[2] = {learning_rate(ParameterGroup::kFeature),
                         learning_rate(ParameterGroup::kMlp)};
@@ -122,7 +128,7 @@ double Adam::step(ParameterSet* params) {
       values[i] += -rate * (m[i] / denom);
     }
   }
-  return norm;
+  return grad_norm;
 }
 
 void Adam::restore(uint64_t steps, std::vector<float> exp_avg, std::vector<float> exp_avg_sq) {

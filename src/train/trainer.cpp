@@ -448,7 +448,7 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
       continue;
     }
     consecutive_skips = 0;
-    adam.step(&params);
+    adam.step(&params, norm);
     const uint64_t done = adam.steps();
     report.step = done;
     report.optimizer = seconds_since(optimizer_start);

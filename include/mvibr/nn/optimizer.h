@@ -36,6 +36,8 @@ double global_grad_norm(const float* grads, size_t count);
 // torch.nn.utils.clip_grad_norm_: scales the gradients by max_norm / (norm + 1e-6) when that is
 // below 1. Returns the norm before clipping (non-finite when a gradient is; then nothing scales).
 double clip_grad_norm(float* grads, size_t count, double max_norm);
+// The same given the norm, global_grad_norm(grads, count), that the caller has already taken.
+void clip_grad_norm(float* grads, size_t count, double max_norm, double norm);
 
 class Adam {
  public:
@@ -47,6 +49,9 @@ class Adam {
   // max_grad_norm > 0). Returns the gradient norm before clipping. `params` must have the layout
   // Adam was built for.
   double step(ParameterSet* params);
+  // The same given global_grad_norm of params' gradients, which the caller has taken already
+  // (the training loop checks it first): a second sweep over them spared.
+  double step(ParameterSet* params, double grad_norm);
 
   // The learning rate of `group` for the next update.
   double learning_rate(ParameterGroup group) const;
