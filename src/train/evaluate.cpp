@@ -122,15 +122,20 @@ data::ReaderOptions heldout_reader_options(const TrainConfig& c, data::Split spl
 
 }  // namespace
 
-RenderedView render_view(IbrnetModel& model, const data::TrainingSample& sample, RandomKey key) {
-  const int width = sample.target.camera.width, height = sample.target.camera.height;
-  std::vector<float> pixels(size_t(width) * height * 2);
-  for (int v = 0; v < height; ++v) {
+std::vector<float> pixel_rows(int width, int first_row, int rows) {
+  std::vector<float> pixels(size_t(std::max(rows, 0)) * size_t(std::max(width, 0)) * 2);
+  for (int v = 0; v < rows; ++v) {
     for (int u = 0; u < width; ++u) {
       pixels[2 * (size_t(v) * width + u)] = float(u);
-      pixels[2 * (size_t(v) * width + u) + 1] = float(v);
+      pixels[2 * (size_t(v) * width + u) + 1] = float(first_row + v);
     }
   }
+  return pixels;
+}
+
+RenderedView render_view(IbrnetModel& model, const data::TrainingSample& sample, RandomKey key) {
+  const int width = sample.target.camera.width, height = sample.target.camera.height;
+  const std::vector<float> pixels = pixel_rows(width, 0, height);
   RenderedView r;
   r.rgb.width = width;
   r.rgb.height = height;

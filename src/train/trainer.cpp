@@ -131,13 +131,7 @@ ViewMetrics validate(IbrnetModel& model, const data::TrainingSample& sample, Ran
   const int band = (height + comm.size() - 1) / comm.size();
   const int first_row = std::min(height, comm.rank() * band);
   const int rows = std::min(height, first_row + band) - first_row;
-  std::vector<float> pixels(size_t(rows) * width * 2);
-  for (int v = 0; v < rows; ++v) {
-    for (int u = 0; u < width; ++u) {
-      pixels[2 * (size_t(v) * width + u)] = float(u);
-      pixels[2 * (size_t(v) * width + u) + 1] = float(first_row + v);
-    }
-  }
+  const std::vector<float> pixels = pixel_rows(width, first_row, rows);
   std::vector<float> rgb, depth;
   model.render(sample, pixels, key, &rgb, &depth);
   rgb.resize(size_t(band) * width * 3);  // every rank sends a whole band

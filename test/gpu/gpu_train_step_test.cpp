@@ -26,6 +26,7 @@
 #include "../train/training_fixture.h"
 #include "mvibr/core/device.h"
 #include "mvibr/data/synthetic_scene.h"
+#include "mvibr/train/evaluate.h"
 #include "mvibr/train/ibrnet_model.h"
 #include "mvibr/train/ray_batch.h"
 #include "mvibr/train/trainer.h"
@@ -141,13 +142,8 @@ TEST_F(GpuTrainStep, RendersWhatTheCpuRenders) {
   IbrnetModel gpu(step_config("cuda", false));
   cpu.initialize(5);
   gpu.initialize(5);
-  std::vector<float> pixels;  // every pixel centre of the target, in chunks of chunk_size
-  for (int y = 0; y < sample.target.camera.height; ++y) {
-    for (int x = 0; x < sample.target.camera.width; ++x) {
-      pixels.push_back(float(x) + 0.5f);
-      pixels.push_back(float(y) + 0.5f);
-    }
-  }
+  const std::vector<float> pixels =
+      pixel_rows(sample.target.camera.width, 0, sample.target.camera.height);
   std::vector<float> rgb_cpu, depth_cpu, rgb_gpu, depth_gpu;
   cpu.render(sample, pixels, RandomKey{1, 0}, &rgb_cpu, &depth_cpu);
   gpu.render(sample, pixels, RandomKey{1, 0}, &rgb_gpu, &depth_gpu);

@@ -44,6 +44,11 @@ RgbImage random_image(int width, int height, uint32_t seed) {
   return image;
 }
 
+TEST(PixelRows, AreIntegerCoordinatesRowByRowFromTheFirstRow) {
+  EXPECT_EQ(pixel_rows(3, 2, 2), (std::vector<float>{0, 2, 1, 2, 2, 2, 0, 3, 1, 3, 2, 3}));
+  EXPECT_TRUE(pixel_rows(3, 5, 0).empty());
+}
+
 TEST(PsnrTest, IsTenLogOfTheInverseMeanSquaredError) {
   EXPECT_NEAR(psnr(constant_image(5, 4, 0.5f), constant_image(5, 4, 0.6f)), 20.0, 1e-5);
   RgbImage a = constant_image(5, 4, 0.25f), b = a;

@@ -28,6 +28,10 @@ struct RenderedView {
   std::vector<float> depth;  // [height][width], camera-z of the fine pass (coarse when coarse_only)
 };
 
+// The integer pixel coordinates (u, v) of rows [first_row, first_row + rows) of an image
+// `width` wide, row by row: [rows * width, 2], where IBRNet's rays go through when it renders.
+std::vector<float> pixel_rows(int width, int first_row, int rows);
+
 // Renders every pixel of the sample's target from its sources, at the integer pixel coordinates
 // (u, v) the training rays use, chunk_size rays at a time, without gradients.
 RenderedView render_view(IbrnetModel& model, const data::TrainingSample& sample, RandomKey key);
