@@ -277,8 +277,13 @@ int run_train_bench(const std::vector<std::string>& args) {
   const double exposed = mean_of(reports, &train::StepReport::allreduce_exposed);
   nlohmann::json j = result_header("train", t);
   j["threads_per_rank"] = omp_get_max_threads();
-  j["backend"] = t.size > 1 ? comm->backend() : "none";
-  j["device"] = "cpu";
+  // The trainer's choices: GPU ranks reduce gradients with NCCL unless they travel as bf16.
+  const bool on_device = train::runs_on_device(config);
+  j["backend"] = on_device && config.allreduce_dtype == "fp32" ? "nccl"
+                 : t.size > 1                                  ? comm->backend()
+                                                               : "none";
+  j["device"] = on_device ? "cuda " + cuda_device_description(0) : "cpu";
+  j["precision"] = config.precision;
   j["config"] = {{"N_rand", config.N_rand},
                  {"accumulation_steps", config.accumulation_steps},
                  {"N_samples", config.N_samples},

@@ -57,6 +57,10 @@ std::vector<std::pair<const char*, double>> PhaseTimes::named() const {
           {"features_backward", features_backward}};
 }
 
+bool runs_on_device(const TrainConfig& config) {
+  return use_cuda_step(config.device);
+}
+
 nn::ResUNetOptions feature_net_options(const TrainConfig& config) {
   nn::ResUNetOptions o = nn::ResUNetOptions::preset(config.feature_net);
   o.coarse_out_ch = config.coarse_feat_dim;
@@ -95,7 +99,7 @@ struct IbrnetModel::State {
       net_fine = std::make_unique<nn::IbrnetAggregator>(parameters, "net_fine.",
                                                         aggregator_options(c, c.fine_feat_dim));
     }
-    if (use_cuda_step(c.device)) {
+    if (runs_on_device(c)) {
       device = make_cuda_step(c, feature_net, net_coarse, net_fine.get());
     } else if (c.precision != "fp32") {
       throw InvalidArgument("config key 'precision': " + c.precision +

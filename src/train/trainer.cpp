@@ -13,7 +13,6 @@
 #include <ostream>
 #include <sstream>
 
-#include "device_step.h"
 #include "mvibr/core/device.h"
 #include "mvibr/core/error.h"
 #include "mvibr/core/stopwatch.h"
@@ -290,7 +289,7 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
   const bool fp16 = config.precision == "fp16";
   DynamicLossScale loss_scale(fp16 ? config.loss_scale : 1.0, config.loss_scale_window);
   // A GPU rank drives device local_rank % devices, chosen before the model allocates on it.
-  const int device = use_cuda_step(config.device) ? dist::select_device(context.topology) : -1;
+  const int device = runs_on_device(config) ? dist::select_device(context.topology) : -1;
   IbrnetModel model(config);
   nn::ParameterSet& params = model.parameters();
   nn::Adam adam(params, adam_options(config, ranks));

@@ -63,6 +63,11 @@ struct ParameterRange {
   size_t offset = 0, count = 0;
 };
 
+// Whether a model built from `config` runs its step on a CUDA device (the config's device =
+// auto | cpu | cuda, and what this build and process have); InvalidArgument for device = cuda
+// without one.
+bool runs_on_device(const TrainConfig& config);
+
 // The feature network the config asks for (feature_net preset, feature dims, coarse_only).
 nn::ResUNetOptions feature_net_options(const TrainConfig& config);
 
