@@ -120,6 +120,8 @@ int run(std::vector<std::string> args) {
   nlohmann::ordered_json out = {
       {"impl", "mvibr"},
       {"threads", omp_get_max_threads()},
+      {"device", model.on_device() ? "cuda" : "cpu"},
+      {"precision", config.precision},
       {"warmup", bench.warmup},
       {"steps", bench.steps},
       {"step_seconds", step},

@@ -10,7 +10,7 @@ rm -rf device-bundle
 mkdir -p device-bundle/lib
 binaries=(build/test/gpu_render_ops_test build/test/gpu_nccl_test build/test/gpu_nn_layers_test
   build/test/gpu_feature_net_test build/test/gpu_aggregator_test build/test/gpu_train_step_test
-  build/bench/render_ops_bench build/mvibr)
+  build/bench/render_ops_bench build/bench/train_step_bench build/mvibr)
 cp "${binaries[@]}" device-bundle/
 # Every shared library they need except the C library's own, the driver's, NCCL (218 MB), cuDNN
 # and cuBLAS (cublasLt alone is 517 MB): the device image has those in its nvidia-nccl,

@@ -85,11 +85,13 @@ else
     -DCMAKE_CUDA_ARCHITECTURES=90 >"$logs/configure.log" 2>&1 &&
     timeout "$(left)" cmake --build build-device -j "$(nproc)" \
       --target gpu_render_ops_test gpu_nccl_test gpu_nn_layers_test gpu_feature_net_test \
-      gpu_aggregator_test gpu_train_step_test render_ops_bench mvibr >"$logs/build.log" 2>&1; then
+      gpu_aggregator_test gpu_train_step_test render_ops_bench train_step_bench mvibr \
+      >"$logs/build.log" 2>&1; then
     cp build-device/test/gpu_render_ops_test build-device/test/gpu_nccl_test \
       build-device/test/gpu_nn_layers_test build-device/test/gpu_feature_net_test \
       build-device/test/gpu_aggregator_test build-device/test/gpu_train_step_test \
-      build-device/bench/render_ops_bench build-device/mvibr build-device/
+      build-device/bench/render_ops_bench build-device/bench/train_step_bench build-device/mvibr \
+      build-device/
   else
     tail -20 "$logs/configure.log" "$logs/build.log" 2>/dev/null
     say "FAILED: no build (run scripts/device_bundle.sh here and carry device-bundle)"
@@ -128,19 +130,19 @@ run_gpu_test gpu_aggregator_test "the aggregation network on the GPU against the
 run_gpu_test gpu_train_step_test "the whole training step and mvibr train's loop against the CPU's"
 
 # The training step at IBRNet's sizes (400x300, 512 rays, 64 + 64 samples, 10 sources, small
-# feature network), on the GPU and on this machine's CPU cores, side by side.
-say "mvibr bench train: GPU step vs CPU step ($(nproc) threads)"
+# feature network), on the GPU in each precision and on this machine's CPU cores, side by side:
+# bench/train_step_bench (no MPI, which the image may not have; Adam on the host in every case).
+say "train_step_bench: GPU step (fp32, bf16, fp16) vs CPU step ($(nproc) threads)"
 bench_dir=$(mktemp -d)
 if timeout "$(left)" "$bin/mvibr" prep --config configs/synthetic_bench_prep.txt \
   --out "$bench_dir/data" >"$logs/prep.log" 2>&1; then
   for run in cuda-fp32 cuda-bf16 cuda-fp16 cpu-fp32; do
     device=${run%-*} precision=${run#*-} steps=10
     [[ $device == cpu ]] && steps=3
-    timeout "$(left)" "$bin/mvibr" bench train --config configs/synthetic_bench.txt \
-      --datadir "$bench_dir/data" --basedir "$bench_dir/runs" --device "$device" \
-      --precision "$precision" --warmup 2 --steps $steps --json \
-      --out "$logs/bench-train-$run.json" >"$logs/bench-train-$run.log" 2>&1 ||
-      { tail -5 "$logs/bench-train-$run.log"; say "FAILED: bench train $run"; status=1; }
+    timeout "$(left)" "$bin/train_step_bench" --config configs/synthetic_bench.txt \
+      --datadir "$bench_dir/data" --device "$device" --precision "$precision" --warmup 2 \
+      --steps $steps >"$logs/bench-train-$run.json" 2>"$logs/bench-train-$run.log" ||
+      { tail -5 "$logs/bench-train-$run.log"; say "FAILED: train_step_bench $run"; status=1; }
   done
   python3 - "$logs" <<'PYTHON' || status=1
 import json, os, sys
@@ -148,12 +150,12 @@ names = ["cuda-fp32", "cuda-bf16", "cuda-fp16", "cpu-fp32"]
 runs = {n: json.load(open(os.path.join(sys.argv[1], f"bench-train-{n}.json")))
         for n in names if os.path.exists(os.path.join(sys.argv[1], f"bench-train-{n}.json"))}
 print(f"{'seconds per step':24s}" + "".join(f"{n:>12s}" for n in runs))
-phases = next(iter(runs.values())).get("phases_rank0", {}) if runs else {}
+phases = next(iter(runs.values())).get("phases", {}) if runs else {}
 for phase in phases:
-    print(f"{phase:24s}" + "".join(f"{r['phases_rank0'].get(phase, float('nan')):12.4f}"
+    print(f"{phase:24s}" + "".join(f"{r['phases'].get(phase, float('nan')):12.4f}"
                                    for r in runs.values()))
-for key in ("steps_per_second", "rays_per_second"):
-    print(f"{key:24s}" + "".join(f"{r.get(key, float('nan')):12.1f}" for r in runs.values()))
+for key in ("loss_first", "steps_per_second", "rays_per_second"):
+    print(f"{key:24s}" + "".join(f"{r.get(key, float('nan')):12.4g}" for r in runs.values()))
 if "cuda-fp32" in runs and "cpu-fp32" in runs:
     print(f"GPU fp32 step / CPU step: {runs['cuda-fp32']['steps_per_second'] / runs['cpu-fp32']['steps_per_second']:.1f}x")
 PYTHON
