@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_fixture.h"
 #include "mvibr/core/device.h"
 #include "mvibr/core/error.h"
 #include "mvibr/nn/cuda_feature_net.h"
@@ -200,17 +201,7 @@ void expect_gradients_close(const nn::ParameterSet& set, const std::vector<float
   }
 }
 
-class CudaFeatureNet : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-    context_ = std::make_unique<nn::cuda::Context>();
-  }
-  nn::cuda::Context& context() { return *context_; }
-
- private:
-  std::unique_ptr<nn::cuda::Context> context_;
-};
+using CudaFeatureNet = testing::CudaContextTest;
 
 nn::ResUNetOptions narrow_options() {
   nn::ResUNetOptions options;

@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_fixture.h"
 #include "mvibr/core/device.h"
 #include "mvibr/core/error.h"
 #include "mvibr/nn/conv_layers.h"
@@ -82,17 +83,7 @@ const char* name_of(Activation activation) {
   return "?";
 }
 
-class CudaLayers : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-    context_ = std::make_unique<nn::cuda::Context>();
-  }
-  nn::cuda::Context& context() { return *context_; }
-
- private:
-  std::unique_ptr<nn::cuda::Context> context_;
-};
+using CudaLayers = testing::CudaContextTest;
 
 // ---- Linear ----
 

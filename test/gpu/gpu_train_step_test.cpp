@@ -36,20 +36,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-data::TrainingSample make_sample() {
-  data::SyntheticSceneOptions options;
-  options.width = 48;
-  options.height = 40;
-  options.n_views = 16;
-  const data::Scene scene = data::make_synthetic_scene(options);
-  data::TrainingSample sample;
-  sample.target_view = 1;
-  sample.target = scene.views[1];
-  sample.source_views = {0, 2, 3};
-  for (int v : sample.source_views) sample.sources.push_back(scene.views[size_t(v)]);
-  return sample;
-}
-
 TrainConfig step_config(const std::string& device, bool inv_uniform) {
   TrainConfig c;
   c.device = device;
@@ -88,7 +74,7 @@ struct StepComparison {
 };
 
 StepComparison compare_step(bool inv_uniform, uint64_t seed) {
-  const data::TrainingSample sample = make_sample();
+  const data::TrainingSample sample = testing::three_source_sample();
   const RandomKey key{7, 3};
   IbrnetModel cpu(step_config("cpu", inv_uniform));
   IbrnetModel gpu(step_config("cuda", inv_uniform));
@@ -137,7 +123,7 @@ TEST_F(GpuTrainStep, MatchesTheCpuStepInInverseDepth) {
 }
 
 TEST_F(GpuTrainStep, RendersWhatTheCpuRenders) {
-  const data::TrainingSample sample = make_sample();
+  const data::TrainingSample sample = testing::three_source_sample();
   IbrnetModel cpu(step_config("cpu", false));
   IbrnetModel gpu(step_config("cuda", false));
   cpu.initialize(5);
@@ -154,7 +140,7 @@ TEST_F(GpuTrainStep, RendersWhatTheCpuRenders) {
 
 // One step on the device in `precision` with `loss_scale`; the losses and every gradient.
 StepResult device_step(const std::string& precision, double loss_scale, std::vector<float>* grads) {
-  const data::TrainingSample sample = make_sample();
+  const data::TrainingSample sample = testing::three_source_sample();
   const RandomKey key{7, 3};
   TrainConfig config = step_config("cuda", false);
   config.precision = precision;

@@ -24,28 +24,13 @@
 #include "mvibr/train/ibrnet_model.h"
 #include "mvibr/train/ray_batch.h"
 #include "npy.h"
+#include "training_fixture.h"
 
 namespace mvibr::train {
 namespace {
 
 namespace fs = std::filesystem;
 using test::NpyArray;
-
-// A target view of the built-in scene and its three nearest cameras on the orbit: most target
-// rays are seen by two or more sources along enough samples to count in IBRNet's ray mask.
-data::TrainingSample make_sample() {
-  data::SyntheticSceneOptions options;
-  options.width = 48;
-  options.height = 40;
-  options.n_views = 16;
-  const data::Scene scene = data::make_synthetic_scene(options);
-  data::TrainingSample sample;
-  sample.target_view = 1;
-  sample.target = scene.views[1];
-  sample.source_views = {0, 2, 3};
-  for (int v : sample.source_views) sample.sources.push_back(scene.views[size_t(v)]);
-  return sample;
-}
 
 TrainConfig small_config(bool inv_uniform) {
   TrainConfig c;
@@ -120,7 +105,7 @@ double max_abs(const std::vector<double>& values) {
 // One training step on both sides; `name` names its case folder.
 void check_step(bool inv_uniform, const std::string& name) {
   const TrainConfig config = small_config(inv_uniform);
-  const data::TrainingSample sample = make_sample();
+  const data::TrainingSample sample = testing::three_source_sample();
   const RandomKey key{7, 3};
   const RayBatch rays = select_rays(sample.target, config.N_rand, "center", 0.8, key, 0);
   IbrnetModel model(config);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "mvibr/data/neighbours.h"
+#include "mvibr/data/prefetch_reader.h"
 #include "mvibr/data/shards.h"
 #include "mvibr/data/synthetic_scene.h"
 #include "mvibr/nn/checkpoint.h"
@@ -27,6 +28,22 @@ inline void prepare_small_scene(const std::filesystem::path& root, int n_views,
   data::Scene scene = data::make_synthetic_scene(options);
   data::select_neighbours(&scene, {20, 1});
   data::write_prepared_scene(scene, (root / "data").string(), {1, 0, command});
+}
+
+// A target view of the built-in scene at 48x40 and its three nearest cameras on the orbit: most
+// target rays are seen by two or more sources along enough samples to count in IBRNet's ray mask.
+inline data::TrainingSample three_source_sample() {
+  data::SyntheticSceneOptions options;
+  options.width = 48;
+  options.height = 40;
+  options.n_views = 16;
+  const data::Scene scene = data::make_synthetic_scene(options);
+  data::TrainingSample sample;
+  sample.target_view = 1;
+  sample.target = scene.views[1];
+  sample.source_views = {0, 2, 3};
+  for (int v : sample.source_views) sample.sources.push_back(scene.views[size_t(v)]);
+  return sample;
 }
 
 inline TrainConfig small_config(const std::filesystem::path& root, const std::string& name,
