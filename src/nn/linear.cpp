@@ -1,28 +1,30 @@
-// Linear layers on BLAS: the forward is one GEMM, then one pass over its output for the bias and
-// the activation (the output is still in cache, and the caller saves a pass of its own); the
-// backward two GEMMs (input gradient, weight gradient accumulated with beta = 1) and a column
-// sum for the bias. cblas_sgemm for training, cblas_dgemm for the double-precision oracle.
+// Linear layers: the forward is one GEMM, then one pass over its output for the bias and the
+// activation (the output is still in cache, and the caller saves a pass of its own); the
+// backward two GEMMs (input gradient, weight gradient accumulated) and a column sum for the bias.
+// Float runs on small_gemm (a fixed summation order, the same for a row in any chunk), double,
+// the oracle's precision, on cblas_dgemm.
 #include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "mvibr/nn/layers.h"
+#include "small_gemm.h"
 #include "vector_math.h"
 
 namespace mvibr::nn {
 namespace {
 
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, size_t m, size_t n, size_t k, const float* a,
-          size_t lda, const float* b, size_t ldb, float beta, float* c, size_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), beta,
-              c, int(ldc));
+void gemm(GemmForm form, size_t m, size_t n, size_t k, const float* a, size_t lda, const float* b,
+          size_t ldb, bool accumulate, float* c, size_t ldc) {
+  small_gemm(form, m, n, k, a, lda, b, ldb, accumulate, c, ldc);
 }
 
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, size_t m, size_t n, size_t k, const double* a,
-          size_t lda, const double* b, size_t ldb, double beta, double* c, size_t ldc) {
-  cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), beta, c,
-              int(ldc));
+void gemm(GemmForm form, size_t m, size_t n, size_t k, const double* a, size_t lda, const double* b,
+          size_t ldb, bool accumulate, double* c, size_t ldc) {
+  cblas_dgemm(CblasRowMajor, form == GemmForm::kTN ? CblasTrans : CblasNoTrans,
+              form == GemmForm::kNT ? CblasTrans : CblasNoTrans, int(m), int(n), int(k), 1.0, a,
+              int(lda), b, int(ldb), accumulate ? 1.0 : 0.0, c, int(ldc));
 }
 
 // sums[o] += sum_i y[i, o], in row order.
@@ -54,7 +56,7 @@ void Linear::init_kaiming(float* params, Initializer& init) const {
 template <typename T>
 void Linear::forward(const T* params, size_t n, const T* x, T* y, Activation activation) const {
   if (n == 0) return;
-  gemm(CblasNoTrans, CblasTrans, n, out_, in_, x, in_, params + weight_, in_, T(0), y, out_);
+  gemm(GemmForm::kNT, n, out_, in_, x, in_, params + weight_, in_, false, y, out_);
   const T* b = has_bias_ ? params + bias_ : nullptr;
   const size_t out = size_t(out_);
   // In blocks of rows that stay in L1 between the bias and the activation, which then runs over
@@ -82,10 +84,9 @@ void Linear::backward(const T* params, T* grads, size_t n, const T* x, const T* 
                       bool accumulate) const {
   if (n == 0) return;
   if (grad_x) {
-    gemm(CblasNoTrans, CblasNoTrans, n, in_, out_, grad_y, out_, params + weight_, in_,
-         accumulate ? T(1) : T(0), grad_x, in_);
+    gemm(GemmForm::kNN, n, in_, out_, grad_y, out_, params + weight_, in_, accumulate, grad_x, in_);
   }
-  gemm(CblasTrans, CblasNoTrans, out_, in_, n, grad_y, out_, x, in_, T(1), grads + weight_, in_);
+  gemm(GemmForm::kTN, out_, in_, n, grad_y, out_, x, in_, true, grads + weight_, in_);
   if (has_bias_) add_column_sums(n, out_, grad_y, grads + bias_);
 }
 
@@ -93,8 +94,7 @@ template <typename T>
 void Linear::forward_slice(const T* params, size_t n, int first, int count, bool with_bias,
                            const T* x, T* y) const {
   if (n == 0) return;
-  gemm(CblasNoTrans, CblasTrans, n, out_, count, x, count, params + weight_ + first, in_, T(0), y,
-       out_);
+  gemm(GemmForm::kNT, n, out_, count, x, count, params + weight_ + first, in_, false, y, out_);
   if (!with_bias || !has_bias_) return;
   const T* b = params + bias_;
   for (size_t i = 0; i < n; ++i) {
@@ -107,11 +107,10 @@ void Linear::backward_slice(const T* params, T* grads, size_t n, int first, int 
                             bool with_bias, const T* x, const T* grad_y, T* grad_x) const {
   if (n == 0) return;
   if (grad_x) {
-    gemm(CblasNoTrans, CblasNoTrans, n, count, out_, grad_y, out_, params + weight_ + first, in_,
-         T(0), grad_x, count);
+    gemm(GemmForm::kNN, n, count, out_, grad_y, out_, params + weight_ + first, in_, false, grad_x,
+         count);
   }
-  gemm(CblasTrans, CblasNoTrans, out_, count, n, grad_y, out_, x, count, T(1),
-       grads + weight_ + first, in_);
+  gemm(GemmForm::kTN, out_, count, n, grad_y, out_, x, count, true, grads + weight_ + first, in_);
   if (with_bias && has_bias_) add_column_sums(n, out_, grad_y, grads + bias_);
 }
 

@@ -1,5 +1,6 @@
-// CPU layers with hand-written backward passes: Linear (BLAS), ELU / ReLU / Sigmoid, LayerNorm
-// and masked multi-head self-attention, enough to build IBRNet's networks.
+// CPU layers with hand-written backward passes: Linear (its own float GEMM, BLAS in double), ELU /
+// ReLU / Sigmoid, LayerNorm and masked multi-head self-attention, enough to build IBRNet's
+// networks.
 //
 // Layers hold no activations and no parameter values, only where their parameters sit inside a
 // ParameterBlock (one module's contiguous run of the ParameterSet). Every call takes that run as

@@ -1,0 +1,182 @@
+// small_gemm against a double-precision loop, in every form, on sizes around its register tile
+// (6 rows, 16 columns), and its promise of a fixed order: an element of C comes out bit for bit
+// the same whatever part of C a call computes around it, and accumulating adds to C what
+// overwriting would have written.
+#include "../../src/nn/small_gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "mvibr/testing/random_scene.h"
+
+namespace mvibr::nn {
+namespace {
+
+std::vector<float> random_floats(size_t count, uint64_t seed) {
+  const std::vector<double> values = testing::random_values(count, -1, 1, seed);
+  return std::vector<float>(values.begin(), values.end());
+}
+
+// op(A)'s element (i, s) and op(B)'s element (s, j) for a form.
+struct Operands {
+  GemmForm form;
+  const float* a;
+  size_t lda;
+  const float* b;
+  size_t ldb;
+  float a_at(size_t i, size_t s) const {
+    return form == GemmForm::kTN ? a[s * lda + i] : a[i * lda + s];
+  }
+  float b_at(size_t s, size_t j) const {
+    return form == GemmForm::kNT ? b[j * ldb + s] : b[s * ldb + j];
+  }
+};
+
+// A and B for C [m, n] with k steps, their leading dimensions 3 more than their widths.
+struct Problem {
+  Problem(GemmForm f, size_t m_, size_t n_, size_t k_, uint64_t seed)
+      : form(f), m(m_), n(n_), k(k_) {
+    const size_t a_rows = form == GemmForm::kTN ? k : m, a_cols = form == GemmForm::kTN ? m : k;
+    const size_t b_rows = form == GemmForm::kNT ? n : k, b_cols = form == GemmForm::kNT ? k : n;
+    lda = a_cols + 3;
+    ldb = b_cols + 3;
+    ldc = n + 3;
+    a = random_floats(a_rows * lda, seed);
+    b = random_floats(b_rows * ldb, seed + 1);
+  }
+  Operands operands() const { return {form, a.data(), lda, b.data(), ldb}; }
+
+  GemmForm form;
+  size_t m, n, k, lda, ldb, ldc;
+  std::vector<float> a, b;
+};
+
+// Builds for baseline x86-64 call cblas_sgemm, which makes no promise of an order.
+#if defined(__AVX2__) && defined(__FMA__)
+constexpr bool kFixedOrder = true;
+#else
+constexpr bool kFixedOrder = false;
+#endif
+
+const char* name(GemmForm form) {
+  return form == GemmForm::kNN ? "NN" : form == GemmForm::kNT ? "NT" : "TN";
+}
+
+// A recursive float sum of k + 1 terms (C's start and k products, each FMA one rounding) is
+// within (k + 1) u (1 + O(k u)) of the exact sum relative to the sum of the terms' magnitudes,
+// u = 2^-24; the bound allows (k + 2) u.
+TEST(SmallGemm, MatchesADoubleLoopInEveryFormAroundTheTile) {
+  const size_t sizes[] = {1, 2, 5, 6, 7, 8, 9, 15, 16, 17, 33, 70};
+  const double u = std::ldexp(1.0, -24);
+  uint64_t seed = 1;
+  for (GemmForm form : {GemmForm::kNN, GemmForm::kNT, GemmForm::kTN}) {
+    for (size_t m : sizes) {
+      for (size_t n : sizes) {
+        for (size_t k : {size_t(1), size_t(4), size_t(9), size_t(35), size_t(64), size_t(150)}) {
+          for (bool accumulate : {false, true}) {
+            const Problem p(form, m, n, k, seed++);
+            const Operands op = p.operands();
+            const std::vector<float> start = random_floats(m * p.ldc, seed++);
+            std::vector<float> c = start;
+            small_gemm(form, m, n, k, p.a.data(), p.lda, p.b.data(), p.ldb, accumulate, c.data(),
+                       p.ldc);
+            double worst = 0;
+            for (size_t i = 0; i < m; ++i) {
+              for (size_t j = 0; j < n; ++j) {
+                double exact = accumulate ? start[i * p.ldc + j] : 0, magnitude = std::abs(exact);
+                for (size_t s = 0; s < k; ++s) {
+                  const double term = double(op.a_at(i, s)) * op.b_at(s, j);
+                  exact += term;
+                  magnitude += std::abs(term);
+                }
+                worst = std::max(worst, std::abs(c[i * p.ldc + j] - exact) / magnitude);
+              }
+            }
+            EXPECT_LE(worst, double(k + 2) * u) << name(form) << " m " << m << " n " << n << " k "
+                                                << k << " accumulate " << accumulate;
+            // The padding between rows of C is left alone.
+            for (size_t i = 0; i < m; ++i) {
+              for (size_t j = n; j < p.ldc; ++j) ASSERT_EQ(c[i * p.ldc + j], start[i * p.ldc + j]);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(SmallGemm, NoStepsOverwritesWithZeroOrLeavesC) {
+  for (GemmForm form : {GemmForm::kNN, GemmForm::kNT, GemmForm::kTN}) {
+    std::vector<float> c = {1, 2, 3, 4, 5, 6};
+    const float none = 0;
+    small_gemm(form, 2, 3, 0, &none, 1, &none, 1, true, c.data(), 3);
+    EXPECT_EQ(c, (std::vector<float>{1, 2, 3, 4, 5, 6})) << name(form);
+    small_gemm(form, 2, 3, 0, &none, 1, &none, 1, false, c.data(), 3);
+    EXPECT_EQ(c, (std::vector<float>(6, 0.0f))) << name(form);
+  }
+}
+
+// Every block [i0, i0 + rows) x [j0, j0 + cols) of C, computed alone (from the matching parts of
+// A and B), equals the same elements of the whole product bit for bit: one row, the register
+// tile's remainders, blocks at odd offsets.
+TEST(SmallGemm, AnElementIsTheSameBitsWhateverTheCallAroundIt) {
+  if (!kFixedOrder) GTEST_SKIP() << "built without AVX2 and FMA: cblas_sgemm";
+  const size_t m = 41, n = 37, k = 131;
+  for (GemmForm form : {GemmForm::kNN, GemmForm::kNT, GemmForm::kTN}) {
+    for (bool accumulate : {false, true}) {
+      const Problem p(form, m, n, k, 7);
+      const std::vector<float> start = random_floats(m * p.ldc, 9);
+      std::vector<float> whole = start;
+      small_gemm(form, m, n, k, p.a.data(), p.lda, p.b.data(), p.ldb, accumulate, whole.data(),
+                 p.ldc);
+      for (size_t i0 : {0, 1, 5, 6, 13, 40}) {
+        for (size_t rows : {1, 2, 3, 6, 7, 28}) {
+          if (i0 + rows > m) continue;
+          for (size_t j0 : {0, 3, 8, 16, 21, 36}) {
+            for (size_t cols : {1, 7, 8, 9, 16, 17, 37}) {
+              if (j0 + cols > n) continue;
+              std::vector<float> part = start;
+              const float* a = p.a.data() + (form == GemmForm::kTN ? i0 : i0 * p.lda);
+              const float* b = p.b.data() + (form == GemmForm::kNT ? j0 * p.ldb : j0);
+              small_gemm(form, rows, cols, k, a, p.lda, b, p.ldb, accumulate,
+                         part.data() + i0 * p.ldc + j0, p.ldc);
+              for (size_t i = i0; i < i0 + rows; ++i) {
+                ASSERT_EQ(std::memcmp(part.data() + i * p.ldc + j0, whole.data() + i * p.ldc + j0,
+                                      cols * sizeof(float)),
+                          0)
+                    << name(form) << " accumulate " << accumulate << " rows [" << i0 << ", "
+                    << i0 + rows << ") columns [" << j0 << ", " << j0 + cols << ") row " << i;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Accumulating adds the product, as computed alone, to C: C + (op(A) op(B)), bit for bit.
+TEST(SmallGemm, AccumulatingAddsTheProductToC) {
+  if (!kFixedOrder) GTEST_SKIP() << "built without AVX2 and FMA: cblas_sgemm";
+  const size_t m = 13, n = 21, k = 67;
+  for (GemmForm form : {GemmForm::kNN, GemmForm::kNT, GemmForm::kTN}) {
+    const Problem p(form, m, n, k, 5);
+    const std::vector<float> start = random_floats(m * p.ldc, 6);
+    std::vector<float> product(m * p.ldc), sum = start;
+    small_gemm(form, m, n, k, p.a.data(), p.lda, p.b.data(), p.ldb, false, product.data(), p.ldc);
+    small_gemm(form, m, n, k, p.a.data(), p.lda, p.b.data(), p.ldb, true, sum.data(), p.ldc);
+    for (size_t i = 0; i < m; ++i) {
+      for (size_t j = 0; j < n; ++j) {
+        const float expected = start[i * p.ldc + j] + product[i * p.ldc + j];
+        ASSERT_EQ(std::memcmp(&sum[i * p.ldc + j], &expected, sizeof(float)), 0)
+            << name(form) << " (" << i << ", " << j << ")";
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mvibr::nn
