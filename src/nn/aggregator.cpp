@@ -42,24 +42,25 @@ constexpr size_t kChunksPerWave = 64;
 // weight in two parts, g_weight[v] plus the returned part common to all views,
 // mean . dL/dmean. The common part can dwarf the differences between views that matter; kept
 // apart, the normalisation's backward takes it exactly rather than through float cancellation.
-// Loops run along channels (contiguous) so they vectorise; scratch holds 3 * width values.
+// Loops run along channels (contiguous) and vectorise, the pointers being restrict (the store
+// into g_x kept GCC from it); scratch holds 2 * width values.
 template <typename T>
-T mean_var_backward(size_t n_views, size_t width, const T* x, const T* weight, T denominator,
-                    const T* mean, const T* g_mean, const T* g_var, T* g_x, T* g_weight,
-                    T* scratch) {
+T mean_var_backward(size_t n_views, size_t width, const T* __restrict x, const T* __restrict weight,
+                    T denominator, const T* __restrict mean, const T* __restrict g_mean,
+                    const T* __restrict g_var, T* __restrict g_x, T* __restrict g_weight,
+                    T* __restrict scratch) {
   const T gap = T(kWeightEpsilon) / denominator;  // 1 - sum_v w_v
   T* g_mean_total = scratch;
-  T* dev = scratch + width;
-  T* term = scratch + 2 * width;
+  T* term = scratch + width;
   // d var / d mean = -2 sum_v w_v (x_v - mean) = -2 mean gap.
   for (size_t c = 0; c < width; ++c) g_mean_total[c] = g_mean[c] - 2 * g_var[c] * mean[c] * gap;
   for (size_t v = 0; v < n_views; ++v) {
     const T* x_v = x + v * width;
     T* g_x_v = g_x + v * width;
     for (size_t c = 0; c < width; ++c) {
-      dev[c] = x_v[c] - mean[c];
-      g_x_v[c] += weight[v] * (g_mean_total[c] + 2 * g_var[c] * dev[c]);
-      term[c] = dev[c] * g_mean_total[c] + g_var[c] * dev[c] * dev[c];
+      const T dev = x_v[c] - mean[c];
+      g_x_v[c] += weight[v] * (g_mean_total[c] + 2 * g_var[c] * dev);
+      term[c] = dev * g_mean_total[c] + g_var[c] * dev * dev;
     }
     g_weight[v] = sum(term, width);
   }
@@ -384,7 +385,6 @@ void IbrnetAggregator::backward(const T* params, T* grads, const AggregatorWorks
   SerialBlas serial_blas;
   for (size_t wave = 0; wave < plan.n_chunks; wave += kChunksPerWave) {
     const size_t wave_end = std::min(plan.n_chunks, wave + kChunksPerWave);
-    std::fill(slots, slots + n_slots, T(0));
 #pragma omp parallel
     {
       Activations<T> a(ws.n_samples, ws.n_views, width);
@@ -404,15 +404,24 @@ void IbrnetAggregator::backward(const T* params, T* grads, const AggregatorWorks
         const T* diff = ws.ray_diff + row * 4;
         const T* valid = ws.mask + row;
         if (!stored) forward_chunk(params, a, features, diff, valid, rgb.data(), sigma.data());
-        backward_chunk(params, slots + (c - wave) * n_params, a, features, diff, valid,
-                       grad_rgb + sample * 3, grad_sigma + sample,
+        // Zeroed here, by the thread that fills it, while it stays in that core's cache.
+        T* slot = slots + (c - wave) * n_params;
+        std::fill(slot, slot + n_params, T(0));
+        backward_chunk(params, slot, a, features, diff, valid, grad_rgb + sample * 3,
+                       grad_sigma + sample,
                        grad_rgb_features ? grad_rgb_features + row * width : nullptr);
       }
     }
-    // Chunk order, whatever thread ran which chunk.
+    // Chunk order, whatever thread ran which chunk; in blocks of parameters that stay in L1
+    // while every slot's part is added, so the slots are read along their rows.
+    constexpr size_t kBlock = 1024;
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n_params; ++i) {
-      for (size_t c = 0; c < wave_end - wave; ++c) grads[i] += slots[c * n_params + i];
+    for (size_t first = 0; first < n_params; first += kBlock) {
+      const size_t end = std::min(n_params, first + kBlock);
+      for (size_t c = 0; c < wave_end - wave; ++c) {
+        const T* slot = slots + c * n_params;
+        for (size_t i = first; i < end; ++i) grads[i] += slot[i];
+      }
     }
   }
 }
@@ -612,7 +621,7 @@ void IbrnetAggregator::backward_chunk(const T* params, T* grads, const Activatio
   geometry_0_.backward(params, grads, m, a.geometry_in, a.g_h_geometry, a.g_geometry_in);
 
   // Mean, variance and mean weight of x under the visibility weights, then their normalisation.
-  std::vector<T> scratch(3 * std::max(w, size_t(kWidth)));
+  std::vector<T> scratch(2 * std::max(w, size_t(kWidth)));
   for (size_t j = 0; j < m; ++j) {
     const T* g_in = a.g_geometry_in + j * kGeometryIn;
     T* g_weight = a.g_vis_weight + j * V;
