@@ -22,10 +22,16 @@
 #include "mvibr/nn/aggregator.h"
 #include "mvibr/nn/feature_net.h"
 #include "mvibr/nn/parameters.h"
+#include "mvibr/ops/render_ops.h"
 #include "mvibr/train/config.h"
 #include "mvibr/train/ibrnet_model.h"
 
 namespace mvibr::train {
+
+// The compositing the config asks for (delta, white_bkgd), for both steps.
+inline CompositeOptions composite_options(const TrainConfig& c) {
+  return {c.delta == "interval" ? DeltaMode::kInterval : DeltaMode::kUnit, c.white_bkgd};
+}
 
 // Whether the config's `device` (auto | cpu | cuda) selects the CUDA step: `cuda` throws
 // InvalidArgument unless the CUDA backend is built and a device is present; `auto` takes the

@@ -26,10 +26,6 @@ T* grown(DeviceArray<T>& array, size_t count) {
   return array.data();
 }
 
-CompositeOptions composite_options(const TrainConfig& c) {
-  return {c.delta == "interval" ? DeltaMode::kInterval : DeltaMode::kUnit, c.white_bkgd};
-}
-
 // What one pass (coarse or fine) computes for a batch of rays, in device memory.
 struct DevicePass {
   int n_samples = 0;

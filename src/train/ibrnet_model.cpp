@@ -37,10 +37,6 @@ struct Sources {
   std::vector<float> grad_coarse_maps, grad_fine_maps;
 };
 
-CompositeOptions composite_options(const TrainConfig& c) {
-  return {c.delta == "interval" ? DeltaMode::kInterval : DeltaMode::kUnit, c.white_bkgd};
-}
-
 }  // namespace
 
 double PhaseTimes::total() const {

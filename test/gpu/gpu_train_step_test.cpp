@@ -26,6 +26,7 @@
 #include "../train/training_fixture.h"
 #include "mvibr/core/device.h"
 #include "mvibr/data/synthetic_scene.h"
+#include "mvibr/testing/relative_error.h"
 #include "mvibr/train/evaluate.h"
 #include "mvibr/train/ibrnet_model.h"
 #include "mvibr/train/ray_batch.h"
@@ -37,25 +38,17 @@ namespace {
 namespace fs = std::filesystem;
 
 TrainConfig step_config(const std::string& device, bool inv_uniform) {
-  TrainConfig c;
+  TrainConfig c = testing::three_source_config(inv_uniform);
   c.device = device;
-  c.feature_net = "small";
-  c.coarse_feat_dim = c.fine_feat_dim = 16;
-  c.N_rand = 48;
-  c.N_samples = 16;
-  c.N_importance = 8;
-  c.num_source_views = 3;
-  c.inv_uniform = inv_uniform;
   return c;
 }
 
-double normwise(const float* a, const float* b, size_t n) {
-  double difference = 0, scale = 0;
-  for (size_t i = 0; i < n; ++i) {
-    difference = std::max(difference, std::abs(double(a[i]) - double(b[i])));
-    scale = std::max(scale, std::abs(double(b[i])));
-  }
-  return scale > 0 ? difference / scale : difference;
+// The normwise error of values [offset, offset + count) of two buffers.
+double normwise(const std::vector<float>& a, const std::vector<float>& b, size_t offset,
+                size_t count) {
+  return mvibr::testing::normwise_relative_error(
+      std::vector<float>(a.begin() + offset, a.begin() + offset + count),
+      std::vector<float>(b.begin() + offset, b.begin() + offset + count));
 }
 
 class GpuTrainStep : public ::testing::Test {
@@ -92,8 +85,8 @@ StepComparison compare_step(bool inv_uniform, uint64_t seed) {
   c.loss = std::abs(actual.loss - expected.loss) / std::abs(expected.loss);
   c.counts_equal = actual.valid_rays == expected.valid_rays;
   for (const nn::ParameterInfo& info : cpu.parameters().infos()) {
-    const double error = normwise(gpu.parameters().grads().data() + info.offset,
-                                  cpu.parameters().grads().data() + info.offset, info.size);
+    const double error =
+        normwise(gpu.parameters().grads(), cpu.parameters().grads(), info.offset, info.size);
     if (error > c.worst_gradient) {
       c.worst_gradient = error;
       c.worst_name = info.name;
@@ -134,8 +127,8 @@ TEST_F(GpuTrainStep, RendersWhatTheCpuRenders) {
   cpu.render(sample, pixels, RandomKey{1, 0}, &rgb_cpu, &depth_cpu);
   gpu.render(sample, pixels, RandomKey{1, 0}, &rgb_gpu, &depth_gpu);
   ASSERT_EQ(rgb_gpu.size(), rgb_cpu.size());
-  EXPECT_LE(normwise(rgb_gpu.data(), rgb_cpu.data(), rgb_cpu.size()), 1e-4);
-  EXPECT_LE(normwise(depth_gpu.data(), depth_cpu.data(), depth_cpu.size()), 1e-4);
+  EXPECT_LE(mvibr::testing::normwise_relative_error(rgb_gpu, rgb_cpu), 1e-4);
+  EXPECT_LE(mvibr::testing::normwise_relative_error(depth_gpu, depth_cpu), 1e-4);
 }
 
 // One step on the device in `precision` with `loss_scale`; the losses and every gradient.

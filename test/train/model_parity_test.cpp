@@ -32,19 +32,6 @@ namespace {
 namespace fs = std::filesystem;
 using test::NpyArray;
 
-TrainConfig small_config(bool inv_uniform) {
-  TrainConfig c;
-  c.device = "cpu";  // the ReLU masks below come from the CPU feature network's bits
-  c.feature_net = "small";
-  c.coarse_feat_dim = c.fine_feat_dim = 16;
-  c.N_rand = 48;
-  c.N_samples = 16;
-  c.N_importance = 8;
-  c.num_source_views = 3;
-  c.inv_uniform = inv_uniform;
-  return c;
-}
-
 // The fp32 side's ReLU masks in the feature net (1 where the output is positive), from a copy
 // of the model's feature net on the same images: same code, same weights, same bits. The
 // reference follows them (feature_net_reference.relu_on_our_side, which checks that they differ
@@ -104,7 +91,8 @@ double max_abs(const std::vector<double>& values) {
 
 // One training step on both sides; `name` names its case folder.
 void check_step(bool inv_uniform, const std::string& name) {
-  const TrainConfig config = small_config(inv_uniform);
+  // On the CPU (the config's device): the ReLU masks below come from its bits.
+  const TrainConfig config = testing::three_source_config(inv_uniform);
   const data::TrainingSample sample = testing::three_source_sample();
   const RandomKey key{7, 3};
   const RayBatch rays = select_rays(sample.target, config.N_rand, "center", 0.8, key, 0);

@@ -46,6 +46,21 @@ inline data::TrainingSample three_source_sample() {
   return sample;
 }
 
+// The model config of three_source_sample's steps: the small feature net, 16 + 16 channels, 48
+// rays, 16 + 8 samples, on the CPU.
+inline TrainConfig three_source_config(bool inv_uniform) {
+  TrainConfig c;
+  c.device = "cpu";
+  c.feature_net = "small";
+  c.coarse_feat_dim = c.fine_feat_dim = 16;
+  c.N_rand = 48;
+  c.N_samples = 16;
+  c.N_importance = 8;
+  c.num_source_views = 3;
+  c.inv_uniform = inv_uniform;
+  return c;
+}
+
 inline TrainConfig small_config(const std::filesystem::path& root, const std::string& name,
                                 int n_iters, int n_rand) {
   TrainConfig c;
