@@ -1083,8 +1083,10 @@ void IbrnetAggregator::backward(Context& context, const float* params, float* gr
   // Colour: softmax over views (no gradient into masked logits), then rgb_fc.
   launch(m, stream, blending_backward_kernel, m, V, w.feature, mask, im.rgb_features, a.blend,
          grad_rgb, g.g_logit);
-  dense_backward(context, layers.rgb_4, n, params, grads, kNone, nullptr, g.g_logit, a.h_rgb2,
-                 g.g_h_rgb2);
+  // rgb_fc.4's bias gradient is exactly zero (it shifts all logits of a sample alike; see the
+  // CPU network) and is left so.
+  dense_slice_backward(context, layers.rgb_4, n, 0, layers.rgb_4.in(), /*with_bias=*/false, params,
+                       grads, kNone, nullptr, g.g_logit, a.h_rgb2, g.g_h_rgb2);
   dense_backward(context, layers.rgb_2, n, params, grads, kElu, a.h_rgb2, g.g_h_rgb2, a.h_rgb,
                  g.g_h_rgb);
   dense_backward(context, layers.rgb_0, n, params, grads, kElu, a.h_rgb, g.g_h_rgb, a.rgb_in,

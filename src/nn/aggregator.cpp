@@ -596,7 +596,11 @@ void IbrnetAggregator::backward_chunk(const T* params, T* grads, const Activatio
       g = mask[j * V + v] == 0 ? T(0) : b[v] * (g - weighted);
     }
   }
-  rgb_4_.backward(params, grads, n, a.h_rgb2, a.g_logit, a.g_h_rgb2);
+  // rgb_fc.4's bias shifts every view's logit of a sample alike, which the softmax ignores: its
+  // gradient is exactly zero and is left so, not summed from rounding noise that Adam, which
+  // divides by the gradient's own size, would turn into full steps.
+  rgb_4_.backward_slice(params, grads, n, 0, kRgbHidden2, /*with_bias=*/false, a.h_rgb2, a.g_logit,
+                        a.g_h_rgb2);
   elu_backward(n * kRgbHidden2, a.h_rgb2, a.g_h_rgb2);
   rgb_2_.backward(params, grads, n, a.h_rgb, a.g_h_rgb2, a.g_h_rgb);
   elu_backward(n * kRgbHidden, a.h_rgb, a.g_h_rgb);

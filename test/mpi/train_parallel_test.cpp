@@ -76,24 +76,41 @@ class TrainParallel : public ::testing::Test {
   static inline std::string root_;
 };
 
+// In exact arithmetic the two runs are the same; in floats their gradients differ by summation
+// order, and that rounding can carry a pre-activation across a ReLU's kink in a later step, a
+// discrete change of the gradient that Adam passes on (on this 48x36 scene, where the deepest
+// instance norms see 30 pixels, one seed in about ten ends near 1e-4 rather than 1e-6). So five
+// seeds train, every one must stay within 1e-3, and four of the five within 1e-5 in parameters
+// and loss: a lost rank, a wrong ray split or a wrong normalisation is off on every seed.
 TEST_F(TrainParallel, TwoRanksOfBTrainAsOneRankOfTwoB) {
-  std::ostringstream log;
-  const TrainSummary two = train(config("two", 6, 32), log, both());
-  EXPECT_EQ(two.last_step, 6u);
-  if (world_->rank() == 0) {
+  int agreeing = 0;
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    const std::string suffix = "-seed" + std::to_string(seed);
+    TrainConfig two_config = config("two" + suffix, 6, 32),
+                one_config = config("one" + suffix, 6, 64);
+    two_config.seed = one_config.seed = seed;
+    std::ostringstream log;
+    const TrainSummary two = train(two_config, log, both());
+    EXPECT_EQ(two.last_step, 6u);
+    if (world_->rank() != 0) continue;
     EXPECT_NE(log.str().find("2 rank(s)"), std::string::npos) << log.str();
     EXPECT_NE(log.str().find("global batch 64 rays"), std::string::npos) << log.str();
     std::ostringstream alone_log;
-    const TrainSummary one = train(config("one", 6, 64), alone_log);
-    const auto [relative, moved] =
-        compare(config("one", 6, 64), values(config("two", 6, 32), two.last_checkpoint),
-                values(config("one", 6, 64), one.last_checkpoint));
-    EXPECT_LE(relative, 1e-5) << "2 ranks x 32 rays vs 1 rank x 64 rays";
-    EXPECT_GT(moved, 100.0) << "the runs must have trained";
+    const TrainSummary one = train(one_config, alone_log);
+    const auto [relative, moved] = compare(one_config, values(two_config, two.last_checkpoint),
+                                           values(one_config, one.last_checkpoint));
     // The summed loss is the loss of the global batch: the same on both sides.
-    EXPECT_NEAR(two.last_loss, one.last_loss, 1e-5 * one.last_loss);
-    std::cout << "[          ] 2x32 vs 1x64 rays after 6 steps: relative difference " << relative
-              << ", training moved the parameters " << moved << "x that\n";
+    const double loss_difference = std::abs(two.last_loss - one.last_loss) / one.last_loss;
+    EXPECT_LE(relative, 1e-3) << "seed " << seed << ": 2 ranks x 32 rays vs 1 rank x 64 rays";
+    EXPECT_LE(loss_difference, 1e-3) << "seed " << seed;
+    EXPECT_GT(moved, 10.0) << "seed " << seed << ": the runs must have trained";
+    if (relative <= 1e-5 && loss_difference <= 1e-5) ++agreeing;
+    std::cout << "[          ] seed " << seed << ", 2x32 vs 1x64 rays after 6 steps: parameters "
+              << relative << " apart (training moved them " << moved << "x that), losses "
+              << loss_difference << "\n";
+  }
+  if (world_->rank() == 0) {
+    EXPECT_GE(agreeing, 4) << "seeds within 1e-5 of 5";
   }
   world_->barrier();
 }
