@@ -25,6 +25,11 @@ struct RunSelection {
   train::TrainConfig config;
   data::Split split = data::Split::kTest;
   int max_views = 0;  // 0: all
+  // `mvibr render` only: a camera path instead of the split's views ("", spiral, interpolate),
+  // its frame count, and the views an interpolated path goes through (default: the split's).
+  std::string path;
+  int frames = 120;
+  std::vector<int> path_views;
 };
 // Returns false after printing the help when --help is given; bad input is an InvalidArgument.
 bool parse_run_selection(const std::vector<std::string>& args, const std::string& command,

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "commands.h"
 #include "mvibr/core/error.h"
@@ -44,6 +45,16 @@ bool parse_run_selection(const std::vector<std::string>& args, const std::string
       "max_views", po::value(&selection->max_views)->default_value(0),
       "the first N views of the split (0: all)")("ckpt", po::value(&selection->checkpoint),
                                                  "this checkpoint instead of the run's newest");
+  std::string path_views;
+  if (command == "render") {
+    options.add_options()("path", po::value(&selection->path),
+                          "render a camera path instead: spiral (LLFF's, around the average "
+                          "camera) or interpolate (through --path_views)")(
+        "frames", po::value(&selection->frames)->default_value(selection->frames),
+        "frames of the path")("path_views", po::value(&path_views),
+                              "the views an interpolated path goes through, in order, e.g. "
+                              "0,8,16 (default: the first --max_views of --split)");
+  }
   po::variables_map vm;
   po::parsed_options parsed =
       po::command_line_parser(args).options(options).allow_unregistered().run();
@@ -52,7 +63,12 @@ bool parse_run_selection(const std::vector<std::string>& args, const std::string
   if (vm.count("help")) {
     std::cout << "usage: mvibr " << command
               << " --run DIR [--split test|val|train] [--max_views N] [--ckpt PATH] "
-                 "[--<train key> VALUE ...]\n\n"
+                 "[--<train key> VALUE ...]\n"
+              << (command == "render"
+                      ? "       mvibr render --run DIR --path spiral|interpolate [--frames N] "
+                        "[--path_views I,J,...] [...]\n"
+                      : "")
+              << "\n"
               << options
               << "\nThe run's config.txt gives the model and the data; train config keys given "
                  "here override it\n(e.g. --datadir, --chunk_size; see mvibr train --help).\n";
@@ -60,6 +76,31 @@ bool parse_run_selection(const std::vector<std::string>& args, const std::string
   }
   if (selection->run_dir.empty()) throw InvalidArgument("mvibr " + command + " needs --run DIR");
   selection->split = parse_split(split);
+  if (!selection->path.empty() && selection->path != "spiral" && selection->path != "interpolate") {
+    throw InvalidArgument("--path must be spiral or interpolate, got '" + selection->path + "'");
+  }
+  if (vm.count("frames") && !vm["frames"].defaulted() && selection->path.empty()) {
+    throw InvalidArgument("--frames is for a camera path (--path)");
+  }
+  if (!path_views.empty()) {
+    if (selection->path != "interpolate") {
+      throw InvalidArgument("--path_views is for --path interpolate");
+    }
+    std::stringstream list(path_views);
+    for (std::string item; std::getline(list, item, ',');) {
+      size_t used = 0;
+      int view = -1;
+      try {
+        view = std::stoi(item, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != item.size()) {
+        throw InvalidArgument("--path_views: '" + item + "' is not a view index");
+      }
+      selection->path_views.push_back(view);
+    }
+  }
   if (selection->max_views < 0) throw InvalidArgument("--max_views must be >= 0");
   const fs::path run(selection->run_dir);
   if (!fs::is_directory(run)) throw InvalidArgument(selection->run_dir + ": no such run directory");

@@ -1,18 +1,61 @@
 // `mvibr render --run DIR`: a trained run's held-out views as PNGs (colour and depth) in
-// DIR/renders/<step>/, to look at what the numbers of `mvibr eval` mean. Options as eval's.
+// DIR/renders/<step>/, to look at what the numbers of `mvibr eval` mean; with --path, frames of
+// a camera path (data/camera_path.h) in DIR/renders/<step>/path-<kind>/, the frames of a video.
+// Options as eval's.
 #include <cstdio>
 #include <filesystem>
 
 #include "commands.h"
+#include "mvibr/data/shards.h"
 #include "mvibr/train/evaluate.h"
 
 namespace fs = std::filesystem;
 
 namespace mvibr::cli {
 
+namespace {
+
+// The path's key views by default: the split's views in index order, the first max_views.
+std::vector<int> default_path_views(const data::Scene& scene, const RunSelection& s) {
+  std::vector<int> views;
+  for (size_t v = 0; v < scene.views.size(); ++v) {
+    if (scene.views[v].split == s.split) views.push_back(int(v));
+  }
+  if (s.max_views > 0 && views.size() > size_t(s.max_views)) views.resize(size_t(s.max_views));
+  return views;
+}
+
+int render_camera_path(const RunSelection& s) {
+  const data::SceneIndex index = data::read_scene_index(s.config.datadir);
+  std::vector<data::PathFrame> path;
+  if (s.path == "spiral") {
+    data::SpiralOptions options;
+    options.frames = s.frames;
+    path = data::spiral_path(index.scene, options);
+  } else {
+    const std::vector<int> keys =
+        s.path_views.empty() ? default_path_views(index.scene, s) : s.path_views;
+    path = data::interpolated_path(index.scene, keys, s.frames);
+  }
+  const train::PathReport report = train::render_path(
+      s.config, s.checkpoint, path, (fs::path(s.run_dir) / "renders").string(), "path-" + s.path,
+      [](const train::PathFrameRender& r) {
+        std::printf("frame %d -> %s, %s\n", r.frame, r.rgb_png.c_str(), r.depth_png.c_str());
+        std::fflush(stdout);
+      });
+  std::printf(
+      "rendered %zu frame(s) of the %s path at step %llu into %s (cameras.json lists "
+      "them)\n",
+      report.frames.size(), s.path.c_str(), (unsigned long long)report.step, report.dir.c_str());
+  return 0;
+}
+
+}  // namespace
+
 int run_render(const std::vector<std::string>& args) {
   RunSelection s;
   if (!parse_run_selection(args, "render", &s)) return 0;
+  if (!s.path.empty()) return render_camera_path(s);
   const train::EvalReport report = train::evaluate_run(
       s.config, s.checkpoint, s.split, s.max_views, (fs::path(s.run_dir) / "renders").string(),
       [](const train::ViewMetrics& m) {

@@ -6,11 +6,15 @@
 #include <array>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 
 #include "mvibr/core/error.h"
 #include "mvibr/data/image_io.h"
+#include "mvibr/data/neighbours.h"
 #include "mvibr/data/shards.h"
 #include "mvibr/nn/checkpoint.h"
 #include "mvibr/nn/optimizer.h"
@@ -259,6 +263,59 @@ EvalReport evaluate_run(const TrainConfig& config, const std::string& checkpoint
     report.mean_ssim += report.views.back().ssim / double(n);
     if (on_view) on_view(report.views.back());
   }
+  return report;
+}
+
+PathReport render_path(const TrainConfig& config, const std::string& checkpoint,
+                       const std::vector<data::PathFrame>& path, const std::string& png_root,
+                       const std::string& name,
+                       const std::function<void(const PathFrameRender&)>& on_frame) {
+  IbrnetModel model(evaluation_config(config));
+  nn::Adam adam(model.parameters(), nn::AdamOptions{});
+  nn::TrainingState state;
+  nn::load_checkpoint(checkpoint, &model.parameters(), &adam, &state);
+  PathReport report;
+  report.step = adam.steps();
+  report.dir = (fs::path(png_root) / std::to_string(report.step) / name).string();
+  const data::ViewLookup lookup(config.datadir);
+  const data::Scene& scene = lookup.index().scene;
+  const RandomKey key{config.seed, 0};  // as evaluate_run: det = true makes it irrelevant
+  nlohmann::json cameras = nlohmann::json::array();
+  for (size_t f = 0; f < path.size(); ++f) {
+    const data::PathFrame& frame = path[f];
+    data::TrainingSample sample;
+    char frame_name[32];
+    std::snprintf(frame_name, sizeof frame_name, "frame-%04zu", f);
+    sample.target.name = frame_name;
+    sample.target.camera = frame.camera;
+    sample.target.near_depth = frame.near_depth;
+    sample.target.far_depth = frame.far_depth;
+    sample.target.time_index = frame.time_index;
+    sample.target.split = data::Split::kTest;
+    sample.source_views =
+        data::nearest_sources(scene, frame.camera, frame.time_index, config.num_source_views, {});
+    for (int v : sample.source_views) sample.sources.push_back(lookup.view(v));
+    ViewMetrics files;
+    write_pngs(render_view(model, sample, key), sample.target, report.dir, &files);
+    PathFrameRender r{int(f), sample.source_views, files.rgb_png, files.depth_png};
+    const auto& c = frame.camera;
+    cameras.push_back({{"frame", f},
+                       {"c2w", std::vector<double>(c.c2w, c.c2w + 12)},
+                       {"fx", c.fx},
+                       {"fy", c.fy},
+                       {"cx", c.cx},
+                       {"cy", c.cy},
+                       {"width", c.width},
+                       {"height", c.height},
+                       {"near_depth", frame.near_depth},
+                       {"far_depth", frame.far_depth},
+                       {"time_index", frame.time_index},
+                       {"source_views", r.source_views},
+                       {"rgb_png", r.rgb_png}});
+    report.frames.push_back(r);
+    if (on_frame) on_frame(r);
+  }
+  std::ofstream((fs::path(report.dir) / "cameras.json").string()) << cameras.dump(1) << "\n";
   return report;
 }
 

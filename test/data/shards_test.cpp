@@ -1,6 +1,6 @@
 // The prepared data set: write then read round-trips exactly (pixels, cameras, neighbours),
 // shards are self-contained, files appear only when complete, and corrupt files fail cleanly
-// with the file named.
+// with the file named; any view can be read back by its index; source selection.
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <unistd.h>
@@ -12,6 +12,7 @@
 #include <set>
 
 #include "mvibr/core/error.h"
+#include "mvibr/data/neighbours.h"
 #include "mvibr/data/random_pixel_scene.h"
 #include "mvibr/data/shards.h"
 #include "mvibr/testing/random_scene.h"
@@ -202,6 +203,44 @@ TEST(Neighbours, AreTrainingViewsNearestFirstAndWithinTheTimeWindow) {
     const auto& list = still.neighbours[i];
     EXPECT_LE(norm(centre(list.front()) - centre(int(i))),
               norm(centre(list.back()) - centre(int(i))) + 1e-9);
+  }
+}
+
+TEST(ViewLookup, ReadsEveryViewWithItsPixelsFromWhicheverShardHoldsIt) {
+  const Scene scene = random_scene(17, true);
+  TempDir dir;
+  write_prepared_scene(scene, dir.path, {3, 0, ""});
+  const ViewLookup lookup(dir.path.string());
+  EXPECT_EQ(lookup.index().scene.views.size(), scene.views.size());
+  for (size_t v = 0; v < scene.views.size(); ++v) {
+    const View view = lookup.view(int(v));
+    EXPECT_EQ(view.name, scene.views[v].name);
+    EXPECT_EQ(view.rgb, scene.views[v].rgb) << v;
+    EXPECT_EQ(view.near_depth, scene.views[v].near_depth);
+    for (int k = 0; k < 12; ++k) EXPECT_EQ(view.camera.c2w[k], scene.views[v].camera.c2w[k]);
+  }
+  EXPECT_THROW(lookup.view(17), InvalidArgument);
+  EXPECT_THROW(lookup.view(-1), InvalidArgument);
+  EXPECT_THROW(ViewLookup((dir.path / "nothing").string()), InvalidArgument);
+}
+
+// A camera that is not in the scene gets the sources select_neighbours would give a view there:
+// on a held-out view's own camera, the same list.
+TEST(Neighbours, NearestSourcesOfAHeldOutCameraAreItsNeighbours) {
+  for (const bool dynamic : {false, true}) {
+    const Scene scene = random_scene(15, dynamic);
+    int held_out = 0;
+    for (size_t i = 0; i < scene.views.size(); ++i) {
+      const View& view = scene.views[i];
+      if (view.split == Split::kTrain) continue;
+      ++held_out;
+      const std::vector<int> sources =
+          nearest_sources(scene, view.camera, view.time_index, 4, NeighbourOptions{});
+      const std::vector<int> expected(scene.neighbours[i].begin(), scene.neighbours[i].begin() + 4);
+      EXPECT_EQ(sources, expected) << "view " << i;
+    }
+    EXPECT_GE(held_out, 2);
+    EXPECT_THROW(nearest_sources(scene, scene.views[0].camera, 0, 0, {}), InvalidArgument);
   }
 }
 

@@ -57,10 +57,44 @@ for name, channels in [("synthetic_t000_v000.png", 2), ("synthetic_t000_v000_dep
 print("render pngs ok")
 ' "$work/runs/run/renders/6"
 
+echo "== render a camera path"
+"$mvibr" render --run "$work/runs/run" --path spiral --frames 4 | tee "$work/spiral"
+[[ $(grep -c "^frame " "$work/spiral") -eq 4 ]] || fail "expected one line per spiral frame"
+"$mvibr" render --run "$work/runs/run" --path interpolate --frames 5 --path_views 0,8,4 |
+  tee "$work/interpolate"
+/usr/bin/python3 -c '
+import json, os, struct, sys
+for folder, frames in [("path-spiral", 4), ("path-interpolate", 5)]:
+    cameras = json.load(open(os.path.join(sys.argv[1], folder, "cameras.json")))
+    assert [c["frame"] for c in cameras] == list(range(frames)), cameras
+    for c in cameras:
+        assert len(c["source_views"]) == 3 and len(c["c2w"]) == 12, c
+        for name in ("frame-%04d.png" % c["frame"], "frame-%04d_depth.png" % c["frame"]):
+            data = open(os.path.join(sys.argv[1], folder, name), "rb").read()
+            assert data[:8] == b"\x89PNG\r\n\x1a\n", name
+            assert struct.unpack(">II", data[16:24]) == (32, 24), name
+cameras = json.load(open(os.path.join(sys.argv[1], "path-interpolate", "cameras.json")))
+assert [cameras[i]["c2w"][3] for i in (0, 2, 4)] != [cameras[0]["c2w"][3]] * 3, cameras
+print("camera path pngs ok")
+' "$work/runs/run/renders/6"
+expect_error "--path must be spiral or interpolate, got 'circle'" "$mvibr" render \
+  --run "$work/runs/run" --path circle
+expect_error "needs at least 2 frames, got 1" "$mvibr" render --run "$work/runs/run" \
+  --path interpolate --frames 1
+expect_error "path view 99 is not a view" "$mvibr" render --run "$work/runs/run" \
+  --path interpolate --path_views 0,99
+expect_error "--path_views: 'x' is not a view index" "$mvibr" render --run "$work/runs/run" \
+  --path interpolate --path_views 0,x
+expect_error "--path_views is for --path interpolate" "$mvibr" render --run "$work/runs/run" \
+  --path spiral --path_views 0,8
+expect_error "--frames is for a camera path" "$mvibr" render --run "$work/runs/run" --frames 3
+expect_error "unrecognised option '--path'" "$mvibr" eval --run "$work/runs/run" --path spiral
+
 echo "== help"
 # grep reads all of the help (not -q): stopping early would end mvibr with SIGPIPE mid-write.
 "$mvibr" eval --help | grep -- "--max_views" >/dev/null || fail "eval --help"
 "$mvibr" render --help | grep -- "--split" >/dev/null || fail "render --help"
+"$mvibr" render --help | grep -- "--path_views" >/dev/null || fail "render --help: no path options"
 "$mvibr" train --help | grep -- "--i_img" >/dev/null || fail "train --help"
 
 echo "== bad input"

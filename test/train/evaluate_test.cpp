@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "mvibr/core/error.h"
@@ -259,6 +260,58 @@ TEST_F(EvaluateTest, TrainingImprovesHeldOutPsnr) {
     if (line.find("heldout_psnr") != std::string::npos) last_heldout = line;
   }
   EXPECT_EQ(last_heldout.rfind("{\"step\": 150, \"heldout_psnr\": ", 0), 0u) << last_heldout;
+}
+
+// A camera path's frame on a held-out view's own camera is that view: the same sources (the
+// nearest training views), the same depth bounds, so the same PNGs as `mvibr render` writes
+// for the view; frames between views are rendered from training views with cameras.json saying
+// which.
+TEST_F(EvaluateTest, PathFramesOnHeldOutViewsRenderThoseViews) {
+  const TrainConfig config = small_config("path", 2);
+  std::ostringstream log;
+  const TrainSummary summary = train(config, log);
+  const fs::path views_root = root_ / "path-views", path_root = root_ / "path-frames";
+  const EvalReport views =
+      evaluate_run(config, summary.last_checkpoint, data::Split::kTest, 2, views_root.string());
+  ASSERT_EQ(views.views.size(), 2u);
+  ASSERT_EQ(views.views[1].view, 8);
+
+  const data::SceneIndex index = data::read_scene_index(config.datadir);
+  const std::vector<data::PathFrame> path = data::interpolated_path(index.scene, {0, 8}, 3);
+  std::vector<int> called;
+  const PathReport report =
+      render_path(config, summary.last_checkpoint, path, path_root.string(), "path-interpolate",
+                  [&](const PathFrameRender& r) { called.push_back(r.frame); });
+  EXPECT_EQ(called, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(report.step, 2u);
+  EXPECT_EQ(report.dir, (path_root / "2" / "path-interpolate").string());
+  ASSERT_EQ(report.frames.size(), 3u);
+  for (const auto& [frame, view] : {std::pair{0, 0}, std::pair{2, 1}}) {
+    const PathFrameRender& r = report.frames[size_t(frame)];
+    const std::vector<int>& neighbours =
+        index.scene.neighbours[size_t(views.views[size_t(view)].view)];
+    EXPECT_EQ(r.source_views, std::vector<int>(neighbours.begin(), neighbours.begin() + 4));
+    EXPECT_EQ(data::load_image(r.rgb_png).pixels,
+              data::load_image(views.views[size_t(view)].rgb_png).pixels)
+        << "frame " << frame;
+    EXPECT_EQ(data::load_image(r.depth_png).pixels,
+              data::load_image(views.views[size_t(view)].depth_png).pixels)
+        << "frame " << frame;
+  }
+  const data::Image middle = data::load_image(report.frames[1].rgb_png);
+  EXPECT_EQ(middle.width, 48);
+  EXPECT_EQ(middle.height, 36);
+  EXPECT_NE(middle.pixels, data::load_image(report.frames[0].rgb_png).pixels);
+  for (int v : report.frames[1].source_views) {
+    EXPECT_EQ(index.scene.views[size_t(v)].split, data::Split::kTrain);
+  }
+  const nlohmann::json cameras =
+      nlohmann::json::parse(std::ifstream(fs::path(report.dir) / "cameras.json"));
+  ASSERT_EQ(cameras.size(), 3u);
+  EXPECT_EQ(cameras[1]["source_views"].get<std::vector<int>>(), report.frames[1].source_views);
+  EXPECT_EQ(cameras[2]["c2w"].get<std::vector<double>>(),
+            std::vector<double>(path[2].camera.c2w, path[2].camera.c2w + 12));
+  EXPECT_EQ(cameras[0]["near_depth"].get<double>(), index.scene.views[0].near_depth);
 }
 
 }  // namespace

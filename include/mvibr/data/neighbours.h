@@ -4,6 +4,8 @@
 // steps only, so moving content is seen at nearly the same moment.
 #pragma once
 
+#include <vector>
+
 #include "mvibr/data/scene.h"
 
 namespace mvibr::data {
@@ -17,5 +19,11 @@ struct NeighbourOptions {
 // between training cameras) + angle between the viewing directions (radians) + |dt| steps;
 // ties broken by index, so the lists are deterministic.
 void select_neighbours(Scene* scene, const NeighbourOptions& options);
+
+// The `count` best sources, best first, for a camera that is not one of the scene's views (a
+// frame of a rendered camera path) at time step `time_index`: the training views ranked by
+// select_neighbours' score, so a path frame on a view's own camera gets that view's sources.
+std::vector<int> nearest_sources(const Scene& scene, const PinholeCamera<double>& camera,
+                                 int time_index, int count, const NeighbourOptions& options);
 
 }  // namespace mvibr::data

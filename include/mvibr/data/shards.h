@@ -90,4 +90,23 @@ class ShardReader {
   std::unique_ptr<State> state_;
 };
 
+// Any view of a prepared data set, pixels included, by its global index: what renders cameras
+// the data set has no target for (camera paths), whose sources can be any training views. Opens
+// every shard (headers only) on construction; a view is read from a shard that holds it.
+class ViewLookup {
+ public:
+  explicit ViewLookup(const std::string& data_dir);
+  ~ViewLookup();
+  ViewLookup(const ViewLookup&) = delete;
+  ViewLookup& operator=(const ViewLookup&) = delete;
+
+  const SceneIndex& index() const;
+  // Throws InvalidArgument for an index out of range or a view no shard holds.
+  View view(int global_view) const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 }  // namespace mvibr::data

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "mvibr/core/philox.h"
+#include "mvibr/data/camera_path.h"
 #include "mvibr/data/prefetch_reader.h"
 #include "mvibr/train/config.h"
 #include "mvibr/train/ibrnet_model.h"
@@ -89,5 +90,26 @@ struct EvalReport {
 EvalReport evaluate_run(const TrainConfig& config, const std::string& checkpoint, data::Split split,
                         int max_views, const std::string& png_root,
                         const std::function<void(const ViewMetrics&)>& on_view = {});
+
+struct PathFrameRender {
+  int frame = 0;
+  std::vector<int> source_views;  // global indices, best first
+  std::string rgb_png, depth_png;
+};
+
+struct PathReport {
+  uint64_t step = 0;  // the checkpoint's
+  std::string dir;    // where the frames are
+  std::vector<PathFrameRender> frames;
+};
+
+// Loads `checkpoint` into the model of evaluation_config(config) and renders every frame of
+// `path` from its num_source_views nearest training views (data::nearest_sources) into
+// <png_root>/<step>/<name>/: frame-NNNN.png, frame-NNNN_depth.png and cameras.json (each
+// frame's camera, depth bounds and sources). `on_frame` is called after each frame.
+PathReport render_path(const TrainConfig& config, const std::string& checkpoint,
+                       const std::vector<data::PathFrame>& path, const std::string& png_root,
+                       const std::string& name,
+                       const std::function<void(const PathFrameRender&)>& on_frame = {});
 
 }  // namespace mvibr::train

@@ -1,0 +1,235 @@
+// Camera paths (see camera_path.h). LLFF writes its spiral with camera axes [right, up,
+// backward]; here cameras are OpenCV's [right, down, forward], so LLFF's offset
+// (rx cos t, -ry sin t, -rz sin(z_rate t)) is (rx cos t, ry sin t, rz sin(z_rate t)) and its
+// "z away from the focus point" is our "looking at the focus point"; test/reference checks the
+// frames against a numpy transcription of LLFF's own.
+#include "mvibr/data/camera_path.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <string>
+
+#include "mvibr/core/error.h"
+
+namespace mvibr::data {
+
+namespace {
+
+using Vec = Vec3<double>;
+using Rotation = std::array<double, 9>;  // row-major; columns are the camera axes in the world
+
+Vec column(const double* c2w, int axis) {
+  return {c2w[axis], c2w[4 + axis], c2w[8 + axis]};
+}
+
+Rotation rotation_of(const PinholeCamera<double>& c) {
+  return {c.c2w[0], c.c2w[1], c.c2w[2], c.c2w[4], c.c2w[5],
+          c.c2w[6], c.c2w[8], c.c2w[9], c.c2w[10]};
+}
+
+Rotation multiply(const Rotation& a, const Rotation& b) {
+  Rotation m{};
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 3; ++c) {
+      m[size_t(3 * r + c)] = a[size_t(3 * r)] * b[size_t(c)] +
+                             a[size_t(3 * r + 1)] * b[size_t(3 + c)] +
+                             a[size_t(3 * r + 2)] * b[size_t(6 + c)];
+    }
+  }
+  return m;
+}
+
+Rotation transpose(const Rotation& a) {
+  return {a[0], a[3], a[6], a[1], a[4], a[7], a[2], a[5], a[8]};
+}
+
+// Rotation by `angle` about the unit `axis` (Rodrigues).
+Rotation axis_angle(Vec axis, double angle) {
+  const double s = std::sin(angle), k = 1 - std::cos(angle);
+  const double x = axis.x, y = axis.y, z = axis.z;
+  return {1 - k * (y * y + z * z), -s * z + k * x * y,      s * y + k * x * z,
+          s * z + k * x * y,       1 - k * (x * x + z * z), -s * x + k * y * z,
+          -s * y + k * x * z,      s * x + k * y * z,       1 - k * (x * x + y * y)};
+}
+
+// The axis and angle (0..pi) of a rotation, through its unit quaternion with w >= 0 (Shepperd's
+// method: the largest of w, x, y, z is taken from the diagonal, the rest from the off-diagonal,
+// so the result is accurate near pi too).
+void to_axis_angle(const Rotation& m, Vec* axis, double* angle) {
+  const double trace = m[0] + m[4] + m[8];
+  double w, x, y, z;
+  if (trace >= m[0] && trace >= m[4] && trace >= m[8]) {
+    w = 0.5 * std::sqrt(std::max(0.0, 1 + trace));
+    x = (m[7] - m[5]) / (4 * w);
+    y = (m[2] - m[6]) / (4 * w);
+    z = (m[3] - m[1]) / (4 * w);
+  } else if (m[0] >= m[4] && m[0] >= m[8]) {
+    x = 0.5 * std::sqrt(std::max(0.0, 1 + m[0] - m[4] - m[8]));
+    w = (m[7] - m[5]) / (4 * x);
+    y = (m[1] + m[3]) / (4 * x);
+    z = (m[2] + m[6]) / (4 * x);
+  } else if (m[4] >= m[8]) {
+    y = 0.5 * std::sqrt(std::max(0.0, 1 - m[0] + m[4] - m[8]));
+    w = (m[2] - m[6]) / (4 * y);
+    x = (m[1] + m[3]) / (4 * y);
+    z = (m[5] + m[7]) / (4 * y);
+  } else {
+    z = 0.5 * std::sqrt(std::max(0.0, 1 - m[0] - m[4] + m[8]));
+    w = (m[3] - m[1]) / (4 * z);
+    x = (m[2] + m[6]) / (4 * z);
+    y = (m[5] + m[7]) / (4 * z);
+  }
+  if (w < 0) w = -w, x = -x, y = -y, z = -z;  // the shorter way round
+  const double sine = std::sqrt(x * x + y * y + z * z);
+  *angle = 2 * std::atan2(sine, w);
+  *axis = sine > 0 ? Vec{x / sine, y / sine, z / sine} : Vec{1, 0, 0};
+}
+
+PinholeCamera<double> camera_at(const PinholeCamera<double>& intrinsics, const Rotation& r,
+                                Vec center) {
+  PinholeCamera<double> c = intrinsics;
+  const double c2w[12] = {r[0], r[1],     r[2], center.x, r[3], r[4],
+                          r[5], center.y, r[6], r[7],     r[8], center.z};
+  std::copy(c2w, c2w + 12, c.c2w);
+  set_world_to_camera(&c);
+  return c;
+}
+
+// numpy.percentile's default (linear interpolation between the closest ranks).
+double percentile(std::vector<double> values, double q) {
+  std::sort(values.begin(), values.end());
+  const double position = q / 100 * double(values.size() - 1);
+  const size_t below = size_t(position);
+  if (below + 1 >= values.size()) return values.back();
+  return values[below] + (position - double(below)) * (values[below + 1] - values[below]);
+}
+
+double lerp(double a, double b, double t) {
+  return a + t * (b - a);
+}
+
+}  // namespace
+
+double focus_depth(const Scene& scene) {
+  double close = INFINITY, far = 0;
+  for (const View& v : scene.views) {
+    close = std::min(close, v.near_depth);
+    far = std::max(far, v.far_depth);
+  }
+  // LLFF's far end is 5x the largest bound; far_depth holds 1.6x the bound (IBRNet's margin,
+  // which the importers add), so LLFF scenes get LLFF's focus exactly.
+  const double infinity = 5 / 1.6 * far, weight = 0.75;
+  return 1 / ((1 - weight) / close + weight / infinity);
+}
+
+std::vector<PathFrame> spiral_path(const Scene& scene, const SpiralOptions& options) {
+  if (options.frames < 1) {
+    throw InvalidArgument("a spiral path needs at least 1 frame, got " +
+                          std::to_string(options.frames));
+  }
+  if (scene.views.empty()) throw InvalidArgument("scene '" + scene.name + "' has no views");
+  const double n = double(scene.views.size());
+  Vec center{0, 0, 0}, forward{0, 0, 0}, down{0, 0, 0};
+  double near = INFINITY, far = 0;
+  for (const View& v : scene.views) {
+    center = center + (1 / n) * v.camera.center();
+    forward = forward + column(v.camera.c2w, 2);
+    down = down + column(v.camera.c2w, 1);
+    near = std::min(near, v.near_depth);
+    far = std::max(far, v.far_depth);
+  }
+  if (norm(forward) < 0.05 * n) {
+    throw InvalidArgument("scene '" + scene.name +
+                          "': its cameras face every way, so a spiral around their average has "
+                          "no direction (use the interpolated path)");
+  }
+  const Vec up = (-1 / norm(down)) * down;
+  const PinholeCamera<double> average =
+      look_at_camera(center, center + (1 / norm(forward)) * forward, up, 1.0, 1, 1);
+  // Radii: how far the views spread along the average camera's axes.
+  std::vector<double> offsets[3];
+  for (const View& v : scene.views) {
+    const Vec local = transform_point(average.w2c, v.camera.center());
+    offsets[0].push_back(std::abs(local.x));
+    offsets[1].push_back(std::abs(local.y));
+    offsets[2].push_back(std::abs(local.z));
+  }
+  const Vec radii{percentile(offsets[0], 90), percentile(offsets[1], 90),
+                  percentile(offsets[2], 90)};
+  const Vec focus = transform_point(average.c2w, Vec{0, 0, focus_depth(scene)});
+  const PinholeCamera<double>& first = scene.views.front().camera;
+  std::vector<PathFrame> path;
+  for (int k = 0; k < options.frames; ++k) {
+    const double t = 2 * M_PI * options.rotations * k / options.frames;
+    const Vec eye = transform_point(average.c2w, Vec{radii.x * std::cos(t), radii.y * std::sin(t),
+                                                     radii.z * std::sin(t * options.z_rate)});
+    PathFrame frame;
+    frame.camera = look_at_camera(eye, focus, up, first.fx, first.width, first.height);
+    frame.camera.fx = first.fx;
+    frame.camera.fy = first.fy;
+    frame.camera.cx = first.cx;
+    frame.camera.cy = first.cy;
+    frame.near_depth = near;
+    frame.far_depth = far;
+    frame.time_index = options.time_index;
+    path.push_back(frame);
+  }
+  return path;
+}
+
+std::vector<PathFrame> interpolated_path(const Scene& scene, const std::vector<int>& keys,
+                                         int frames) {
+  if (keys.size() < 2) {
+    throw InvalidArgument("an interpolated path needs at least 2 views, got " +
+                          std::to_string(keys.size()));
+  }
+  if (frames < 2) {
+    throw InvalidArgument("an interpolated path needs at least 2 frames, got " +
+                          std::to_string(frames));
+  }
+  for (int k : keys) {
+    if (k < 0 || size_t(k) >= scene.views.size()) {
+      throw InvalidArgument("path view " + std::to_string(k) + " is not a view of scene '" +
+                            scene.name + "' (it has " + std::to_string(scene.views.size()) + ")");
+    }
+  }
+  const int segments = int(keys.size()) - 1;
+  std::vector<PathFrame> path;
+  for (int f = 0; f < frames; ++f) {
+    const double t = double(f) * segments / (frames - 1);
+    PathFrame frame;
+    if (t == std::floor(t)) {  // on a key: its own camera, not one rebuilt from an interpolation
+      const View& key = scene.views[size_t(keys[size_t(t)])];
+      frame.camera = key.camera;
+      frame.near_depth = key.near_depth;
+      frame.far_depth = key.far_depth;
+      frame.time_index = key.time_index;
+      path.push_back(frame);
+      continue;
+    }
+    const int a = int(t);
+    const double u = t - a;
+    const View& from = scene.views[size_t(keys[size_t(a)])];
+    const View& to = scene.views[size_t(keys[size_t(a + 1)])];
+    const Rotation start = rotation_of(from.camera);
+    Vec axis;
+    double angle;
+    to_axis_angle(multiply(transpose(start), rotation_of(to.camera)), &axis, &angle);
+    PinholeCamera<double> intrinsics = from.camera;
+    intrinsics.fx = lerp(from.camera.fx, to.camera.fx, u);
+    intrinsics.fy = lerp(from.camera.fy, to.camera.fy, u);
+    intrinsics.cx = lerp(from.camera.cx, to.camera.cx, u);
+    intrinsics.cy = lerp(from.camera.cy, to.camera.cy, u);
+    const Vec c0 = from.camera.center(), c1 = to.camera.center();
+    frame.camera = camera_at(intrinsics, multiply(start, axis_angle(axis, u * angle)),
+                             Vec{lerp(c0.x, c1.x, u), lerp(c0.y, c1.y, u), lerp(c0.z, c1.z, u)});
+    frame.near_depth = lerp(from.near_depth, to.near_depth, u);
+    frame.far_depth = lerp(from.far_depth, to.far_depth, u);
+    frame.time_index = u < 0.5 ? from.time_index : to.time_index;
+    path.push_back(frame);
+  }
+  return path;
+}
+
+}  // namespace mvibr::data
