@@ -4,12 +4,12 @@
 #include <boost/program_options.hpp>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "commands.h"
+#include "mvibr/core/durable_file.h"
 #include "mvibr/core/error.h"
 #include "mvibr/nn/checkpoint.h"
 #include "mvibr/train/evaluate.h"
@@ -147,7 +147,7 @@ int run_eval(const std::vector<std::string>& args) {
   std::string file = "eval-" + std::to_string(report.step);
   if (s.split != data::Split::kTest) file += std::string("-") + data::split_name(s.split);
   const fs::path path = fs::path(s.run_dir) / (file + ".json");
-  std::ofstream(path) << out.dump(2) << "\n";
+  write_file_atomically(path.string(), out.dump(2) + "\n");
   std::cout << out.dump(2) << "\n";
   return 0;
 }

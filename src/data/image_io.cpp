@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "mvibr/core/durable_file.h"
 #include "mvibr/core/error.h"
 
 #pragma GCC diagnostic push
@@ -88,9 +89,14 @@ Image load_image(const std::string& path) {
 
 void write_png(const std::string& path, int width, int height, int channels,
                const uint8_t* pixels) {
-  if (!stbi_write_png(path.c_str(), width, height, channels, pixels, width * channels)) {
-    throw RuntimeFailure(path + ": cannot write the PNG");
+  std::string png;
+  const auto append = [](void* context, void* data, int size) {
+    static_cast<std::string*>(context)->append(static_cast<const char*>(data), size_t(size));
+  };
+  if (!stbi_write_png_to_func(append, &png, width, height, channels, pixels, width * channels)) {
+    throw RuntimeFailure(path + ": cannot encode the PNG");
   }
+  write_file_atomically(path, png);
 }
 
 std::vector<uint8_t> composite_to_rgb(const Image& image, uint8_t background) {

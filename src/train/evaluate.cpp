@@ -8,10 +8,10 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "mvibr/core/durable_file.h"
 #include "mvibr/core/error.h"
 #include "mvibr/data/image_io.h"
 #include "mvibr/data/neighbours.h"
@@ -315,7 +315,7 @@ PathReport render_path(const TrainConfig& config, const std::string& checkpoint,
     report.frames.push_back(r);
     if (on_frame) on_frame(r);
   }
-  std::ofstream((fs::path(report.dir) / "cameras.json").string()) << cameras.dump(1) << "\n";
+  write_file_atomically((fs::path(report.dir) / "cameras.json").string(), cameras.dump(1) + "\n");
   return report;
 }
 

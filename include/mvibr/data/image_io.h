@@ -19,7 +19,8 @@ struct Image {
 // truncated or not a PNG/JPEG, and refuses images of more than 2^28 pixels before decoding.
 Image load_image(const std::string& path);
 
-// Throws RuntimeFailure naming the file when it cannot be written.
+// Written whole or not at all (core/durable_file.h). Throws RuntimeFailure naming the file when
+// it cannot be written.
 void write_png(const std::string& path, int width, int height, int channels, const uint8_t* pixels);
 
 // RGB pixels of any image: grey is replicated, alpha composited over a grey level
