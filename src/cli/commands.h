@@ -1,10 +1,13 @@
 // The subcommands of `mvibr`. Each takes the arguments after its name and returns the exit code.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "mvibr/data/scene.h"
+#include "mvibr/dist/communicator.h"
+#include "mvibr/dist/mpi_session.h"
 #include "mvibr/train/config.h"
 
 namespace mvibr::cli {
@@ -34,6 +37,14 @@ struct RunSelection {
 // Returns false after printing the help when --help is given; bad input is an InvalidArgument.
 bool parse_run_selection(const std::vector<std::string>& args, const std::string& command,
                          RunSelection* selection);
+
+// Runs `body` on every rank of the job with the world communicator (one process without a
+// launcher is a job of one rank); an error on one rank of several ends them all, naming the
+// rank (exit 2 for bad input, else 1), as `mvibr train` does.
+int run_on_ranks(const std::string& command,
+                 const std::function<int(dist::Communicator& world, const dist::Topology&)>& body);
+// Chooses the rank's GPU (local rank % devices) when `config` runs on one.
+void select_rank_device(const train::TrainConfig& config, const dist::Topology& topology);
 
 // One line per component: mvibr itself, the backends, and the libraries it was built with.
 std::string version_report();

@@ -1,7 +1,7 @@
 // `mvibr render --run DIR`: a trained run's held-out views as PNGs (colour and depth) in
 // DIR/renders/<step>/, to look at what the numbers of `mvibr eval` mean; with --path, frames of
 // a camera path (data/camera_path.h) in DIR/renders/<step>/path-<kind>/, the frames of a video.
-// Options as eval's.
+// Options as eval's. Under mpirun the ranks share the views or frames.
 #include <cstdio>
 #include <filesystem>
 
@@ -25,7 +25,7 @@ std::vector<int> default_path_views(const data::Scene& scene, const RunSelection
   return views;
 }
 
-int render_camera_path(const RunSelection& s) {
+int render_camera_path(const RunSelection& s, dist::Communicator& world) {
   const data::SceneIndex index = data::read_scene_index(s.config.datadir);
   std::vector<data::PathFrame> path;
   if (s.path == "spiral") {
@@ -42,7 +42,9 @@ int render_camera_path(const RunSelection& s) {
       [](const train::PathFrameRender& r) {
         std::printf("frame %d -> %s, %s\n", r.frame, r.rgb_png.c_str(), r.depth_png.c_str());
         std::fflush(stdout);
-      });
+      },
+      &world);
+  if (world.rank() != 0) return 0;
   std::printf(
       "rendered %zu frame(s) of the %s path at step %llu into %s (cameras.json lists "
       "them)\n",
@@ -53,20 +55,25 @@ int render_camera_path(const RunSelection& s) {
 }  // namespace
 
 int run_render(const std::vector<std::string>& args) {
-  RunSelection s;
-  if (!parse_run_selection(args, "render", &s)) return 0;
-  if (!s.path.empty()) return render_camera_path(s);
-  const train::EvalReport report = train::evaluate_run(
-      s.config, s.checkpoint, s.split, s.max_views, (fs::path(s.run_dir) / "renders").string(),
-      [](const train::ViewMetrics& m) {
-        std::printf("view %d %s: psnr %.2f ssim %.4f -> %s, %s\n", m.view, m.name.c_str(), m.psnr,
-                    m.ssim, m.rgb_png.c_str(), m.depth_png.c_str());
-        std::fflush(stdout);
-      });
-  std::printf("rendered %zu %s view(s) at step %llu: mean psnr %.2f ssim %.4f\n",
-              report.views.size(), data::split_name(s.split), (unsigned long long)report.step,
-              report.mean_psnr, report.mean_ssim);
-  return 0;
+  return run_on_ranks("render", [&](dist::Communicator& world, const dist::Topology& topology) {
+    RunSelection s;
+    if (!parse_run_selection(args, "render", &s)) return 0;
+    select_rank_device(s.config, topology);
+    if (!s.path.empty()) return render_camera_path(s, world);
+    const train::EvalReport report = train::evaluate_run(
+        s.config, s.checkpoint, s.split, s.max_views, (fs::path(s.run_dir) / "renders").string(),
+        [](const train::ViewMetrics& m) {
+          std::printf("view %d %s: psnr %.2f ssim %.4f -> %s, %s\n", m.view, m.name.c_str(), m.psnr,
+                      m.ssim, m.rgb_png.c_str(), m.depth_png.c_str());
+          std::fflush(stdout);
+        },
+        &world);
+    if (topology.rank != 0) return 0;
+    std::printf("rendered %zu %s view(s) at step %llu: mean psnr %.2f ssim %.4f\n",
+                report.views.size(), data::split_name(s.split), (unsigned long long)report.step,
+                report.mean_psnr, report.mean_ssim);
+    return 0;
+  });
 }
 
 }  // namespace mvibr::cli

@@ -241,7 +241,8 @@ std::optional<data::TrainingSample> first_heldout_sample(const TrainConfig& conf
 
 EvalReport evaluate_run(const TrainConfig& config, const std::string& checkpoint, data::Split split,
                         int max_views, const std::string& png_root,
-                        const std::function<void(const ViewMetrics&)>& on_view) {
+                        const std::function<void(const ViewMetrics&)>& on_view,
+                        dist::Communicator* comm) {
   IbrnetModel model(evaluation_config(config));
   nn::Adam adam(model.parameters(), nn::AdamOptions{});
   nn::TrainingState state;
@@ -257,11 +258,28 @@ EvalReport evaluate_run(const TrainConfig& config, const std::string& checkpoint
   // One fixed key: with det = true the samples do not depend on it, and were det ever off,
   // every evaluation of a view would still draw the same ones.
   const RandomKey key{config.seed, 0};
+  const int rank = comm != nullptr ? comm->rank() : 0, ranks = comm != nullptr ? comm->size() : 1;
+  std::vector<double> scores(2 * n, 0.0);  // psnr, ssim of each view; 0 where another rank's
   for (size_t i = 0; i < n; ++i) {
-    report.views.push_back(evaluate_view(model, reader.next(), key, png_dir));
-    report.mean_psnr += report.views.back().psnr / double(n);
-    report.mean_ssim += report.views.back().ssim / double(n);
+    const data::TrainingSample sample = reader.next();
+    if (int(i % size_t(ranks)) != rank) {
+      ViewMetrics elsewhere;
+      elsewhere.view = sample.target_view;
+      elsewhere.name = sample.target.name;
+      report.views.push_back(elsewhere);
+      continue;
+    }
+    report.views.push_back(evaluate_view(model, sample, key, png_dir));
+    scores[2 * i] = report.views.back().psnr;
+    scores[2 * i + 1] = report.views.back().ssim;
     if (on_view) on_view(report.views.back());
+  }
+  if (ranks > 1) comm->all_reduce(scores.data(), scores.size(), dist::ReduceOp::kSum);
+  for (size_t i = 0; i < n; ++i) {
+    report.views[i].psnr = scores[2 * i];
+    report.views[i].ssim = scores[2 * i + 1];
+    report.mean_psnr += scores[2 * i] / double(n);
+    report.mean_ssim += scores[2 * i + 1] / double(n);
   }
   return report;
 }
@@ -269,7 +287,8 @@ EvalReport evaluate_run(const TrainConfig& config, const std::string& checkpoint
 PathReport render_path(const TrainConfig& config, const std::string& checkpoint,
                        const std::vector<data::PathFrame>& path, const std::string& png_root,
                        const std::string& name,
-                       const std::function<void(const PathFrameRender&)>& on_frame) {
+                       const std::function<void(const PathFrameRender&)>& on_frame,
+                       dist::Communicator* comm) {
   IbrnetModel model(evaluation_config(config));
   nn::Adam adam(model.parameters(), nn::AdamOptions{});
   nn::TrainingState state;
@@ -280,6 +299,7 @@ PathReport render_path(const TrainConfig& config, const std::string& checkpoint,
   const data::ViewLookup lookup(config.datadir);
   const data::Scene& scene = lookup.index().scene;
   const RandomKey key{config.seed, 0};  // as evaluate_run: det = true makes it irrelevant
+  const int rank = comm != nullptr ? comm->rank() : 0, ranks = comm != nullptr ? comm->size() : 1;
   nlohmann::json cameras = nlohmann::json::array();
   for (size_t f = 0; f < path.size(); ++f) {
     const data::PathFrame& frame = path[f];
@@ -294,10 +314,15 @@ PathReport render_path(const TrainConfig& config, const std::string& checkpoint,
     sample.target.split = data::Split::kTest;
     sample.source_views =
         data::nearest_sources(scene, frame.camera, frame.time_index, config.num_source_views, {});
-    for (int v : sample.source_views) sample.sources.push_back(lookup.view(v));
-    ViewMetrics files;
-    write_pngs(render_view(model, sample, key), sample.target, report.dir, &files);
-    PathFrameRender r{int(f), sample.source_views, files.rgb_png, files.depth_png};
+    const fs::path stem = fs::path(report.dir) / frame_name;
+    const PathFrameRender r{int(f), sample.source_views, stem.string() + ".png",
+                            stem.string() + "_depth.png"};
+    if (int(f % size_t(ranks)) == rank) {
+      for (int v : sample.source_views) sample.sources.push_back(lookup.view(v));
+      ViewMetrics written;
+      write_pngs(render_view(model, sample, key), sample.target, report.dir, &written);
+      if (on_frame) on_frame(r);
+    }
     const auto& c = frame.camera;
     cameras.push_back({{"frame", f},
                        {"c2w", std::vector<double>(c.c2w, c.c2w + 12)},
@@ -313,9 +338,13 @@ PathReport render_path(const TrainConfig& config, const std::string& checkpoint,
                        {"source_views", r.source_views},
                        {"rgb_png", r.rgb_png}});
     report.frames.push_back(r);
-    if (on_frame) on_frame(r);
   }
-  write_file_atomically((fs::path(report.dir) / "cameras.json").string(), cameras.dump(1) + "\n");
+  // The list appears once every frame it names is written.
+  if (ranks > 1) comm->barrier();
+  if (rank == 0) {
+    fs::create_directories(report.dir);
+    write_file_atomically((fs::path(report.dir) / "cameras.json").string(), cameras.dump(1) + "\n");
+  }
   return report;
 }
 

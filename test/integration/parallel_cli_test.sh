@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `mpirun -np 2 mvibr train` end to end, and the rule that a training job ends, never hangs:
+# `mpirun -np 2 mvibr train` end to end, render and eval sharing their work between the ranks
+# (the same files as one process writes), and the rule that a training job ends, never hangs:
 # ranks given different settings stop at start naming the key; a rank that is stopped (SIGSTOP:
 # alive but silent, which no launcher notices) ends the job through the other rank's watchdog
 # within its bound; a rank that is killed ends the job.
@@ -29,6 +30,19 @@ with h5py.File(sys.argv[1], "r") as f:
     assert f["data_cursors"].shape == (2, 2), f["data_cursors"].shape
 print("checkpoint holds both ranks cursors")
 ' "$work/runs/two/checkpoints/ckpt-00000004.h5"
+
+echo "== 2 ranks share the frames of a camera path and the views of eval"
+"${mpirun[@]}" "$mvibr" render --run "$work/runs/two" --path interpolate --frames 5 |
+  tee "$work/path2"
+[[ $(grep -c "^frame " "$work/path2") -eq 5 ]] || fail "expected 5 frame lines over both ranks"
+[[ $(grep -c "^rendered 5 frame" "$work/path2") -eq 1 ]] || fail "expected one summary (rank 0)"
+mv "$work/runs/two/renders" "$work/renders-two-ranks"
+"$mvibr" render --run "$work/runs/two" --path interpolate --frames 5 >/dev/null
+diff -r "$work/renders-two-ranks/4/path-interpolate" "$work/runs/two/renders/4/path-interpolate" ||
+  fail "2 ranks rendered other frames than 1"
+"${mpirun[@]}" "$mvibr" eval --run "$work/runs/two" >"$work/eval2.json"
+"$mvibr" eval --run "$work/runs/two" >"$work/eval1.json"
+cmp "$work/eval1.json" "$work/eval2.json" || fail "2 ranks scored the views differently"
 
 echo "== different settings on the two ranks"
 if "$mpiexec" --oversubscribe -np 1 "$mvibr" train "${small[@]}" --expname bad --n_iters 2 : \

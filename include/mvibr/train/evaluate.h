@@ -13,6 +13,7 @@
 #include "mvibr/core/philox.h"
 #include "mvibr/data/camera_path.h"
 #include "mvibr/data/prefetch_reader.h"
+#include "mvibr/dist/communicator.h"
 #include "mvibr/train/config.h"
 #include "mvibr/train/ibrnet_model.h"
 
@@ -85,11 +86,14 @@ struct EvalReport {
 // Loads `checkpoint` into the model of evaluation_config(config) and evaluates the first
 // `max_views` targets of `split` (all when max_views <= 0) in the order of the data set's shards,
 // each with its num_source_views nearest sources. With `png_root` non-empty, each view's PNGs go
-// to png_root/<step>/ (the checkpoint's step). `on_view` is called after each view. Errors (no
-// such views, a checkpoint of another model) are InvalidArguments.
+// to png_root/<step>/ (the checkpoint's step). `on_view` is called after each view this process
+// rendered. With `comm`, its ranks share the views (view i on rank i % size) and every rank gets
+// every view's scores, the same numbers one process computes. Errors (no such views, a
+// checkpoint of another model) are InvalidArguments.
 EvalReport evaluate_run(const TrainConfig& config, const std::string& checkpoint, data::Split split,
                         int max_views, const std::string& png_root,
-                        const std::function<void(const ViewMetrics&)>& on_view = {});
+                        const std::function<void(const ViewMetrics&)>& on_view = {},
+                        dist::Communicator* comm = nullptr);
 
 struct PathFrameRender {
   int frame = 0;
@@ -106,10 +110,13 @@ struct PathReport {
 // Loads `checkpoint` into the model of evaluation_config(config) and renders every frame of
 // `path` from its num_source_views nearest training views (data::nearest_sources) into
 // <png_root>/<step>/<name>/: frame-NNNN.png, frame-NNNN_depth.png and cameras.json (each
-// frame's camera, depth bounds and sources). `on_frame` is called after each frame.
+// frame's camera, depth bounds and sources). `on_frame` is called after each frame this process
+// rendered. With `comm`, its ranks share the frames (frame f on rank f % size) and rank 0 writes
+// cameras.json once all are written; the report lists every frame on every rank.
 PathReport render_path(const TrainConfig& config, const std::string& checkpoint,
                        const std::vector<data::PathFrame>& path, const std::string& png_root,
                        const std::string& name,
-                       const std::function<void(const PathFrameRender&)>& on_frame = {});
+                       const std::function<void(const PathFrameRender&)>& on_frame = {},
+                       dist::Communicator* comm = nullptr);
 
 }  // namespace mvibr::train
