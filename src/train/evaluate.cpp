@@ -124,6 +124,14 @@ data::ReaderOptions heldout_reader_options(const TrainConfig& c, data::Split spl
   return o;
 }
 
+// The checkpoint's parameters into `model`; returns its step (Adam's count).
+uint64_t load_weights(const std::string& checkpoint, IbrnetModel* model) {
+  nn::Adam adam(model->parameters(), nn::AdamOptions{});
+  nn::TrainingState state;
+  nn::load_checkpoint(checkpoint, &model->parameters(), &adam, &state);
+  return adam.steps();
+}
+
 }  // namespace
 
 std::vector<float> pixel_rows(int width, int first_row, int rows) {
@@ -244,11 +252,8 @@ EvalReport evaluate_run(const TrainConfig& config, const std::string& checkpoint
                         const std::function<void(const ViewMetrics&)>& on_view,
                         dist::Communicator* comm) {
   IbrnetModel model(evaluation_config(config));
-  nn::Adam adam(model.parameters(), nn::AdamOptions{});
-  nn::TrainingState state;
-  nn::load_checkpoint(checkpoint, &model.parameters(), &adam, &state);
   EvalReport report;
-  report.step = adam.steps();
+  report.step = load_weights(checkpoint, &model);
 
   const std::string png_dir =
       png_root.empty() ? "" : (fs::path(png_root) / std::to_string(report.step)).string();
@@ -290,11 +295,8 @@ PathReport render_path(const TrainConfig& config, const std::string& checkpoint,
                        const std::function<void(const PathFrameRender&)>& on_frame,
                        dist::Communicator* comm) {
   IbrnetModel model(evaluation_config(config));
-  nn::Adam adam(model.parameters(), nn::AdamOptions{});
-  nn::TrainingState state;
-  nn::load_checkpoint(checkpoint, &model.parameters(), &adam, &state);
   PathReport report;
-  report.step = adam.steps();
+  report.step = load_weights(checkpoint, &model);
   report.dir = (fs::path(png_root) / std::to_string(report.step) / name).string();
   const data::ViewLookup lookup(config.datadir);
   const data::Scene& scene = lookup.index().scene;
