@@ -203,7 +203,7 @@ void load_checkpoint(const std::string& path, ParameterSet* params, Adam* adam,
     }
   }
   const hsize_t ranks = file.shape("data_cursors", {-1, 2})[0];
-  if (ranks < 1 || ranks > kMaxRanks) {
+  if (ranks > kMaxRanks) {
     file.fail("data_cursors has " + std::to_string(ranks) + " ranks");
   }
 
@@ -224,9 +224,13 @@ void load_checkpoint(const std::string& path, ParameterSet* params, Adam* adam,
       std::copy(values.begin(), values.end(), buffers[tree].begin() + std::ptrdiff_t(info.offset));
     }
   }
-  const std::vector<uint64_t> cursors = file.read_uint64s("data_cursors", {(long long)ranks, 2});
-  for (hsize_t r = 0; r < ranks; ++r)
-    loaded.cursors.push_back({cursors[2 * r], cursors[2 * r + 1]});
+  if (ranks > 0) {  // none: weights alone, e.g. imported from IBRNet
+    const std::vector<uint64_t> cursors =
+        file.read_uint64s("data_cursors", {(long long)ranks, 2});
+    for (hsize_t r = 0; r < ranks; ++r) {
+      loaded.cursors.push_back({cursors[2 * r], cursors[2 * r + 1]});
+    }
+  }
 
   params->values() = std::move(buffers[0]);
   adam->restore(step, std::move(buffers[1]), std::move(buffers[2]));

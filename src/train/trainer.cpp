@@ -111,6 +111,11 @@ data::ReaderCursor restore_or_initialize(const TrainConfig& config, const std::s
   comm.broadcast(state.cursors.data(), written_by * sizeof(data::ReaderCursor), 0);
 
   log << "resuming from " << resume << " at step " << steps << "\n";
+  if (written_by == 0) {
+    log << resume << " holds weights without a data position (imported): the data starts from "
+        << "the beginning\n";
+    return {};
+  }
   if (written_by == uint64_t(comm.size())) return state.cursors[size_t(comm.rank())];
   uint64_t epoch = 0;
   for (const data::ReaderCursor& c : state.cursors) epoch = std::max(epoch, c.epoch);

@@ -4,7 +4,9 @@
 // PyTorch converter need nothing of mvibr; Adam's moments mirror that under
 // "optimizer/exp_avg/<name>" and "optimizer/exp_avg_sq/<name>". Root attributes: format
 // "mvibr-checkpoint", format_version 1, step, mvibr_version, config, random_seed, lr_feature and
-// lr_mlp (the rates of the next update); dataset data_cursors [ranks, 2] (epoch, position).
+// lr_mlp (the rates of the next update); dataset data_cursors [ranks, 2] (epoch, position), or
+// [0, 2] in a file of weights alone (tools/ibrnet_checkpoint.py imports IBRNet's so), whose
+// training starts the data from the beginning.
 //
 // A checkpoint is written under a temporary name, flushed, fsynced and renamed, so a crash leaves
 // the previous file or the new one, never a half-written one under the final name.
@@ -23,7 +25,7 @@ namespace mvibr::nn {
 // What a checkpoint holds besides the parameters and Adam (whose step count is the run's step).
 struct TrainingState {
   std::string config;                       // the run's configuration, as text
-  std::vector<data::ReaderCursor> cursors;  // every rank's data stream, by rank
+  std::vector<data::ReaderCursor> cursors;  // every rank's data stream, by rank (none: weights)
   uint64_t random_seed = 0;                 // RandomKey::seed; the key's step is the run's step
 };
 

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# tools/ibrnet_checkpoint.py both ways on a trained run: export gives IBRNet's three state dicts
+# with the checkpoint's values under IBRNet's names; import of that file (also as saved from a
+# DistributedDataParallel wrapper, with IBRNet's optimizer entry) renders exactly what the
+# original checkpoint renders and fine-tunes from step 0 without a data-position warning; bad
+# files end with one clear line.
+#   ibrnet_checkpoint_test.sh MVIBR_BINARY SOURCE_DIR
+set -euo pipefail
+mvibr=$1
+source_dir=$2
+tool="/usr/bin/python3 $source_dir/tools/ibrnet_checkpoint.py"
+source "$source_dir/test/integration/lib.sh"
+
+small=(--config "$source_dir/configs/synthetic.txt" --datadir "$work/data" --basedir "$work/runs"
+  --N_rand 32 --N_samples 8 --N_importance 4 --num_source_views 3 --source_pool 4
+  --coarse_feat_dim 4 --fine_feat_dim 4 --i_print 1 --i_img 100)
+
+echo "== a trained run"
+"$mvibr" prep --out "$work/data" --shards 1 --views 12 --width 32 --height 24 >/dev/null
+"$mvibr" train "${small[@]}" --expname run --n_iters 3 >/dev/null
+checkpoint=$work/runs/run/checkpoints/ckpt-00000003.h5
+
+echo "== export"
+$tool export "$checkpoint" "$work/model.pth"
+/usr/bin/python3 -c '
+import h5py, numpy as np, sys, torch
+saved = torch.load(sys.argv[2])
+assert sorted(saved) == ["feature_net", "net_coarse", "net_fine"], sorted(saved)
+with h5py.File(sys.argv[1], "r") as f:
+    names = sorted(f["model"])
+    assert sorted(n + "." + k for n in saved for k in saved[n]) == names
+    for network, params in saved.items():
+        for name, value in params.items():
+            assert value.dtype == torch.float32, (name, value.dtype)
+            stored = torch.from_numpy(np.asarray(f["model"][network + "." + name]))
+            assert value.shape == stored.shape and torch.equal(value, stored), name
+assert saved["net_coarse"]["s"].shape == (), saved["net_coarse"]["s"].shape
+assert saved["feature_net"]["conv1.weight"].shape[1:] == (3, 7, 7)
+print("export: %d tensors, IBRNet names and shapes" % len(names))
+' "$checkpoint" "$work/model.pth"
+
+echo "== import, as IBRNet saves it from DistributedDataParallel"
+/usr/bin/python3 -c '
+import sys, torch
+saved = torch.load(sys.argv[1])
+wrapped = {n: {"module." + k: v for k, v in d.items()} for n, d in saved.items()}
+wrapped["optimizer"] = {"state": {}, "param_groups": []}
+wrapped["scheduler"] = {"last_epoch": 255000}
+torch.save(wrapped, sys.argv[2])
+' "$work/model.pth" "$work/ddp.pth"
+$tool import "$work/ddp.pth" "$work/imported.h5"
+"$mvibr" render --run "$work/runs/run" --ckpt "$checkpoint" --max_views 2 >/dev/null
+"$mvibr" render --run "$work/runs/run" --ckpt "$work/imported.h5" --max_views 2 >/dev/null
+diff -r "$work/runs/run/renders/3" "$work/runs/run/renders/0" ||
+  fail "the imported weights render differently"
+"$mvibr" train "${small[@]}" --expname tuned --n_iters 2 --ckpt_path "$work/imported.h5" |
+  tee "$work/tuned"
+grep -q "at step 0" "$work/tuned" || fail "fine-tuning did not start at step 0"
+grep -q "without a data position" "$work/tuned" || fail "no note on the data position"
+! grep -q "warning" "$work/tuned" || fail "a warning for imported weights"
+[[ -f $work/runs/tuned/checkpoints/ckpt-00000002.h5 ]] || fail "no checkpoint after fine-tuning"
+
+echo "== bad input"
+echo "not a checkpoint" >"$work/text.pth"
+expect_error "text.pth: not a PyTorch checkpoint" $tool import "$work/text.pth" "$work/x.h5"
+/usr/bin/python3 -c '
+import sys, torch
+saved = torch.load(sys.argv[1])
+torch.save({"net_fine": saved["net_fine"]}, sys.argv[2])
+saved["net_coarse"]["s"] = torch.tensor(float("nan"))
+torch.save(saved, sys.argv[3])
+del saved["net_fine"]
+saved["net_coarse"]["s"] = torch.tensor(0.2)
+torch.save(saved, sys.argv[4])
+' "$work/model.pth" "$work/fine-only.pth" "$work/nan.pth" "$work/coarse-only.pth"
+expect_error "fine-only.pth: not an IBRNet checkpoint" $tool import "$work/fine-only.pth" \
+  "$work/x.h5"
+expect_error "nan.pth: net_coarse.s holds a value that is not finite" $tool import \
+  "$work/nan.pth" "$work/x.h5"
+[[ ! -e $work/x.h5 ]] || fail "a failed import left a file"
+# A coarse-only file imports, and mvibr names what its model misses.
+$tool import "$work/coarse-only.pth" "$work/coarse-only.h5" >/dev/null
+expect_error "missing parameter 'model/net_fine" "$mvibr" render --run "$work/runs/run" \
+  --ckpt "$work/coarse-only.h5"
+expect_error "scene.h5: not an mvibr checkpoint" $tool export "$work/data/scene.h5" "$work/x.pth"
+echo "ibrnet_checkpoint_test: all passed"
