@@ -14,7 +14,7 @@ names, so the conversion renames nothing. Keys saved from a DistributedDataParal
 import writes a checkpoint of weights alone: step 0, Adam's moments zero (a fresh optimiser, as
 IBRNet's --no_load_opt) and no data position. Use it with the model settings the weights were
 trained with (IBRNet's published model: feature_net = ibrnet, coarse_feat_dim = fine_feat_dim =
-32, N_samples = 64 for the ray transformer's positional encoding):
+32, and N_samples = N_importance = 64, which size the ray transformers' positional encodings):
 
     mvibr train --config configs/fern.txt --feature_net ibrnet --ckpt_path OUT.h5   (fine-tune)
     mvibr render --run runs/fern --ckpt OUT.h5 --path spiral                        (render)
