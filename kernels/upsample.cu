@@ -28,11 +28,12 @@ struct Tap {
 
 // Where output index o of an axis upsampled from n samples the input.
 __device__ __forceinline__ Tap tap(int o, int n) {
-  const double scale = double(n - 1) / double(2 * n - 1);
-  const double source = scale * double(o);
+  // Rounded step by step as the CPU's (built without FMA contraction); nvcc would fuse them.
+  const double scale = __ddiv_rn(double(n - 1), double(2 * n - 1));
+  const double source = __dmul_rn(scale, double(o));
   const int low = int(source);
   const int high = low < n - 1 ? low + 1 : low;
-  const float fraction = float(source - double(low));
+  const float fraction = float(__dsub_rn(source, double(low)));
   return {low, high, __fsub_rn(1.0f, fraction), fraction};
 }
 

@@ -29,6 +29,10 @@ StreamHandle Context::stream() const {
   return impl_->stream;
 }
 
+void Context::synchronize() {
+  MVIBR_CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+}
+
 void Context::set_stream(StreamHandle stream) {
   impl_->stream = stream;
   MVIBR_CUBLAS_CHECK(cublasSetStream(impl_->cublas, stream));

@@ -51,7 +51,16 @@ class CudaStep final : public DeviceStep {
                                                              : nn::cuda::GemmPrecision::kFp32);
   }
 
-  void set_loss_scale(double scale) override { loss_scale_ = scale; }
+  // GradScaler scales the mean loss; the backward here starts from the summed squared error, up to
+  // 3 N_rand times larger, so the scale is divided by a power of two at least that (exact, and
+  // fp16 GEMM inputs stay as far from 65504 as PyTorch's do). fp32 and bf16 take it as it is.
+  void set_loss_scale(double scale) override {
+    double mean_divisor = 1;
+    if (config_.precision == "fp16") {
+      while (mean_divisor < 3.0 * config_.N_rand) mean_divisor *= 2;
+    }
+    gradient_scale_ = scale / mean_divisor;
+  }
 
   void prepare_sources(const nn::ParameterSet& parameters, const HostSources& sources,
                        bool training) override {
@@ -116,14 +125,16 @@ class CudaStep final : public DeviceStep {
                 const std::function<void(ParameterRange)>& ready, bool keep_on_device,
                 PhaseTimes* times) override {
     PhaseLaps laps;
-    // The gradients of the loss times loss_scale_, back to those of the loss.
+    // The gradients of the summed loss times gradient_scale_, back to those of the loss.
     const auto divide = [&](float* values, size_t count, double denominator) {
-      nn::cuda::scale(count, float(1.0 / (denominator * loss_scale_)), values, context_.stream());
+      nn::cuda::scale(count, float(1.0 / (denominator * gradient_scale_)), values,
+                      context_.stream());
     };
     // The aggregation networks' ranges come first in `order`, the feature network's last.
     const auto publish = [&](const ParameterRange& range) {
       if (keep_on_device) {
-        device_synchronize();
+        // This stream only: the NCCL stream's all-reduces of earlier ranges go on meanwhile.
+        context_.synchronize();
       } else {
         add_to_host(range, parameters);
       }
@@ -279,7 +290,7 @@ class CudaStep final : public DeviceStep {
     const SourceViews<float> v = views(use_fine);
     const size_t rows = size_t(n_rays) * p->n_samples;
     cuda::masked_mse_backward(n_rays, p->rgb_map.data(), target_rgb_.data(), p->ray_mask.data(),
-                              p->loss.data(), float(loss_scale_),
+                              p->loss.data(), float(gradient_scale_),
                               grown(p->grad_rgb_map, size_t(n_rays) * 3), context_.stream());
     cuda::composite_rays_backward(
         n_rays, p->n_samples, p->sigma.data(), p->rgb.data(), p->depths.data(), directions_.data(),
@@ -304,7 +315,7 @@ class CudaStep final : public DeviceStep {
   nn::cuda::IbrnetAggregator net_coarse_;
   std::unique_ptr<nn::cuda::IbrnetAggregator> net_fine_;
   size_t coarse_offset_ = 0, fine_offset_ = 0;
-  double loss_scale_ = 1;
+  double gradient_scale_ = 1;  // what the backward's first gradient is multiplied by
 
   DeviceArray<float> params_, grads_;
   HostSources sources_;  // sizes only after prepare_sources: the host arrays may be gone

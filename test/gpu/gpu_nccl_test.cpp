@@ -40,21 +40,25 @@ TEST_F(NcclOneRank, CollectivesOnDeviceMemory) {
   for (size_t i = 0; i < values.size(); ++i) values[i] = 0.5f * float(i) - 7.0f;
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMax}) {
     DeviceArray<float> device(values);
+    device_synchronize();  // the upload is final before NCCL's own stream reads it
     nccl_->all_reduce(device.data(), device.size(), op);
     EXPECT_EQ(device.to_host(), values);  // one rank: every reduction is the identity
   }
   const std::vector<double> doubles = {1e-300, -2.5, 3e300};
   DeviceArray<double> device_doubles(doubles);
+  device_synchronize();
   nccl_->all_reduce(device_doubles.data(), doubles.size(), ReduceOp::kSum);
   EXPECT_EQ(device_doubles.to_host(), doubles);
 
   std::vector<uint16_t> halves;
   for (float v : values) halves.push_back(to_bf16(v));
   DeviceArray<uint16_t> device_halves(halves);
+  device_synchronize();
   nccl_->all_reduce_bf16_sum(device_halves.data(), halves.size());
   EXPECT_EQ(device_halves.to_host(), halves);
 
   DeviceArray<float> source(values), gathered(values.size());
+  device_synchronize();
   nccl_->all_gather(source.data(), values.size() * sizeof(float), gathered.data());
   EXPECT_EQ(gathered.to_host(), values);
   nccl_->broadcast(source.data(), values.size() * sizeof(float), 0);

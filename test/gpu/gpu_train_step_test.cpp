@@ -156,13 +156,25 @@ double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(difference / norm);
 }
 
-// A power-of-two loss scale multiplies and divides exactly: the same bits as no scale.
+// A power-of-two loss scale multiplies and divides exactly: the same bits as no scale, in the
+// loss and the aggregation networks' gradients. The feature network's are summed from the
+// gather backward's atomics, whose order differs from run to run: within 1e-6 there.
 TEST_F(GpuTrainStep, LossScaleIsDividedOutExactly) {
   std::vector<float> unscaled, scaled;
   const StepResult a = device_step("fp32", 1, &unscaled);
   const StepResult b = device_step("fp32", 1024, &scaled);
   EXPECT_EQ(a.loss, b.loss);
-  EXPECT_EQ(unscaled, scaled);
+  const IbrnetModel model(step_config("cuda", false));
+  for (const nn::ParameterInfo& info : model.parameters().infos()) {
+    const auto first = std::ptrdiff_t(info.offset), last = first + std::ptrdiff_t(info.size);
+    const std::vector<float> x(unscaled.begin() + first, unscaled.begin() + last),
+        y(scaled.begin() + first, scaled.begin() + last);
+    if (info.name.rfind("feature_net.", 0) == 0) {
+      EXPECT_LE(mvibr::testing::normwise_relative_error(y, x), 1e-6) << info.name;
+    } else {
+      EXPECT_EQ(x, y) << info.name;
+    }
+  }
 }
 
 // bf16 and fp16 GEMM inputs (8 and 11 significant bits) against fp32: the losses within 1e-2

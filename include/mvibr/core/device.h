@@ -17,7 +17,7 @@ int cuda_device_count();
 std::string cuda_device_description(int device);
 
 void* device_allocate(size_t bytes);
-void device_free(void* pointer);
+void device_free(void* pointer);  // never throws (destructors call it); reports on stderr
 void copy_host_to_device(void* device_destination, const void* host_source, size_t bytes);
 void copy_device_to_host(void* host_destination, const void* device_source, size_t bytes);
 void copy_device_to_device(void* device_destination, const void* device_source, size_t bytes);

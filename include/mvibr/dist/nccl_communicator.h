@@ -16,7 +16,9 @@ namespace mvibr::dist {
 int select_device(const Topology& topology);
 
 // A Communicator whose collectives run on NCCL over `device` memory: every pointer passed to it
-// is device memory. Calls block until the collective is complete, polling NCCL's asynchronous
+// is device memory, final when the call is made (the collectives run on a stream of their own
+// that waits for no other: the caller synchronises whatever wrote them). Calls block until the
+// collective is complete, polling NCCL's asynchronous
 // error state while they wait; an NCCL error aborts the communicator (ncclCommAbort) and throws
 // RuntimeFailure, so a failing peer never leaves this rank waiting. `bootstrap` (the MPI
 // communicator of the same ranks) carries the unique id. Throws RuntimeFailure in a build

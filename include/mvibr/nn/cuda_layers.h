@@ -56,6 +56,9 @@ class Context {
 
   StreamHandle stream() const;
   void set_stream(StreamHandle stream);
+  // Waits for the work queued on this stream (not the device's other streams); throws
+  // RuntimeFailure on an asynchronous error.
+  void synchronize();
 
   // Convolution algorithm choice (defaults: heuristic, deterministic only, 256 MiB). Whatever
   // the setting, only the algorithms that sum in fp32 like a GEMM are used (implicit GEMM, GEMM,

@@ -100,7 +100,8 @@ class IbrnetModel {
   // the whole batch (3 x valid rays + 1e-6 of each pass, summed over ranks and micro-steps) and
   // runs the feature network's backward. It calls `ready` with each range of parameter gradients
   // the moment it is final, in the order of gradient_ready_order(), so an all-reduce of that
-  // range can start while the rest of the backward pass runs.
+  // range can start while the rest of the backward pass runs. parameters().grads() must be zero
+  // at begin_step: the CPU step divides what they hold.
   void begin_step(const data::TrainingSample& sample);
   RaySums accumulate(const RayBatch& rays, RandomKey key, uint32_t first_ray);
   void end_step(double coarse_denominator, double fine_denominator,
