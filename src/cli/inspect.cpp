@@ -1,6 +1,6 @@
-// `mvibr inspect PATH`: what a prepared scene (its folder or scene.h5) or one shard holds, and a
-// full check of it: every header and table validated, every frame chunk read (so a checksum
-// failure anywhere shows up here, not mid-training).
+// `mvibr inspect PATH`: what a prepared scene (its folder or scene.h5), one shard or a checkpoint
+// holds, and a full check of it: every header and table validated, every frame chunk or tensor
+// read (so a checksum failure anywhere shows up here, not mid-training or at resume).
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <cstdio>
@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "mvibr/core/error.h"
 #include "mvibr/data/shards.h"
+#include "mvibr/nn/checkpoint.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -52,14 +53,36 @@ void print_shard(const data::ShardReader& shard) {
               double(sources) / std::max(1, shard.n_targets()));
 }
 
+void print_checkpoint(const std::string& path) {
+  const nn::CheckpointSummary c = nn::inspect_checkpoint(path);
+  std::printf("checkpoint at step %llu: %s\n", (unsigned long long)c.step, path.c_str());
+  std::printf("  written by %s, seed %llu, learning rates: feature %.4g, mlp %.4g\n",
+              c.mvibr_version.c_str(), (unsigned long long)c.random_seed, c.lr_feature, c.lr_mlp);
+  if (c.ranks == 0) {
+    std::printf("  weights alone (no data position)\n");
+  } else {
+    std::printf("  data positions of %zu rank(s)\n", c.ranks);
+  }
+  std::map<std::string, std::pair<size_t, size_t>> networks;  // tensors, values
+  for (const nn::CheckpointSummary::Tensor& t : c.parameters) {
+    auto& n = networks[t.name.substr(0, t.name.find('.'))];
+    ++n.first;
+    n.second += t.count;
+  }
+  for (const auto& [name, counts] : networks) {
+    std::printf("  %s: %zu tensors, %zu values\n", name.c_str(), counts.first, counts.second);
+  }
+  std::printf("checked %zu parameters and both Adam moments of each: ok\n", c.parameters.size());
+}
+
 }  // namespace
 
 int run_inspect(const std::vector<std::string>& args) {
   std::string path;
   bool no_check = false;
   po::options_description options("mvibr inspect options");
-  options.add_options()("help,h", "print this help")("path", po::value(&path),
-                                                     "a prepared folder, scene.h5 or a shard")(
+  options.add_options()("help,h", "print this help")(
+      "path", po::value(&path), "a prepared folder, scene.h5, a shard or a checkpoint")(
       "no_check", po::bool_switch(&no_check), "print only; do not read every frame");
   po::positional_options_description positional;
   positional.add("path", 1);
@@ -73,7 +96,12 @@ int run_inspect(const std::vector<std::string>& args) {
   if (path.empty()) throw InvalidArgument("mvibr inspect needs a PATH");
 
   const std::string file = fs::is_directory(path) ? (fs::path(path) / "scene.h5").string() : path;
-  if (data::data_file_kind(file) == "mvibr-shard") {
+  const std::string kind = data::data_file_kind(file);
+  if (kind == "mvibr-checkpoint") {
+    print_checkpoint(file);
+    return 0;
+  }
+  if (kind == "mvibr-shard") {
     const data::ShardReader shard(file);
     print_shard(shard);
     std::printf("  format version %d, prep: %s\n", data::kDataFormatVersion,

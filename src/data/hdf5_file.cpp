@@ -251,6 +251,16 @@ std::vector<std::string> File::members(const std::string& group) const {
   return names;
 }
 
+int File::rank(const std::string& name) const {
+  if (!has(name)) fail("missing dataset '" + name + "'");
+  Handle dataset(H5Dopen2(id(), name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!dataset.valid()) fail("'" + name + "' is not a dataset");
+  Handle space(H5Dget_space(dataset.get()), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank < 0 || rank > 8) fail("dataset '" + name + "' has rank " + std::to_string(rank));
+  return rank;
+}
+
 std::vector<hsize_t> File::shape(const std::string& name,
                                  const std::vector<long long>& expected) const {
   if (!has(name)) fail("missing dataset '" + name + "'");

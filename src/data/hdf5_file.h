@@ -72,6 +72,8 @@ class File {
   void write_strings(const std::string& name, const std::vector<std::string>& values);
   // The names of a group's members, in name order.
   std::vector<std::string> members(const std::string& group) const;
+  // The number of dimensions of a dataset (at most 8, else a failure).
+  int rank(const std::string& name) const;
   // The shape of a dataset, checked against `expected` (-1 matches any extent) before anything
   // is read or allocated.
   std::vector<hsize_t> shape(const std::string& name, const std::vector<long long>& expected) const;

@@ -15,8 +15,8 @@ std::string data_file_kind(const std::string& path) {
   const h5::LibraryGuard guard(h5::library_lock());
   const h5::File file = h5::File::open_read_only(path);
   const std::string kind = file.string_attribute("format");
-  if (kind != "mvibr-scene" && kind != "mvibr-shard") {
-    file.fail("is a '" + kind + "' file, not an mvibr scene or shard");
+  if (kind != "mvibr-scene" && kind != "mvibr-shard" && kind != "mvibr-checkpoint") {
+    file.fail("is a '" + kind + "' file, not an mvibr scene, shard or checkpoint");
   }
   return kind;
 }

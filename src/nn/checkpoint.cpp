@@ -31,6 +31,16 @@ constexpr const char* kTrees[3] = {"model", "optimizer/exp_avg", "optimizer/exp_
 // More ranks than this in a file is corruption, not a cluster.
 constexpr hsize_t kMaxRanks = hsize_t(1) << 20;
 
+void check_format(const h5::File& file) {
+  const std::string format = file.string_attribute("format");
+  if (format != kFormat) file.fail("not an mvibr checkpoint (format '" + format + "')");
+  const long long version = file.integer_attribute("format_version");
+  if (version != kCheckpointFormatVersion) {
+    file.fail("checkpoint format version " + std::to_string(version) + ", this build reads " +
+              std::to_string(kCheckpointFormatVersion));
+  }
+}
+
 std::string dataset_name(int tree, const ParameterInfo& info) {
   return std::string(kTrees[tree]) + "/" + info.name;
 }
@@ -166,13 +176,7 @@ void load_checkpoint(const std::string& path, ParameterSet* params, Adam* adam,
   }
   const h5::LibraryGuard guard(h5::library_lock());
   const h5::File file = h5::File::open_read_only(path);
-  const std::string format = file.string_attribute("format");
-  if (format != kFormat) file.fail("not an mvibr checkpoint (format '" + format + "')");
-  const long long version = file.integer_attribute("format_version");
-  if (version != kCheckpointFormatVersion) {
-    file.fail("checkpoint format version " + std::to_string(version) + ", this build reads " +
-              std::to_string(kCheckpointFormatVersion));
-  }
+  check_format(file);
   const uint64_t step = file.unsigned_attribute("step");
   TrainingState loaded;
   loaded.config = file.string_attribute("config");
@@ -225,8 +229,7 @@ void load_checkpoint(const std::string& path, ParameterSet* params, Adam* adam,
     }
   }
   if (ranks > 0) {  // none: weights alone, e.g. imported from IBRNet
-    const std::vector<uint64_t> cursors =
-        file.read_uint64s("data_cursors", {(long long)ranks, 2});
+    const std::vector<uint64_t> cursors = file.read_uint64s("data_cursors", {(long long)ranks, 2});
     for (hsize_t r = 0; r < ranks; ++r) {
       loaded.cursors.push_back({cursors[2 * r], cursors[2 * r + 1]});
     }
@@ -235,6 +238,57 @@ void load_checkpoint(const std::string& path, ParameterSet* params, Adam* adam,
   params->values() = std::move(buffers[0]);
   adam->restore(step, std::move(buffers[1]), std::move(buffers[2]));
   *state = std::move(loaded);
+}
+
+CheckpointSummary inspect_checkpoint(const std::string& path) {
+  const h5::LibraryGuard guard(h5::library_lock());
+  const h5::File file = h5::File::open_read_only(path);
+  check_format(file);
+  CheckpointSummary summary;
+  summary.step = file.unsigned_attribute("step");
+  summary.mvibr_version = file.string_attribute("mvibr_version");
+  summary.config = file.string_attribute("config");
+  summary.random_seed = file.unsigned_attribute("random_seed");
+  summary.lr_feature = file.double_attribute("lr_feature");
+  summary.lr_mlp = file.double_attribute("lr_mlp");
+  for (const double lr : {summary.lr_feature, summary.lr_mlp}) {
+    if (!std::isfinite(lr) || lr < 0) file.fail("a learning-rate attribute is invalid");
+  }
+  summary.ranks = file.shape("data_cursors", {-1, 2})[0];
+  if (summary.ranks > kMaxRanks) {
+    file.fail("data_cursors has " + std::to_string(summary.ranks) + " ranks");
+  }
+  // More values than this in one tensor is corruption, not a network.
+  constexpr size_t kMaxValues = size_t(1) << 31;
+  for (const std::string& name : file.members(kTrees[0])) {
+    CheckpointSummary::Tensor tensor{name, {}, 1};
+    const std::vector<hsize_t> dims = file.shape(
+        std::string(kTrees[0]) + "/" + name,
+        std::vector<long long>(size_t(file.rank(std::string(kTrees[0]) + "/" + name)), -1));
+    std::vector<long long> expected;
+    for (hsize_t d : dims) {
+      tensor.shape.push_back(size_t(d));
+      expected.push_back((long long)d);
+      tensor.count *= size_t(d);
+      if (tensor.count > kMaxValues) file.fail("'model/" + name + "' is implausibly large");
+    }
+    for (int tree = 0; tree < 3; ++tree) {
+      const std::string dataset = std::string(kTrees[tree]) + "/" + name;
+      for (float value : file.read_floats(dataset, expected)) {
+        if (!std::isfinite(value) || (tree == 2 && value < 0)) {
+          file.fail("'" + dataset + "' holds an invalid value (" + std::to_string(value) + ")");
+        }
+      }
+    }
+    summary.parameters.push_back(std::move(tensor));
+  }
+  if (summary.parameters.empty()) file.fail("holds no parameters");
+  for (int tree = 1; tree < 3; ++tree) {
+    if (file.members(kTrees[tree]).size() != summary.parameters.size()) {
+      file.fail(std::string(kTrees[tree]) + " holds other tensors than model");
+    }
+  }
+  return summary;
 }
 
 }  // namespace mvibr::nn

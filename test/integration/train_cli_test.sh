@@ -90,6 +90,32 @@ expect_error "--path_views is for --path interpolate" "$mvibr" render --run "$wo
 expect_error "--frames is for a camera path" "$mvibr" render --run "$work/runs/run" --frames 3
 expect_error "unrecognised option '--path'" "$mvibr" eval --run "$work/runs/run" --path spiral
 
+echo "== inspect a checkpoint"
+"$mvibr" inspect "$work/runs/run/checkpoints/ckpt-00000006.h5" | tee "$work/inspect"
+grep -q "^checkpoint at step 6: " "$work/inspect" || fail "inspect: no step"
+grep -q "data positions of 1 rank(s)" "$work/inspect" || fail "inspect: no data positions"
+grep -q "net_fine: 37 tensors" "$work/inspect" || fail "inspect: no fine network"
+grep -q "both Adam moments of each: ok" "$work/inspect" || fail "inspect: no check"
+for damage in nan negative missing; do
+  cp "$work/runs/run/checkpoints/ckpt-00000006.h5" "$work/$damage.h5"
+  /usr/bin/python3 -c '
+import h5py, sys
+with h5py.File(sys.argv[1], "r+") as f:
+    if sys.argv[2] == "nan":
+        f["model/net_coarse.s"][()] = float("nan")
+    elif sys.argv[2] == "negative":
+        d = f["optimizer/exp_avg_sq/net_fine.rgb_fc.0.bias"]
+        d[0] = -1.0
+    else:
+        del f["optimizer/exp_avg/feature_net.conv1.weight"]
+' "$work/$damage.h5" "$damage"
+done
+expect_error "'model/net_coarse.s' holds an invalid value" "$mvibr" inspect "$work/nan.h5"
+expect_error "'optimizer/exp_avg_sq/net_fine.rgb_fc.0.bias' holds an invalid value" "$mvibr" \
+  inspect "$work/negative.h5"
+expect_error "missing dataset 'optimizer/exp_avg/feature_net.conv1.weight'" "$mvibr" inspect \
+  "$work/missing.h5"
+
 echo "== help"
 # grep reads all of the help (not -q): stopping early would end mvibr with SIGPIPE mid-write.
 "$mvibr" eval --help | grep -- "--max_views" >/dev/null || fail "eval --help"

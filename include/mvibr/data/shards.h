@@ -53,8 +53,8 @@ struct SceneIndex {
   std::vector<int> shard_of_view;
 };
 
-// "mvibr-scene" or "mvibr-shard" (the file's format attribute); throws InvalidArgument naming
-// the file when it is neither or unreadable.
+// "mvibr-scene", "mvibr-shard" or "mvibr-checkpoint" (the file's format attribute); throws
+// InvalidArgument naming the file when it is none of them or unreadable.
 std::string data_file_kind(const std::string& path);
 
 // Reads and validates scene.h5 (a path to the file or to the folder holding it).

@@ -52,4 +52,21 @@ std::string save_checkpoint(const std::string& run_dir, const ParameterSet& para
 void load_checkpoint(const std::string& path, ParameterSet* params, Adam* adam,
                      TrainingState* state);
 
+// What a checkpoint holds, read and checked without a model (`mvibr inspect`): every header,
+// every parameter and both of Adam's moments under the same names and shapes, every value finite
+// and exp_avg_sq >= 0. Errors are one-line InvalidArguments naming the file and the dataset.
+struct CheckpointSummary {
+  uint64_t step = 0, random_seed = 0;
+  std::string mvibr_version, config;
+  double lr_feature = 0, lr_mlp = 0;
+  size_t ranks = 0;  // data cursors (0: weights alone)
+  struct Tensor {
+    std::string name;
+    std::vector<size_t> shape;
+    size_t count = 0;
+  };
+  std::vector<Tensor> parameters;  // in name order
+};
+CheckpointSummary inspect_checkpoint(const std::string& path);
+
 }  // namespace mvibr::nn
