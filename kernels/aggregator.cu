@@ -970,6 +970,10 @@ void IbrnetAggregator::forward(Context& context, int n_rays, int n_samples, int 
                           std::to_string(n_rays) + ", " + std::to_string(n_samples) + ", " +
                           std::to_string(n_views) + ")");
   }
+  // Valid for a backward only once this forward has gone through: a throw on the way (an
+  // allocation, a cuBLAS call) leaves no stale activations behind that look current.
+  im.has_forward = false;
+  im.activations.reset();
   Sizes& s = im.sizes;
   s.rays = size_t(n_rays);
   s.len = size_t(n_samples);
@@ -979,8 +983,10 @@ void IbrnetAggregator::forward(Context& context, int n_rays, int n_samples, int 
   im.rgb_features = rgb_features;
   im.ray_diff = ray_diff;
   im.mask = mask;
-  im.has_forward = true;
-  if (s.rows == 0) return;
+  if (s.rows == 0) {
+    im.has_forward = true;
+    return;
+  }
 
   const cudaStream_t stream = context.impl().stream;
   const Widths& w = im.widths;
@@ -1055,6 +1061,7 @@ void IbrnetAggregator::forward(Context& context, int n_rays, int n_samples, int 
   dense_forward(context, layers.rgb_2, n, params, a.h_rgb, kElu, a.h_rgb2);
   dense_forward(context, layers.rgb_4, n, params, a.h_rgb2, kNone, a.blend);
   launch(m, stream, blending_kernel, m, V, w.feature, mask, rgb_features, a.blend, rgb);
+  im.has_forward = true;
 }
 
 // Mirrors forward from the outputs back, as backward_chunk does.

@@ -56,8 +56,8 @@ __device__ __forceinline__ T warp_all_sum(T x) {
 }
 
 // The sum of x over a block of blockDim.x threads (a multiple of 32, at most 1024), returned to
-// every thread. `shared` holds 32 values. Starts and ends with a barrier, so consecutive calls
-// may share `shared`.
+// every thread. `shared` holds 32 values. Starts with a barrier, so consecutive calls may share
+// `shared`; other writes to it after a call need a barrier first.
 template <typename T>
 __device__ __forceinline__ T block_all_sum(T x, T* shared) {
   const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
