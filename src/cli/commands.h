@@ -28,7 +28,8 @@ struct RunSelection {
   train::TrainConfig config;
   data::Split split = data::Split::kTest;
   int max_views = 0;  // 0: all
-  // `mvibr render` only: a camera path instead of the split's views ("", spiral, interpolate),
+  // `mvibr render` only: a camera path instead of the split's views ("", spiral, orbit,
+  // interpolate),
   // its frame count, and the views an interpolated path goes through (default: the split's).
   std::string path;
   int frames = 120;

@@ -51,7 +51,9 @@ bool parse_run_selection(const std::vector<std::string>& args, const std::string
   if (command == "render") {
     options.add_options()("path", po::value(&selection->path),
                           "render a camera path instead: spiral (LLFF's, around the average "
-                          "camera) or interpolate (through --path_views)")(
+                          "camera; forward-facing scenes), orbit (NeRF's, around what the "
+                          "views look at; 360-degree scenes) or interpolate (through "
+                          "--path_views)")(
         "frames", po::value(&selection->frames)->default_value(selection->frames),
         "frames of the path")("path_views", po::value(&path_views),
                               "the views an interpolated path goes through, in order, e.g. "
@@ -63,23 +65,26 @@ bool parse_run_selection(const std::vector<std::string>& args, const std::string
   po::store(parsed, vm);
   po::notify(vm);
   if (vm.count("help")) {
-    std::cout << "usage: mvibr " << command
-              << " --run DIR [--split test|val|train] [--max_views N] [--ckpt PATH] "
-                 "[--<train key> VALUE ...]\n"
-              << (command == "render"
-                      ? "       mvibr render --run DIR --path spiral|interpolate [--frames N] "
-                        "[--path_views I,J,...] [...]\n"
-                      : "")
-              << "\n"
-              << options
-              << "\nThe run's config.txt gives the model and the data; train config keys given "
-                 "here override it\n(e.g. --datadir, --chunk_size; see mvibr train --help).\n";
+    std::cout
+        << "usage: mvibr " << command
+        << " --run DIR [--split test|val|train] [--max_views N] [--ckpt PATH] "
+           "[--<train key> VALUE ...]\n"
+        << (command == "render"
+                ? "       mvibr render --run DIR --path spiral|orbit|interpolate [--frames N] "
+                  "[--path_views I,J,...] [...]\n"
+                : "")
+        << "\n"
+        << options
+        << "\nThe run's config.txt gives the model and the data; train config keys given "
+           "here override it\n(e.g. --datadir, --chunk_size; see mvibr train --help).\n";
     return false;
   }
   if (selection->run_dir.empty()) throw InvalidArgument("mvibr " + command + " needs --run DIR");
   selection->split = parse_split(split);
-  if (!selection->path.empty() && selection->path != "spiral" && selection->path != "interpolate") {
-    throw InvalidArgument("--path must be spiral or interpolate, got '" + selection->path + "'");
+  if (!selection->path.empty() && selection->path != "spiral" && selection->path != "orbit" &&
+      selection->path != "interpolate") {
+    throw InvalidArgument("--path must be spiral, orbit or interpolate, got '" + selection->path +
+                          "'");
   }
   if (vm.count("frames") && !vm["frames"].defaulted() && selection->path.empty()) {
     throw InvalidArgument("--frames is for a camera path (--path)");

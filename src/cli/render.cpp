@@ -32,6 +32,10 @@ int render_camera_path(const RunSelection& s, dist::Communicator& world) {
     data::SpiralOptions options;
     options.frames = s.frames;
     path = data::spiral_path(index.scene, options);
+  } else if (s.path == "orbit") {
+    data::OrbitOptions options;
+    options.frames = s.frames;
+    path = data::orbit_path(index.scene, options);
   } else {
     const std::vector<int> keys =
         s.path_views.empty() ? default_path_views(index.scene, s) : s.path_views;

@@ -9,6 +9,8 @@
 #include <array>
 #include <cmath>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "mvibr/core/error.h"
 
@@ -109,14 +111,34 @@ double lerp(double a, double b, double t) {
   return a + t * (b - a);
 }
 
+// The smallest near and the largest far bound of the scene's views.
+std::pair<double, double> depth_range(const Scene& scene) {
+  double near = INFINITY, far = 0;
+  for (const View& v : scene.views) {
+    near = std::min(near, v.near_depth);
+    far = std::max(far, v.far_depth);
+  }
+  return {near, far};
+}
+
+// A frame of a spiral or an orbit: a camera at `eye` looking at `target`, with view 0's
+// intrinsics and size and the scene's depth range.
+PathFrame looking_at(const Scene& scene, Vec eye, Vec target, Vec up, int time_index) {
+  const PinholeCamera<double>& first = scene.views.front().camera;
+  PathFrame frame;
+  frame.camera = look_at_camera(eye, target, up, first.fx, first.width, first.height);
+  frame.camera.fy = first.fy;
+  frame.camera.cx = first.cx;
+  frame.camera.cy = first.cy;
+  std::tie(frame.near_depth, frame.far_depth) = depth_range(scene);
+  frame.time_index = time_index;
+  return frame;
+}
+
 }  // namespace
 
 double focus_depth(const Scene& scene) {
-  double close = INFINITY, far = 0;
-  for (const View& v : scene.views) {
-    close = std::min(close, v.near_depth);
-    far = std::max(far, v.far_depth);
-  }
+  const auto [close, far] = depth_range(scene);
   // LLFF's far end is 5x the largest bound; far_depth holds 1.6x the bound (IBRNet's margin,
   // which the importers add), so LLFF scenes get LLFF's focus exactly.
   const double infinity = 5 / 1.6 * far, weight = 0.75;
@@ -131,13 +153,10 @@ std::vector<PathFrame> spiral_path(const Scene& scene, const SpiralOptions& opti
   if (scene.views.empty()) throw InvalidArgument("scene '" + scene.name + "' has no views");
   const double n = double(scene.views.size());
   Vec center{0, 0, 0}, forward{0, 0, 0}, down{0, 0, 0};
-  double near = INFINITY, far = 0;
   for (const View& v : scene.views) {
     center = center + (1 / n) * v.camera.center();
     forward = forward + column(v.camera.c2w, 2);
     down = down + column(v.camera.c2w, 1);
-    near = std::min(near, v.near_depth);
-    far = std::max(far, v.far_depth);
   }
   if (norm(forward) < 0.05 * n) {
     throw InvalidArgument("scene '" + scene.name +
@@ -158,22 +177,92 @@ std::vector<PathFrame> spiral_path(const Scene& scene, const SpiralOptions& opti
   const Vec radii{percentile(offsets[0], 90), percentile(offsets[1], 90),
                   percentile(offsets[2], 90)};
   const Vec focus = transform_point(average.c2w, Vec{0, 0, focus_depth(scene)});
-  const PinholeCamera<double>& first = scene.views.front().camera;
   std::vector<PathFrame> path;
   for (int k = 0; k < options.frames; ++k) {
     const double t = 2 * M_PI * options.rotations * k / options.frames;
     const Vec eye = transform_point(average.c2w, Vec{radii.x * std::cos(t), radii.y * std::sin(t),
                                                      radii.z * std::sin(t * options.z_rate)});
-    PathFrame frame;
-    frame.camera = look_at_camera(eye, focus, up, first.fx, first.width, first.height);
-    frame.camera.fx = first.fx;
-    frame.camera.fy = first.fy;
-    frame.camera.cx = first.cx;
-    frame.camera.cy = first.cy;
-    frame.near_depth = near;
-    frame.far_depth = far;
-    frame.time_index = options.time_index;
-    path.push_back(frame);
+    path.push_back(looking_at(scene, eye, focus, up, options.time_index));
+  }
+  return path;
+}
+
+std::vector<PathFrame> orbit_path(const Scene& scene, const OrbitOptions& options) {
+  if (options.frames < 1) {
+    throw InvalidArgument("an orbit needs at least 1 frame, got " + std::to_string(options.frames));
+  }
+  if (scene.views.size() < 2) {
+    throw InvalidArgument("scene '" + scene.name + "': an orbit needs at least 2 views");
+  }
+  // The point nearest every optical axis: sum (I - d d^T) p = sum (I - d d^T) o, solved by
+  // Cramer's rule; a near-singular system means the axes are nearly parallel.
+  double a[3][3] = {}, b[3] = {};
+  Vec down{0, 0, 0};
+  for (const View& v : scene.views) {
+    const Vec d = column(v.camera.c2w, 2), o = v.camera.center();
+    const double dv[3] = {d.x, d.y, d.z}, ov[3] = {o.x, o.y, o.z};
+    for (int i = 0; i < 3; ++i) {
+      for (int j = 0; j < 3; ++j) {
+        const double m = (i == j ? 1.0 : 0.0) - dv[i] * dv[j];
+        a[i][j] += m;
+        b[i] += m * ov[j];
+      }
+    }
+    down = down + column(v.camera.c2w, 1);
+  }
+  const auto determinant = [](const double m[3][3]) {
+    return m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) -
+           m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0]) +
+           m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]);
+  };
+  const double n = double(scene.views.size()), det = determinant(a);
+  // How far the axes turn from their mean, mean(sin^2): under 0.03 (about 10 degrees) the point
+  // they meet is too poorly placed to orbit, as in a forward-facing capture.
+  Vec forward{0, 0, 0};
+  for (const View& v : scene.views) forward = forward + column(v.camera.c2w, 2);
+  double spread = 1;
+  if (norm(forward) > 1e-9 * n) {
+    forward = (1 / norm(forward)) * forward;
+    spread = 0;
+    for (const View& v : scene.views) {
+      const double c = dot(column(v.camera.c2w, 2), forward);
+      spread += (1 - c * c) / n;
+    }
+  }
+  if (spread < 0.03 || det / (n * n * n) < 1e-9) {
+    throw InvalidArgument("scene '" + scene.name +
+                          "': its views look nearly the same way, so their axes meet nowhere to "
+                          "orbit around (use the spiral path)");
+  }
+  double solution[3];
+  for (int k = 0; k < 3; ++k) {
+    double m[3][3];
+    for (int i = 0; i < 3; ++i) {
+      for (int j = 0; j < 3; ++j) m[i][j] = j == k ? b[i] : a[i][j];
+    }
+    solution[k] = determinant(m) / det;
+  }
+  const Vec center{solution[0], solution[1], solution[2]};
+  const Vec up = (-1 / norm(down)) * down;
+  double radius = 0, elevation = 0;
+  for (const View& v : scene.views) {
+    const Vec offset = v.camera.center() - center;
+    radius += norm(offset) / n;
+    elevation += std::asin(std::clamp(dot(offset, up) / norm(offset), -1.0, 1.0)) / n;
+  }
+  // Azimuth 0 along view 0's offset in the plane normal to up.
+  const Vec first = scene.views.front().camera.center() - center;
+  Vec east = first - dot(first, up) * up;
+  if (norm(east) < 1e-9 * radius) east = column(scene.views.front().camera.c2w, 0);
+  east = (1 / norm(east)) * east;
+  const Vec north{up.y * east.z - up.z * east.y, up.z * east.x - up.x * east.z,
+                  up.x * east.y - up.y * east.x};
+  std::vector<PathFrame> path;
+  for (int k = 0; k < options.frames; ++k) {
+    const double t = 2 * M_PI * k / options.frames;
+    const Vec around = std::cos(t) * east + std::sin(t) * north;
+    const Vec eye = center + radius * (std::cos(elevation) * around + std::sin(elevation) * up);
+    path.push_back(looking_at(scene, eye, center, up, options.time_index));
   }
   return path;
 }

@@ -1,7 +1,8 @@
 // Camera paths: the spiral against a numpy transcription of LLFF's render_path_spiral on fern's
 // real cameras (test/reference/spiral_reference.py, in LLFF's axes), its geometry (rigid
-// cameras all looking at one focus point), the interpolated path (keys exact, the middle half
-// way in position and in rotation angle), and bad requests.
+// cameras all looking at one focus point), the orbit around lego's real cameras, the
+// interpolated path (keys exact, the middle half way in position and in rotation angle), and
+// bad requests.
 #include "mvibr/data/camera_path.h"
 
 #include <gtest/gtest.h>
@@ -150,6 +151,58 @@ TEST(SpiralPath, RejectsNoFramesAndCamerasFacingEveryWay) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("face every way"), std::string::npos) << e.what();
   }
+}
+
+// NeRF-synthetic lego's cameras sit on a sphere of radius 4.03 about the origin, looking at it.
+TEST(OrbitPath, CirclesWhatLegosViewsLookAtAtTheirDistanceAndElevation) {
+  ImportOptions options;
+  options.splits = {"train"};
+  options.max_views_per_split = 24;
+  const Scene lego = import_scene(
+      "blender", std::string(MVIBR_SHARED_DATASETS) + "/nerf_synthetic_lego_400", options);
+  const std::vector<PathFrame> path = orbit_path(lego, OrbitOptions{});
+  ASSERT_EQ(path.size(), 40u);
+  double radius = 0, height = 0;
+  Vec3<double> up{0, 0, 0};
+  for (const View& v : lego.views) {
+    radius += norm(v.camera.center()) / double(lego.views.size());
+    up = up + (-1.0 / double(lego.views.size())) *
+                  Vec3<double>{v.camera.c2w[1], v.camera.c2w[5], v.camera.c2w[9]};
+  }
+  up = (1 / norm(up)) * up;
+  // Every frame: rigid, at the views' mean distance from the origin, looking at it, all at one
+  // height; frame 0 above view 0's azimuth; a quarter of the frames a quarter turn.
+  for (const PathFrame& frame : path) {
+    const Vec3<double> c = frame.camera.center();
+    EXPECT_EQ(check_rigid_pose(frame.camera.c2w), "");
+    EXPECT_NEAR(norm(c), radius, 0.02 * radius);
+    const double along = -dot(c, forward(frame.camera));
+    EXPECT_NEAR(norm(c + along * forward(frame.camera)), 0, 0.02 * radius);
+    height += dot(c, up) / double(path.size());
+    EXPECT_EQ(frame.camera.fx, lego.views[0].camera.fx);
+    EXPECT_EQ(frame.camera.width, 400);
+  }
+  for (const PathFrame& frame : path) EXPECT_NEAR(dot(frame.camera.center(), up), height, 1e-9);
+  EXPECT_GT(height, 0);  // above the object, as the views are
+  const Vec3<double> first = lego.views[0].camera.center();
+  const Vec3<double> first_flat = first - dot(first, up) * up;
+  const Vec3<double> frame_flat = path[0].camera.center() - height * up;
+  EXPECT_NEAR(dot(first_flat, frame_flat) / (norm(first_flat) * norm(frame_flat)), 1, 1e-9);
+  EXPECT_NEAR(dot(path[10].camera.center() - height * up, frame_flat), 0, 1e-6 * radius * radius);
+}
+
+TEST(OrbitPath, RejectsForwardFacingViewsAndNoFrames) {
+  const Scene scene = fern();
+  try {
+    orbit_path(scene, OrbitOptions{});
+    FAIL() << "expected an error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("look nearly the same way"), std::string::npos)
+        << e.what();
+  }
+  OrbitOptions none;
+  none.frames = 0;
+  EXPECT_THROW(orbit_path(scene, none), InvalidArgument);
 }
 
 TEST(InterpolatedPath, HitsTheKeysExactlyAndMovesHalfWayBetweenThem) {

@@ -60,11 +60,12 @@ print("render pngs ok")
 echo "== render a camera path"
 "$mvibr" render --run "$work/runs/run" --path spiral --frames 4 | tee "$work/spiral"
 [[ $(grep -c "^frame " "$work/spiral") -eq 4 ]] || fail "expected one line per spiral frame"
+"$mvibr" render --run "$work/runs/run" --path orbit --frames 3 >/dev/null
 "$mvibr" render --run "$work/runs/run" --path interpolate --frames 5 --path_views 0,8,4 |
   tee "$work/interpolate"
 /usr/bin/python3 -c '
 import json, os, struct, sys
-for folder, frames in [("path-spiral", 4), ("path-interpolate", 5)]:
+for folder, frames in [("path-spiral", 4), ("path-orbit", 3), ("path-interpolate", 5)]:
     cameras = json.load(open(os.path.join(sys.argv[1], folder, "cameras.json")))
     assert [c["frame"] for c in cameras] == list(range(frames)), cameras
     for c in cameras:
@@ -77,7 +78,7 @@ cameras = json.load(open(os.path.join(sys.argv[1], "path-interpolate", "cameras.
 assert [cameras[i]["c2w"][3] for i in (0, 2, 4)] != [cameras[0]["c2w"][3]] * 3, cameras
 print("camera path pngs ok")
 ' "$work/runs/run/renders/6"
-expect_error "--path must be spiral or interpolate, got 'circle'" "$mvibr" render \
+expect_error "--path must be spiral, orbit or interpolate, got 'circle'" "$mvibr" render \
   --run "$work/runs/run" --path circle
 expect_error "needs at least 2 frames, got 1" "$mvibr" render --run "$work/runs/run" \
   --path interpolate --frames 1

@@ -1,5 +1,6 @@
 // Camera paths to render a trained scene along, as IBRNet and NeRF make their videos: LLFF's
-// forward-facing spiral around the scene's average camera, or a path through chosen views
+// forward-facing spiral around the scene's average camera, NeRF's orbit around an inward-looking
+// capture, or a path through chosen views
 // (rotations interpolated on the shortest arc, centres, intrinsics and depth bounds linearly).
 // Each frame is a camera the scene never saw; its sources are the nearest training views
 // (data/neighbours.h).
@@ -38,6 +39,19 @@ std::vector<PathFrame> spiral_path(const Scene& scene, const SpiralOptions& opti
 // with close = the smallest near_depth and far = 5 / 1.6 x the largest far_depth (LLFF's 0.9x the
 // smallest bound and 5x the largest, given the margins 0.9 and 1.6 the importers put on bounds).
 double focus_depth(const Scene& scene);
+
+struct OrbitOptions {
+  int frames = 40;     // NeRF's 360-degree videos: 40 frames around
+  int time_index = 0;  // the time step of a dynamic scene the path shows
+};
+
+// NeRF's 360-degree path (pose_spherical around the object) for captures that look inwards:
+// a circle about the point nearest every view's optical axis (least squares), at the views'
+// mean distance from it and mean elevation above it, turning about the views' mean up axis,
+// starting at view 0's azimuth, every frame looking at that point. Intrinsics and size are view
+// 0's; depth bounds the smallest near and largest far of all views. Throws InvalidArgument for
+// frames < 1, or views whose axes are nearly parallel (forward-facing: use spiral_path).
+std::vector<PathFrame> orbit_path(const Scene& scene, const OrbitOptions& options);
 
 // `frames` frames through the views `keys` in order, frame f at t = f (K - 1) / (frames - 1)
 // along the K keys: between keys a and a + 1 the rotation turns on the shortest arc from a's to
