@@ -16,8 +16,11 @@ IBRNet's --no_load_opt) and no data position. Use it with the model settings the
 trained with (IBRNet's published model: feature_net = ibrnet, coarse_feat_dim = fine_feat_dim =
 32, and N_samples = N_importance = 64, which size the ray transformers' positional encodings):
 
-    mvibr train --config configs/fern.txt --feature_net ibrnet --ckpt_path OUT.h5   (fine-tune)
+    mvibr train --config configs/fern.txt --feature_net ibrnet --init_ckpt OUT.h5   (fine-tune)
     mvibr render --run runs/fern --ckpt OUT.h5 --path spiral                        (render)
+
+(init_ckpt starts a new run from the weights and is ignored once the run has checkpoints, so a
+requeued Slurm job continues; IBRNet's ckpt_path takes the file over the run's own every time.)
 
 mvibr checks every name and shape when it loads the file and names the first that does not fit.
 export writes the three state dicts (float32 tensors) for IBRNet's IBRNetModel.load_model, with

@@ -36,7 +36,10 @@ po::options_description options(TrainConfig* c) {
       "keep_checkpoints", po::value(&c->keep_checkpoints)->default_value(c->keep_checkpoints),
       "checkpoints kept in the run directory")("ckpt_path", po::value(&c->ckpt_path),
                                                "resume from this checkpoint")(
-      "no_reload", flag(&c->no_reload), "start fresh even if the run has checkpoints");
+      "no_reload", flag(&c->no_reload), "start fresh even if the run has checkpoints")(
+      "init_ckpt", po::value(&c->init_ckpt),
+      "a new run's initial weights (fresh optimiser, step 0); unused once the run has "
+      "checkpoints");
   po::options_description data("data");
   data.add_options()("N_rand", po::value(&c->N_rand)->default_value(c->N_rand),
                      "rays per step per rank")(

@@ -87,17 +87,31 @@ data::ReaderCursor restore_or_initialize(const TrainConfig& config, const std::s
   nn::ParameterSet& params = model->parameters();
   nn::TrainingState state;
   std::string resume;
+  std::string initial;  // init_ckpt, when it gives a new run its weights
   on_root(comm, [&] {
     resume = measure_only ? "" : resume_path(config, run_dir);
-    if (resume.empty()) {
-      model->initialize(config.seed);
-    } else {
+    if (!resume.empty()) {
       nn::load_checkpoint(resume, &params, adam, &state);
+    } else if (!measure_only && !config.init_ckpt.empty()) {
+      if (!fs::exists(config.init_ckpt)) {
+        throw InvalidArgument(config.init_ckpt + ": no such checkpoint (init_ckpt)");
+      }
+      nn::Adam discarded(params, nn::AdamOptions{});
+      nn::TrainingState unused;
+      nn::load_checkpoint(config.init_ckpt, &params, &discarded, &unused);
+      initial = config.init_ckpt;
+    } else {
+      model->initialize(config.seed);
     }
   });
   resume = dist::broadcast_string(comm, resume, 0);
   broadcast_floats(comm, &params.values());
-  if (resume.empty()) return {};
+  if (resume.empty()) {
+    if (comm.rank() == 0 && !initial.empty()) {
+      log << "starting from the weights of " << initial << " (init_ckpt), a fresh optimiser\n";
+    }
+    return {};
+  }
 
   uint64_t steps = adam->steps();
   comm.broadcast(&steps, sizeof(steps), 0);

@@ -2,8 +2,8 @@
 # tools/ibrnet_checkpoint.py both ways on a trained run: export gives IBRNet's three state dicts
 # with the checkpoint's values under IBRNet's names; import of that file (also as saved from a
 # DistributedDataParallel wrapper, with IBRNet's optimizer entry) renders exactly what the
-# original checkpoint renders and fine-tunes from step 0 without a data-position warning; bad
-# files end with one clear line.
+# original checkpoint renders, starts a fine-tuning run (init_ckpt) and resumes from step 0
+# without a data-position warning (ckpt_path); bad files end with one clear line.
 #   ibrnet_checkpoint_test.sh MVIBR_BINARY SOURCE_DIR
 set -euo pipefail
 mvibr=$1
@@ -53,12 +53,17 @@ $tool import "$work/ddp.pth" "$work/imported.h5"
 "$mvibr" render --run "$work/runs/run" --ckpt "$work/imported.h5" --max_views 2 >/dev/null
 diff -r "$work/runs/run/renders/3" "$work/runs/run/renders/0" ||
   fail "the imported weights render differently"
-"$mvibr" train "${small[@]}" --expname tuned --n_iters 2 --ckpt_path "$work/imported.h5" |
+"$mvibr" train "${small[@]}" --expname tuned --n_iters 2 --init_ckpt "$work/imported.h5" |
   tee "$work/tuned"
-grep -q "at step 0" "$work/tuned" || fail "fine-tuning did not start at step 0"
-grep -q "without a data position" "$work/tuned" || fail "no note on the data position"
-! grep -q "warning" "$work/tuned" || fail "a warning for imported weights"
+grep -q "starting from the weights of $work/imported.h5" "$work/tuned" ||
+  fail "fine-tuning did not start from the imported weights"
 [[ -f $work/runs/tuned/checkpoints/ckpt-00000002.h5 ]] || fail "no checkpoint after fine-tuning"
+# As a checkpoint to resume from (IBRNet's ckpt_path): step 0, and no data position to restore.
+"$mvibr" train "${small[@]}" --expname resumed --n_iters 2 --ckpt_path "$work/imported.h5" |
+  tee "$work/resumed"
+grep -q "at step 0" "$work/resumed" || fail "resuming did not start at step 0"
+grep -q "without a data position" "$work/resumed" || fail "no note on the data position"
+! grep -q "warning" "$work/resumed" || fail "a warning for imported weights"
 
 echo "== bad input"
 echo "not a checkpoint" >"$work/text.pth"

@@ -84,6 +84,45 @@ TEST_F(TrainerTest, ResumingReachesBitIdenticalParameters) {
             checkpoint_values(config, different.last_checkpoint));
 }
 
+// init_ckpt gives a new run another checkpoint's weights with a fresh optimiser at step 0, and
+// is ignored once the run has checkpoints of its own (a requeued job continues).
+TEST_F(TrainerTest, InitCheckpointStartsANewRunAndOnlyANewOne) {
+  std::ostringstream log;
+  const TrainSummary source = train(small_config("init-source", 4), log);
+  // Zero learning rates: the one step leaves the weights as they were loaded.
+  TrainConfig tuned = small_config("init-tuned", 1);
+  tuned.init_ckpt = source.last_checkpoint;
+  tuned.lrate_feature = tuned.lrate_mlp = 0;
+  tuned.i_weights = 1;
+  std::ostringstream tuned_log;
+  const TrainSummary first = train(tuned, tuned_log);
+  EXPECT_EQ(first.first_step, 0u);
+  EXPECT_EQ(first.last_step, 1u);
+  EXPECT_NE(tuned_log.str().find("starting from the weights of " + source.last_checkpoint),
+            std::string::npos)
+      << tuned_log.str();
+  EXPECT_EQ(checkpoint_values(tuned, first.last_checkpoint),
+            checkpoint_values(tuned, source.last_checkpoint));
+  // Its Adam moments start from zero: one step of them, not the source's four.
+  nn::ParameterSet loaded = IbrnetModel(tuned).parameters();
+  nn::Adam adam(loaded, nn::AdamOptions{});
+  nn::TrainingState state;
+  nn::load_checkpoint(first.last_checkpoint, &loaded, &adam, &state);
+  EXPECT_EQ(adam.steps(), 1u);
+
+  // Run again to step 2: the run's own checkpoint wins over init_ckpt.
+  tuned.n_iters = 2;
+  std::ostringstream again_log;
+  const TrainSummary again = train(tuned, again_log);
+  EXPECT_EQ(again.first_step, 1u);
+  EXPECT_EQ(again_log.str().find("starting from the weights of"), std::string::npos);
+  EXPECT_NE(again_log.str().find("resuming from"), std::string::npos);
+
+  TrainConfig missing = small_config("init-missing", 1);
+  missing.init_ckpt = (root_ / "nothing.h5").string();
+  EXPECT_THROW(train(missing, log), InvalidArgument);
+}
+
 // Gradient accumulation: k micro-steps of B rays train as one step of kB rays (the same rays,
 // the loss of the whole batch), to float rounding.
 TEST_F(TrainerTest, MicroStepsOfBTrainAsOneStepOfTwoB) {

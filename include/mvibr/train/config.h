@@ -20,6 +20,10 @@ struct TrainConfig {
   int keep_checkpoints = 3;
   std::string ckpt_path;   // resume from this checkpoint instead of the newest in the run
   bool no_reload = false;  // start fresh even when the run has checkpoints
+  // A new run's initial weights (an imported IBRNet model, another run's checkpoint), with a
+  // fresh optimiser at step 0; unused once the run has checkpoints of its own, so a requeued
+  // fine-tuning job continues where it stopped.
+  std::string init_ckpt;
   // Data
   int N_rand = 512;       // rays per step (per rank)
   int chunk_size = 4096;  // rays per forward chunk when rendering
@@ -62,8 +66,8 @@ struct TrainConfig {
   std::string nan_policy = "skip";       // skip | stop on a non-finite loss or gradient
   bool allow_shared_shards = false;      // fewer shards than ranks: share them round-robin
 
-  // The config as `key = value` lines in a fixed order, every key except ckpt_path and
-  // no_reload (they say where a run starts, not what it trains): stored in checkpoints and
+  // The config as `key = value` lines in a fixed order, every key except ckpt_path, no_reload
+  // and init_ckpt (they say where a run starts, not what it trains): stored in checkpoints and
   // compared across ranks; parsing it gives this config back.
   std::string to_text() const;
 };

@@ -18,7 +18,8 @@
 // ranks' busy times differ by more than 20% (monitor.h).
 //
 // A run lives in basedir/expname (config.txt, metrics.jsonl, tb/, checkpoints/); it resumes from
-// its newest checkpoint unless no_reload, or from ckpt_path: rank 0 reads it and broadcasts it, so
+// its newest checkpoint unless no_reload, or from ckpt_path (a run without one starts from
+// init_ckpt's weights when given, else from the seed): rank 0 reads it and broadcasts it, so
 // only rank 0 needs the run directory. With the rank count of the checkpoint, resuming is exact
 // (bit-identical on the CPU); with another, each rank starts its new shards at the checkpoint's
 // epoch, with a warning.
