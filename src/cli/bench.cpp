@@ -88,23 +88,6 @@ void write_results(const std::vector<nlohmann::json>& results, const std::string
   }
 }
 
-// Runs this rank's part of a benchmark. With several ranks an error on one ends the whole job,
-// as in `mvibr train`: the others may be waiting for it in a collective. With one, main prints
-// it.
-template <typename Body>
-void on_this_rank(const char* command, const dist::Topology& t, Body&& body) {
-  try {
-    body();
-  } catch (const std::exception& e) {
-    if (t.size == 1) throw;
-    const bool bad_input = dynamic_cast<const InvalidArgument*>(&e) != nullptr;
-    std::cerr << command << ": rank " << t.rank << " on " << t.host << ": "
-              << (bad_input ? "" : "error: ") << e.what() << "\n"
-              << std::flush;
-    dist::MpiSession::abort_job(bad_input ? 2 : 1);
-  }
-}
-
 po::variables_map parse_options(const std::vector<std::string>& args,
                                 const po::options_description& options) {
   po::variables_map vm;

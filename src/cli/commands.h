@@ -29,8 +29,8 @@ struct RunSelection {
   data::Split split = data::Split::kTest;
   int max_views = 0;  // 0: all
   // `mvibr render` only: a camera path instead of the split's views ("", spiral, orbit,
-  // interpolate),
-  // its frame count, and the views an interpolated path goes through (default: the split's).
+  // interpolate), its frame count, and the views an interpolated path goes through (default:
+  // the split's).
   std::string path;
   int frames = 120;
   std::vector<int> path_views;
@@ -39,9 +39,13 @@ struct RunSelection {
 bool parse_run_selection(const std::vector<std::string>& args, const std::string& command,
                          RunSelection* selection);
 
-// Runs `body` on every rank of the job with the world communicator (one process without a
-// launcher is a job of one rank); an error on one rank of several ends them all, naming the
-// rank (exit 2 for bad input, else 1), as `mvibr train` does.
+// Runs `body`, this rank's part of `command` ("mvibr train"). With several ranks an error ends
+// the whole job, naming the rank (exit 2 for bad input, else 1): the others may be waiting for
+// this one in a collective. With one, it is rethrown for main to print.
+void on_this_rank(const std::string& command, const dist::Topology& topology,
+                  const std::function<void()>& body);
+// Starts MPI (one process without a launcher is a job of one rank) and runs `body` with the world
+// communicator through on_this_rank; returns its exit code.
 int run_on_ranks(const std::string& command,
                  const std::function<int(dist::Communicator& world, const dist::Topology&)>& body);
 // Chooses the rank's GPU (local rank % devices) when `config` runs on one.

@@ -11,10 +11,8 @@
 #include "commands.h"
 #include "mvibr/core/durable_file.h"
 #include "mvibr/core/error.h"
-#include "mvibr/dist/nccl_communicator.h"
 #include "mvibr/nn/checkpoint.h"
 #include "mvibr/train/evaluate.h"
-#include "mvibr/train/ibrnet_model.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -159,31 +157,8 @@ void write_eval_report(const RunSelection& s, const train::EvalReport& report) {
 
 }  // namespace
 
-int run_on_ranks(const std::string& command,
-                 const std::function<int(dist::Communicator&, const dist::Topology&)>& body) {
-  dist::MpiSession mpi(nullptr, nullptr);
-  const dist::Topology& topology = mpi.topology();
-  try {
-    const auto world = mpi.world();
-    return body(*world, topology);
-  } catch (const std::exception& e) {
-    if (topology.size == 1) throw;  // main prints it
-    // The other ranks may be waiting for this one in a collective: end them all.
-    const bool bad_input = dynamic_cast<const InvalidArgument*>(&e) != nullptr ||
-                           dynamic_cast<const po::error*>(&e) != nullptr;
-    std::cerr << "mvibr " << command << ": rank " << topology.rank << " on " << topology.host
-              << ": " << (bad_input ? "" : "error: ") << e.what() << "\n"
-              << std::flush;
-    dist::MpiSession::abort_job(bad_input ? 2 : 1);
-  }
-}
-
-void select_rank_device(const train::TrainConfig& config, const dist::Topology& topology) {
-  if (train::runs_on_device(config)) dist::select_device(topology);
-}
-
 int run_eval(const std::vector<std::string>& args) {
-  return run_on_ranks("eval", [&](dist::Communicator& world, const dist::Topology& topology) {
+  return run_on_ranks("mvibr eval", [&](dist::Communicator& world, const dist::Topology& topology) {
     RunSelection s;
     if (!parse_run_selection(args, "eval", &s)) return 0;
     select_rank_device(s.config, topology);

@@ -59,7 +59,8 @@ int render_camera_path(const RunSelection& s, dist::Communicator& world) {
 }  // namespace
 
 int run_render(const std::vector<std::string>& args) {
-  return run_on_ranks("render", [&](dist::Communicator& world, const dist::Topology& topology) {
+  return run_on_ranks("mvibr render", [&](dist::Communicator& world,
+                                          const dist::Topology& topology) {
     RunSelection s;
     if (!parse_run_selection(args, "render", &s)) return 0;
     select_rank_device(s.config, topology);

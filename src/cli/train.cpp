@@ -17,7 +17,6 @@
 #include <thread>
 
 #include "commands.h"
-#include "mvibr/core/error.h"
 #include "mvibr/dist/mpi_session.h"
 #include "mvibr/train/config.h"
 #include "mvibr/train/trainer.h"
@@ -89,16 +88,12 @@ int terminal_columns() {
 
 int run_train(const std::vector<std::string>& args) {
   watch_stop_signals();  // first: a warning during start-up must stop, not kill, the rank
-  dist::MpiSession mpi(nullptr, nullptr);
-  const dist::Topology& topology = mpi.topology();
-  const std::string who = "rank " + std::to_string(topology.rank) + " on " + topology.host;
-  train::TrainConfig config;
-  train::TrainSummary summary;
-  try {
+  return run_on_ranks("mvibr train", [&](dist::Communicator& world,
+                                         const dist::Topology& topology) {
+    train::TrainConfig config;
     if (!train::parse_train_config(args, &config)) return 0;  // --help
-    const auto world = mpi.world();
     train::RankContext context;
-    context.comm = world.get();
+    context.comm = &world;
     context.topology = topology;
     context.on_stall = [](const std::string& message) {
       std::cerr << "mvibr train: " << message << "; ending the job\n" << std::flush;
@@ -106,30 +101,24 @@ int run_train(const std::vector<std::string>& args) {
     };
     context.stop_signal = &stop_signal;
     context.progress_columns = terminal_columns();
-    summary = train::train(config, std::cout, context);
-  } catch (const std::exception& e) {
-    if (topology.size == 1) throw;  // main prints it
-    // Every other rank may be waiting for this one in a collective: end them all.
-    const bool bad_input = dynamic_cast<const InvalidArgument*>(&e) != nullptr;
-    std::cerr << "mvibr train: " << who << ": " << (bad_input ? "" : "error: ") << e.what() << "\n"
-              << std::flush;
-    dist::MpiSession::abort_job(bad_input ? 2 : 1);
-  }
-  if (topology.rank != 0) return summary.stopped_by_signal ? kStoppedEarlyExitCode : 0;
-  if (summary.stopped_by_signal) {
-    std::cout << "stopped " << summary.run_dir << " at step " << summary.last_step << " on signal "
-              << summary.stopped_by_signal << " after writing " << summary.last_checkpoint
-              << "; run the same command to continue (exit code " << kStoppedEarlyExitCode << ")\n";
-    return kStoppedEarlyExitCode;
-  }
-  std::cout << "trained " << summary.run_dir << " to step " << summary.last_step << " (loss "
-            << summary.last_loss << ", psnr " << summary.last_psnr << ")";
-  if (std::isfinite(summary.heldout_psnr)) {
-    std::cout << "; held-out psnr " << summary.heldout_psnr << ", ssim " << summary.heldout_ssim;
-  }
-  if (!summary.last_checkpoint.empty()) std::cout << "; checkpoint " << summary.last_checkpoint;
-  std::cout << "\n";
-  return 0;
+    const train::TrainSummary summary = train::train(config, std::cout, context);
+    if (topology.rank != 0) return summary.stopped_by_signal ? kStoppedEarlyExitCode : 0;
+    if (summary.stopped_by_signal) {
+      std::cout << "stopped " << summary.run_dir << " at step " << summary.last_step
+                << " on signal " << summary.stopped_by_signal << " after writing "
+                << summary.last_checkpoint << "; run the same command to continue (exit code "
+                << kStoppedEarlyExitCode << ")\n";
+      return kStoppedEarlyExitCode;
+    }
+    std::cout << "trained " << summary.run_dir << " to step " << summary.last_step << " (loss "
+              << summary.last_loss << ", psnr " << summary.last_psnr << ")";
+    if (std::isfinite(summary.heldout_psnr)) {
+      std::cout << "; held-out psnr " << summary.heldout_psnr << ", ssim " << summary.heldout_ssim;
+    }
+    if (!summary.last_checkpoint.empty()) std::cout << "; checkpoint " << summary.last_checkpoint;
+    std::cout << "\n";
+    return 0;
+  });
 }
 
 }  // namespace mvibr::cli

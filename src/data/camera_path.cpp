@@ -197,7 +197,7 @@ std::vector<PathFrame> orbit_path(const Scene& scene, const OrbitOptions& option
   // The point nearest every optical axis: sum (I - d d^T) p = sum (I - d d^T) o, solved by
   // Cramer's rule; a near-singular system means the axes are nearly parallel.
   double a[3][3] = {}, b[3] = {};
-  Vec down{0, 0, 0};
+  Vec down{0, 0, 0}, forward{0, 0, 0};
   for (const View& v : scene.views) {
     const Vec d = column(v.camera.c2w, 2), o = v.camera.center();
     const double dv[3] = {d.x, d.y, d.z}, ov[3] = {o.x, o.y, o.z};
@@ -209,6 +209,7 @@ std::vector<PathFrame> orbit_path(const Scene& scene, const OrbitOptions& option
       }
     }
     down = down + column(v.camera.c2w, 1);
+    forward = forward + d;
   }
   const auto determinant = [](const double m[3][3]) {
     return m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) -
@@ -218,8 +219,6 @@ std::vector<PathFrame> orbit_path(const Scene& scene, const OrbitOptions& option
   const double n = double(scene.views.size()), det = determinant(a);
   // How far the axes turn from their mean, mean(sin^2): under 0.03 (about 10 degrees) the point
   // they meet is too poorly placed to orbit, as in a forward-facing capture.
-  Vec forward{0, 0, 0};
-  for (const View& v : scene.views) forward = forward + column(v.camera.c2w, 2);
   double spread = 1;
   if (norm(forward) > 1e-9 * n) {
     forward = (1 / norm(forward)) * forward;

@@ -240,6 +240,13 @@ void load_checkpoint(const std::string& path, ParameterSet* params, Adam* adam,
   *state = std::move(loaded);
 }
 
+uint64_t load_weights(const std::string& path, ParameterSet* params) {
+  Adam adam(*params, AdamOptions{});
+  TrainingState state;
+  load_checkpoint(path, params, &adam, &state);
+  return adam.steps();
+}
+
 CheckpointSummary inspect_checkpoint(const std::string& path) {
   const h5::LibraryGuard guard(h5::library_lock());
   const h5::File file = h5::File::open_read_only(path);

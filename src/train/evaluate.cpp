@@ -17,7 +17,6 @@
 #include "mvibr/data/neighbours.h"
 #include "mvibr/data/shards.h"
 #include "mvibr/nn/checkpoint.h"
-#include "mvibr/nn/optimizer.h"
 
 namespace mvibr::train {
 
@@ -90,22 +89,28 @@ uint8_t to_byte(double x) {
   return uint8_t(std::lround(std::clamp(x, 0.0, 1.0) * 255.0));
 }
 
-void write_pngs(const RenderedView& r, const data::View& view, const std::string& dir,
-                ViewMetrics* m) {
-  fs::create_directories(dir);
-  const std::string stem = (fs::path(dir) / file_safe(view.name)).string();
+// Where a view's colour and depth PNGs go: <dir>/<file-safe name>.png and _depth.png.
+struct PngPaths {
+  std::string rgb, depth;
+};
+PngPaths png_paths(const std::string& dir, const std::string& name) {
+  const std::string stem = (fs::path(dir) / file_safe(name)).string();
+  return {stem + ".png", stem + "_depth.png"};
+}
+
+// Depth from the view's near_depth (black) to its far_depth (white).
+void write_pngs(const RenderedView& r, const data::View& view, const PngPaths& paths) {
+  fs::create_directories(fs::path(paths.rgb).parent_path());
   const int w = r.rgb.width, h = r.rgb.height;
   std::vector<uint8_t> bytes(r.rgb.pixels.size());
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = to_byte(r.rgb.pixels[i]);
-  m->rgb_png = stem + ".png";
-  data::write_png(m->rgb_png, w, h, 3, bytes.data());
+  data::write_png(paths.rgb, w, h, 3, bytes.data());
   bytes.resize(r.depth.size());
   const double range = view.far_depth - view.near_depth;
   for (size_t i = 0; i < bytes.size(); ++i) {
     bytes[i] = to_byte((double(r.depth[i]) - view.near_depth) / range);
   }
-  m->depth_png = stem + "_depth.png";
-  data::write_png(m->depth_png, w, h, 1, bytes.data());
+  data::write_png(paths.depth, w, h, 1, bytes.data());
 }
 
 int count_split(const data::SceneIndex& index, data::Split split) {
@@ -122,14 +127,6 @@ data::ReaderOptions heldout_reader_options(const TrainConfig& c, data::Split spl
   o.split = split;
   o.shuffle = false;  // file order, and each target's nearest sources, as IBRNet evaluates
   return o;
-}
-
-// The checkpoint's parameters into `model`; returns its step (Adam's count).
-uint64_t load_weights(const std::string& checkpoint, IbrnetModel* model) {
-  nn::Adam adam(model->parameters(), nn::AdamOptions{});
-  nn::TrainingState state;
-  nn::load_checkpoint(checkpoint, &model->parameters(), &adam, &state);
-  return adam.steps();
 }
 
 }  // namespace
@@ -233,7 +230,12 @@ ViewMetrics evaluate_view(IbrnetModel& model, const data::TrainingSample& sample
   m.name = sample.target.name;
   m.psnr = psnr(rendered.rgb, truth);
   m.ssim = ssim(rendered.rgb, truth);
-  if (!png_dir.empty()) write_pngs(rendered, sample.target, png_dir, &m);
+  if (!png_dir.empty()) {
+    const PngPaths paths = png_paths(png_dir, m.name);
+    write_pngs(rendered, sample.target, paths);
+    m.rgb_png = paths.rgb;
+    m.depth_png = paths.depth;
+  }
   return m;
 }
 
@@ -253,7 +255,7 @@ EvalReport evaluate_run(const TrainConfig& config, const std::string& checkpoint
                         dist::Communicator* comm) {
   IbrnetModel model(evaluation_config(config));
   EvalReport report;
-  report.step = load_weights(checkpoint, &model);
+  report.step = nn::load_weights(checkpoint, &model.parameters());
 
   const std::string png_dir =
       png_root.empty() ? "" : (fs::path(png_root) / std::to_string(report.step)).string();
@@ -296,10 +298,10 @@ PathReport render_path(const TrainConfig& config, const std::string& checkpoint,
                        dist::Communicator* comm) {
   IbrnetModel model(evaluation_config(config));
   PathReport report;
-  report.step = load_weights(checkpoint, &model);
+  report.step = nn::load_weights(checkpoint, &model.parameters());
   report.dir = (fs::path(png_root) / std::to_string(report.step) / name).string();
   const data::ViewLookup lookup(config.datadir);
-  const data::Scene& scene = lookup.index().scene;
+  const data::SourceRanking ranking(lookup.index().scene, data::NeighbourOptions{});
   const RandomKey key{config.seed, 0};  // as evaluate_run: det = true makes it irrelevant
   const int rank = comm != nullptr ? comm->rank() : 0, ranks = comm != nullptr ? comm->size() : 1;
   nlohmann::json cameras = nlohmann::json::array();
@@ -314,15 +316,12 @@ PathReport render_path(const TrainConfig& config, const std::string& checkpoint,
     sample.target.far_depth = frame.far_depth;
     sample.target.time_index = frame.time_index;
     sample.target.split = data::Split::kTest;
-    sample.source_views =
-        data::nearest_sources(scene, frame.camera, frame.time_index, config.num_source_views, {});
-    const fs::path stem = fs::path(report.dir) / frame_name;
-    const PathFrameRender r{int(f), sample.source_views, stem.string() + ".png",
-                            stem.string() + "_depth.png"};
+    sample.source_views = ranking.nearest(frame.camera, frame.time_index, config.num_source_views);
+    const PngPaths paths = png_paths(report.dir, frame_name);
+    const PathFrameRender r{int(f), sample.source_views, paths.rgb, paths.depth};
     if (int(f % size_t(ranks)) == rank) {
       for (int v : sample.source_views) sample.sources.push_back(lookup.view(v));
-      ViewMetrics written;
-      write_pngs(render_view(model, sample, key), sample.target, report.dir, &written);
+      write_pngs(render_view(model, sample, key), sample.target, paths);
       if (on_frame) on_frame(r);
     }
     const auto& c = frame.camera;

@@ -96,9 +96,7 @@ data::ReaderCursor restore_or_initialize(const TrainConfig& config, const std::s
       if (!fs::exists(config.init_ckpt)) {
         throw InvalidArgument(config.init_ckpt + ": no such checkpoint (init_ckpt)");
       }
-      nn::Adam discarded(params, nn::AdamOptions{});
-      nn::TrainingState unused;
-      nn::load_checkpoint(config.init_ckpt, &params, &discarded, &unused);
+      nn::load_weights(config.init_ckpt, &params);
       initial = config.init_ckpt;
     } else {
       model->initialize(config.seed);

@@ -235,12 +235,12 @@ TEST(Neighbours, NearestSourcesOfAHeldOutCameraAreItsNeighbours) {
       if (view.split == Split::kTrain) continue;
       ++held_out;
       const std::vector<int> sources =
-          nearest_sources(scene, view.camera, view.time_index, 4, NeighbourOptions{});
+          SourceRanking(scene, NeighbourOptions{}).nearest(view.camera, view.time_index, 4);
       const std::vector<int> expected(scene.neighbours[i].begin(), scene.neighbours[i].begin() + 4);
       EXPECT_EQ(sources, expected) << "view " << i;
     }
     EXPECT_GE(held_out, 2);
-    EXPECT_THROW(nearest_sources(scene, scene.views[0].camera, 0, 0, {}), InvalidArgument);
+    EXPECT_THROW(SourceRanking(scene, {}).nearest(scene.views[0].camera, 0, 0), InvalidArgument);
   }
 }
 

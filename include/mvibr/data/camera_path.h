@@ -1,7 +1,7 @@
 // Camera paths to render a trained scene along, as IBRNet and NeRF make their videos: LLFF's
 // forward-facing spiral around the scene's average camera, NeRF's orbit around an inward-looking
-// capture, or a path through chosen views
-// (rotations interpolated on the shortest arc, centres, intrinsics and depth bounds linearly).
+// capture, or a path through chosen views (rotations interpolated on the shortest arc, centres,
+// intrinsics and depth bounds linearly).
 // Each frame is a camera the scene never saw; its sources are the nearest training views
 // (data/neighbours.h).
 #pragma once

@@ -20,10 +20,24 @@ struct NeighbourOptions {
 // ties broken by index, so the lists are deterministic.
 void select_neighbours(Scene* scene, const NeighbourOptions& options);
 
-// The `count` best sources, best first, for a camera that is not one of the scene's views (a
-// frame of a rendered camera path) at time step `time_index`: the training views ranked by
-// select_neighbours' score, so a path frame on a view's own camera gets that view's sources.
-std::vector<int> nearest_sources(const Scene& scene, const PinholeCamera<double>& camera,
-                                 int time_index, int count, const NeighbourOptions& options);
+// Ranks a scene's training views as sources by select_neighbours' score, for any camera: a
+// frame of a rendered camera path on a view's own camera gets that view's sources. Built once
+// per scene (it finds the training views and the rig's scale), then asked per camera; it keeps
+// a reference to the scene, which must outlive it.
+class SourceRanking {
+ public:
+  // Throws InvalidArgument for max_neighbours < 1 or fewer than 2 training views.
+  SourceRanking(const Scene& scene, const NeighbourOptions& options);
+  // The `count` best training views other than `exclude` for `camera` at `time_index`, best
+  // first. Throws InvalidArgument for count < 1.
+  std::vector<int> nearest(const PinholeCamera<double>& camera, int time_index, int count,
+                           int exclude = -1) const;
+
+ private:
+  const Scene& scene_;
+  NeighbourOptions options_;
+  std::vector<int> train_;
+  double scale_ = 1;
+};
 
 }  // namespace mvibr::data

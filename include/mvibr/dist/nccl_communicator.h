@@ -18,11 +18,10 @@ int select_device(const Topology& topology);
 // A Communicator whose collectives run on NCCL over `device` memory: every pointer passed to it
 // is device memory, final when the call is made (the collectives run on a stream of their own
 // that waits for no other: the caller synchronises whatever wrote them). Calls block until the
-// collective is complete, polling NCCL's asynchronous
-// error state while they wait; an NCCL error aborts the communicator (ncclCommAbort) and throws
-// RuntimeFailure, so a failing peer never leaves this rank waiting. `bootstrap` (the MPI
-// communicator of the same ranks) carries the unique id. Throws RuntimeFailure in a build
-// without CUDA or without a device.
+// collective is complete, polling NCCL's asynchronous error state while they wait; an NCCL
+// error aborts the communicator (ncclCommAbort) and throws RuntimeFailure, so a failing peer
+// never leaves this rank waiting. `bootstrap` (the MPI communicator of the same ranks) carries
+// the unique id. Throws RuntimeFailure in a build without CUDA or without a device.
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device);
 
 }  // namespace mvibr::dist

@@ -52,6 +52,10 @@ std::string save_checkpoint(const std::string& run_dir, const ParameterSet& para
 void load_checkpoint(const std::string& path, ParameterSet* params, Adam* adam,
                      TrainingState* state);
 
+// The parameters of `path` alone, checked as load_checkpoint checks them (Adam's state and the
+// training state are read and dropped); returns the checkpoint's step.
+uint64_t load_weights(const std::string& path, ParameterSet* params);
+
 // What a checkpoint holds, read and checked without a model (`mvibr inspect`): every header,
 // every parameter and both of Adam's moments under the same names and shapes, every value finite
 // and exp_avg_sq >= 0. Errors are one-line InvalidArguments naming the file and the dataset.

@@ -108,7 +108,7 @@ struct PathReport {
 };
 
 // Loads `checkpoint` into the model of evaluation_config(config) and renders every frame of
-// `path` from its num_source_views nearest training views (data::nearest_sources) into
+// `path` from its num_source_views nearest training views (data::SourceRanking) into
 // <png_root>/<step>/<name>/: frame-NNNN.png, frame-NNNN_depth.png and cameras.json (each
 // frame's camera, depth bounds and sources). `on_frame` is called after each frame this process
 // rendered. With `comm`, its ranks share the frames (frame f on rank f % size) and rank 0 writes
