@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "mvibr/nn/conv_layers.h"
+#include "vector_math.h"
 
 namespace mvibr::nn {
 namespace {
@@ -60,9 +61,8 @@ void instance_norm_forward(const InstanceNormShape& shape, const float* x, const
 #pragma omp simd
       for (size_t i = 0; i < n; ++i) result[i] = result[i] > 0.0f ? result[i] : 0.0f;
     } else if (activation == Activation::kElu) {
-      for (size_t i = 0; i < n; ++i) {
-        if (result[i] <= 0.0f) result[i] = std::expm1(result[i]);
-      }
+#pragma omp simd
+      for (size_t i = 0; i < n; ++i) result[i] = elu_of(result[i]);
     }
   }
 }
