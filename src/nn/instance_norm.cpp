@@ -1,6 +1,7 @@
 // Instance norm with the residual add and activation that follow it in IBRNet's ResUNet, forward
 // and backward (see conv_layers.h). Fused because every instance norm there is followed by one
-// of them, and one pass over the map is cheaper than three. Statistics and the normalised values
+// of them: each plane is normalised, added to and activated while it is in cache, instead of
+// three trips over the whole map. Statistics and the normalised values
 // are computed in double: planes are as small as 2x3 values deep in the encoder, where fp32
 // would lose the rounding bound (the variance subtracts the mean, the backward subtracts two
 // nearly equal projections). The sums are OpenMP simd reductions: double lanes added in a fixed
