@@ -3,9 +3,22 @@
 // whole views, so the sums are deterministic and race-free without atomics.
 #include "mvibr/geom/projection.h"
 
+#include <vector>
+
 #include "mvibr/ops/render_ops.h"
 
 namespace mvibr::cpu {
+
+// The cache lines a bilinear read of `taps` will touch, requested ahead of the read.
+template <typename T>
+static void prefetch_taps(const BilinearTaps<T>& taps, const T* map, int channels) {
+  for (int t = 0; t < 4; ++t) {
+    if (taps.index[t] < 0) continue;
+    const T* texel = map + size_t(taps.index[t]) * channels;
+    __builtin_prefetch(texel);
+    __builtin_prefetch(texel + channels - 1);
+  }
+}
 
 template <typename T>
 void gather_samples(int n_rays, int n_samples, const T* origins, const T* directions,
@@ -15,28 +28,51 @@ void gather_samples(int n_rays, int n_samples, const T* origins, const T* direct
   const int V = views.n_views, C = views.feature_channels, width = 3 + C;
   const size_t image_texels = size_t(views.image_height) * views.image_width;
   const size_t feature_texels = size_t(views.feature_height) * views.feature_width;
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < n_rays; ++r) {
-    for (int s = 0; s < n_samples; ++s) {
-      const Vec3<T> p =
-          point_on_ray(origins, directions, size_t(r), depths[size_t(r) * n_samples + s]);
-      for (int v = 0; v < V; ++v) {
-        const size_t rsv = (size_t(r) * n_samples + s) * V + v;
-        const PinholeCamera<T>& camera = views.cameras[v];
-        const Projection<T> proj = project_point(camera, p, views.image_width, views.image_height);
-        T* row = out.rgb_features + rsv * width;
-        const BilinearTaps<T> image_taps =
-            bilinear_taps(proj.u, proj.v, views.image_width, views.image_height, views.image_width,
-                          views.image_height);
-        const T* image = views.images + v * image_texels * 3;
-        bilinear_read_all(image_taps, image, 3, row);
-        const BilinearTaps<T> feature_taps =
-            bilinear_taps(proj.u, proj.v, views.image_width, views.image_height,
-                          views.feature_width, views.feature_height);
-        const T* features = views.features + v * feature_texels * C;
-        bilinear_read_all(feature_taps, features, C, row + 3);
-        ray_direction_difference(target_center, camera.center(), p, out.ray_diff + rsv * 4);
-        out.mask[rsv] = proj.valid ? T(1) : T(0);
+  // Projected samples land all over the source maps, so nearly every tap misses the caches: the
+  // taps of sample s + kAhead are requested while sample s is read.
+  constexpr int kAhead = 4;
+  struct SampleTaps {
+    Projection<T> projection;
+    BilinearTaps<T> image, feature;
+  };
+#pragma omp parallel
+  {
+    std::vector<SampleTaps> ray_taps(size_t(n_samples) * V);
+    std::vector<Vec3<T>> points(static_cast<size_t>(n_samples));
+#pragma omp for schedule(static)
+    for (int r = 0; r < n_rays; ++r) {
+      for (int s = 0; s < n_samples; ++s) {
+        points[size_t(s)] =
+            point_on_ray(origins, directions, size_t(r), depths[size_t(r) * n_samples + s]);
+        for (int v = 0; v < V; ++v) {
+          SampleTaps& taps = ray_taps[size_t(s) * V + v];
+          taps.projection = project_point(views.cameras[v], points[size_t(s)], views.image_width,
+                                          views.image_height);
+          taps.image = bilinear_taps(taps.projection.u, taps.projection.v, views.image_width,
+                                     views.image_height, views.image_width, views.image_height);
+          taps.feature =
+              bilinear_taps(taps.projection.u, taps.projection.v, views.image_width,
+                            views.image_height, views.feature_width, views.feature_height);
+        }
+      }
+      for (int s = 0; s < n_samples; ++s) {
+        if (s + kAhead < n_samples) {
+          for (int v = 0; v < V; ++v) {
+            const SampleTaps& ahead = ray_taps[size_t(s + kAhead) * V + v];
+            prefetch_taps(ahead.image, views.images + v * image_texels * 3, 3);
+            if (C > 0) prefetch_taps(ahead.feature, views.features + v * feature_texels * C, C);
+          }
+        }
+        for (int v = 0; v < V; ++v) {
+          const SampleTaps& taps = ray_taps[size_t(s) * V + v];
+          const size_t rsv = (size_t(r) * n_samples + s) * V + v;
+          T* row = out.rgb_features + rsv * width;
+          bilinear_read_all(taps.image, views.images + v * image_texels * 3, 3, row);
+          bilinear_read_all(taps.feature, views.features + v * feature_texels * C, C, row + 3);
+          ray_direction_difference(target_center, views.cameras[v].center(), points[size_t(s)],
+                                   out.ray_diff + rsv * 4);
+          out.mask[rsv] = taps.projection.valid ? T(1) : T(0);
+        }
       }
     }
   }
