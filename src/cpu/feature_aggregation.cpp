@@ -56,19 +56,19 @@ void gather_samples(int n_rays, int n_samples, const T* origins, const T* direct
         }
       }
       for (int s = 0; s < n_samples; ++s) {
-        if (s + kAhead < n_samples) {
-          for (int v = 0; v < V; ++v) {
-            const SampleTaps& ahead = ray_taps[size_t(s + kAhead) * V + v];
-            prefetch_taps(ahead.image, views.images + v * image_texels * 3, 3);
-            if (C > 0) prefetch_taps(ahead.feature, views.features + v * feature_texels * C, C);
-          }
-        }
         for (int v = 0; v < V; ++v) {
+          const T* image = views.images + v * image_texels * 3;
+          const T* features = views.features + v * feature_texels * C;
+          if (s + kAhead < n_samples) {
+            const SampleTaps& ahead = ray_taps[size_t(s + kAhead) * V + v];
+            prefetch_taps(ahead.image, image, 3);
+            if (C > 0) prefetch_taps(ahead.feature, features, C);
+          }
           const SampleTaps& taps = ray_taps[size_t(s) * V + v];
           const size_t rsv = (size_t(r) * n_samples + s) * V + v;
           T* row = out.rgb_features + rsv * width;
-          bilinear_read_all(taps.image, views.images + v * image_texels * 3, 3, row);
-          bilinear_read_all(taps.feature, views.features + v * feature_texels * C, C, row + 3);
+          bilinear_read_all(taps.image, image, 3, row);
+          bilinear_read_all(taps.feature, features, C, row + 3);
           ray_direction_difference(target_center, views.cameras[v].center(), points[size_t(s)],
                                    out.ray_diff + rsv * 4);
           out.mask[rsv] = taps.projection.valid ? T(1) : T(0);

@@ -38,7 +38,6 @@ const dnnl::engine& cpu_engine() {
 // The primitives of one shape; the backward ones are built on first use (inference never needs
 // them). `plain_*` are the callers' layouts.
 struct ConvPrimitives {
-  bool blocked = false;  // whether oneDNN chooses the layouts (see the top of the file)
   memory::desc plain_src, plain_weights, bias, plain_dst;
   dnnl::convolution_forward::primitive_desc forward_pd;
   dnnl::convolution_forward forward;
@@ -64,9 +63,10 @@ void check_shape(const ConvShape& s) {
 }
 
 // The descriptor a primitive is asked for: the same shape, its layout left to oneDNN
-// (format_tag::any) where the convolution runs blocked.
-memory::desc layout(const ConvPrimitives& p, const memory::desc& plain) {
-  return p.blocked ? memory::desc(plain.dims(), plain.data_type(), Tag::any) : plain;
+// (format_tag::any) for the convolutions that run blocked (see the top of the file).
+memory::desc layout(const ConvShape& s, const memory::desc& plain) {
+  const bool blocked = s.kernel > 1;
+  return blocked ? memory::desc(plain.dims(), plain.data_type(), Tag::any) : plain;
 }
 
 ConvPrimitives& primitives(const ConvShape& s, bool with_bias) {
@@ -79,7 +79,6 @@ ConvPrimitives& primitives(const ConvShape& s, bool with_bias) {
   std::unique_ptr<ConvPrimitives>& entry = cache[key];
   if (entry) return *entry;
   auto p = std::make_unique<ConvPrimitives>();
-  p->blocked = s.kernel > 1;
   const auto f32 = memory::data_type::f32;
   p->plain_src =
       memory::desc(dims(s.batch, s.in_channels, s.in_height, s.in_width), f32, Tag::nchw);
@@ -91,7 +90,7 @@ ConvPrimitives& primitives(const ConvShape& s, bool with_bias) {
   const memory::dims strides{s.stride, s.stride}, no_padding{0, 0};
   const dnnl::convolution_forward::desc forward(
       dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-      layout(*p, p->plain_src), layout(*p, p->plain_weights), p->bias, layout(*p, p->plain_dst),
+      layout(s, p->plain_src), layout(s, p->plain_weights), p->bias, layout(s, p->plain_dst),
       strides, no_padding, no_padding);
   p->forward_pd = dnnl::convolution_forward::primitive_desc(forward, cpu_engine());
   p->forward = dnnl::convolution_forward(p->forward_pd);
@@ -105,8 +104,8 @@ dnnl::convolution_backward_data& backward_data(const ConvShape& s, ConvPrimitive
   if (!p.backward_data) {
     const memory::dims strides{s.stride, s.stride}, no_padding{0, 0};
     const dnnl::convolution_backward_data::desc desc(
-        dnnl::algorithm::convolution_direct, layout(p, p.plain_src), layout(p, p.plain_weights),
-        layout(p, p.plain_dst), strides, no_padding, no_padding);
+        dnnl::algorithm::convolution_direct, layout(s, p.plain_src), layout(s, p.plain_weights),
+        layout(s, p.plain_dst), strides, no_padding, no_padding);
     p.backward_data_pd =
         dnnl::convolution_backward_data::primitive_desc(desc, cpu_engine(), p.forward_pd);
     p.backward_data = std::make_unique<dnnl::convolution_backward_data>(p.backward_data_pd);
@@ -120,8 +119,8 @@ dnnl::convolution_backward_weights& backward_weights(const ConvShape& s, ConvPri
   if (!p.backward_weights) {
     const memory::dims strides{s.stride, s.stride}, no_padding{0, 0};
     const dnnl::convolution_backward_weights::desc desc(
-        dnnl::algorithm::convolution_direct, layout(p, p.plain_src), layout(p, p.plain_weights),
-        p.bias, layout(p, p.plain_dst), strides, no_padding, no_padding);
+        dnnl::algorithm::convolution_direct, layout(s, p.plain_src), layout(s, p.plain_weights),
+        p.bias, layout(s, p.plain_dst), strides, no_padding, no_padding);
     p.backward_weights_pd =
         dnnl::convolution_backward_weights::primitive_desc(desc, cpu_engine(), p.forward_pd);
     p.backward_weights =

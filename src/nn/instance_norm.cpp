@@ -1,13 +1,12 @@
 // Instance norm with the residual add and activation that follow it in IBRNet's ResUNet, forward
 // and backward (see conv_layers.h). Fused because every instance norm there is followed by one
 // of them: each plane is normalised, added to and activated while it is in cache, instead of
-// three trips over the whole map. Statistics and the normalised values
-// are computed in double: planes are as small as 2x3 values deep in the encoder, where fp32
-// would lose the rounding bound (the variance subtracts the mean, the backward subtracts two
-// nearly equal projections). The sums are OpenMP simd reductions: double lanes added in a fixed
-// order the compiler chooses, the same on every run of one build; a strictly serial double sum
-// waited out the adder's latency on every value and made these layers cost as much as the
-// convolutions around them.
+// three trips over the whole map. Statistics and the normalised values are computed in double:
+// planes are as small as 2x3 values deep in the encoder, where fp32 would lose the rounding bound
+// (the variance subtracts the mean, the backward subtracts two nearly equal projections). The sums
+// are OpenMP simd reductions: double lanes added in a fixed order the compiler chooses, the same on
+// every run of one build; a strictly serial double sum waited out the adder's latency on every
+// value and made these layers cost as much as the convolutions around them.
 #include <cmath>
 #include <vector>
 
