@@ -3,6 +3,8 @@
 // whole views, so the sums are deterministic and race-free without atomics.
 #include "mvibr/geom/projection.h"
 
+#include <omp.h>
+
 #include <vector>
 
 #include "mvibr/ops/render_ops.h"
@@ -96,24 +98,32 @@ void gather_samples_backward(int n_rays, int n_samples, const T* origins, const 
   const int V = views.n_views, C = views.feature_channels, width = 3 + C;
   const size_t image_texels = size_t(views.image_height) * views.image_width;
   const size_t feature_texels = size_t(views.feature_height) * views.feature_width;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int v = 0; v < V; ++v) {
-    const PinholeCamera<T>& camera = views.cameras[v];
-    for (int r = 0; r < n_rays; ++r) {
+  // Each thread owns a fixed band of views and walks every ray once, so the gradient rows of its
+  // views are read as one contiguous span per sample. (A pass over all rays per view read them
+  // strided, and took twice as long.) A texel's sum runs over the rays and samples in order,
+  // whichever thread owns its view.
+#pragma omp parallel
+  {
+    const int threads = omp_get_num_threads(), thread = omp_get_thread_num();
+    const int first_view = V * thread / threads, end_view = V * (thread + 1) / threads;
+    for (int r = 0; r < n_rays && first_view < end_view; ++r) {
       for (int s = 0; s < n_samples; ++s) {
         const Vec3<T> p =
             point_on_ray(origins, directions, size_t(r), depths[size_t(r) * n_samples + s]);
-        const Projection<T> proj = project_point(camera, p, views.image_width, views.image_height);
-        const T* grad_row = grad_rgb_features + ((size_t(r) * n_samples + s) * V + v) * width;
-        if (grad_images) {
-          scatter_taps(bilinear_taps(proj.u, proj.v, views.image_width, views.image_height,
-                                     views.image_width, views.image_height),
-                       grad_row, 3, grad_images + v * image_texels * 3);
-        }
-        if (C > 0) {
-          scatter_taps(bilinear_taps(proj.u, proj.v, views.image_width, views.image_height,
-                                     views.feature_width, views.feature_height),
-                       grad_row + 3, C, grad_features + v * feature_texels * C);
+        for (int v = first_view; v < end_view; ++v) {
+          const Projection<T> proj =
+              project_point(views.cameras[v], p, views.image_width, views.image_height);
+          const T* grad_row = grad_rgb_features + ((size_t(r) * n_samples + s) * V + v) * width;
+          if (grad_images) {
+            scatter_taps(bilinear_taps(proj.u, proj.v, views.image_width, views.image_height,
+                                       views.image_width, views.image_height),
+                         grad_row, 3, grad_images + v * image_texels * 3);
+          }
+          if (C > 0) {
+            scatter_taps(bilinear_taps(proj.u, proj.v, views.image_width, views.image_height,
+                                       views.feature_width, views.feature_height),
+                         grad_row + 3, C, grad_features + v * feature_texels * C);
+          }
         }
       }
     }

@@ -1,6 +1,7 @@
 // Projection and gathering on the CPU backend: texel-exact reads, zero and invalid outside,
 // the direction feature, and the backward as the exact adjoint of the (linear) gather.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <vector>
@@ -169,6 +170,42 @@ TEST(Gather, BackwardIsTheAdjointOfTheForward) {
                                static_cast<double*>(nullptr), twice.data());
   for (size_t i = 0; i < twice.size(); ++i) {
     EXPECT_NEAR(twice[i], 2 * grad_features[i], 1e-12 * (1 + std::abs(grad_features[i])));
+  }
+}
+
+// Each thread scatters into its own views, each map's sums in ray and sample order: the gradient
+// must come out bit for bit the same on any number of threads, more threads than views included.
+TEST(Gather, BackwardIsTheSameOnAnyNumberOfThreads) {
+  RandomSceneSize size;
+  size.n_rays = 40;
+  size.n_views = 5;
+  size.feature_channels = 6;
+  const Fixture f(size, 16, 23);
+  const std::vector<double> upstream = testing::random_values(
+      size_t(size.n_rays) * 16 * size_t(size.n_views) * size_t(3 + size.feature_channels), -1, 1,
+      5);
+  auto backward = [&](int threads) {
+    std::vector<double> grad_images(f.scene.images.size(), 0.0),
+        grad_features(f.scene.features.size(), 0.0);
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    cpu::gather_samples_backward(size.n_rays, 16, f.origins.data(), f.directions.data(),
+                                 f.depths.data(), f.views, upstream.data(), grad_images.data(),
+                                 grad_features.data());
+    omp_set_num_threads(before);
+    grad_images.insert(grad_images.end(), grad_features.begin(), grad_features.end());
+    return grad_images;
+  };
+  const std::vector<double> serial = backward(1);
+  size_t nonzero = 0;
+  for (double g : serial) nonzero += g != 0.0;
+  EXPECT_GT(nonzero, serial.size() / 20);
+  for (int threads : {2, 3, 4, 7}) {
+    const std::vector<double> parallel = backward(threads);
+    ASSERT_EQ(parallel.size(), serial.size());
+    size_t differing = 0;
+    for (size_t i = 0; i < serial.size(); ++i) differing += parallel[i] != serial[i];
+    EXPECT_EQ(differing, 0u) << threads << " threads";
   }
 }
 
