@@ -140,7 +140,11 @@ size_t default_stored_activations_budget() {
 
 // One chunk's buffers: the forward's activations (post-activation values of every ELU, which is
 // all their backward needs) and, for the backward, a gradient for each. Each part is carved from
-// one arena, both from the same one when the backward recomputes the forward.
+// one arena, both from the same one when the backward recomputes the forward. The activations
+// that are elementwise functions of others and of the inputs (`derived`: the features plus their
+// direction, the pooled, residual and weighted x, the colour net's input) are never stored: the
+// backward derives them again in the thread's own chunk buffer, which is cheaper than writing
+// them to memory and reading them back.
 template <typename T>
 struct IbrnetAggregator::Activations {
   Activations(int samples_per_ray, int views, int channels)
@@ -155,8 +159,10 @@ struct IbrnetAggregator::Activations {
   int n_samples, n_views, width;  // width = 3 + C
   size_t rays = 0, samples = 0, rows = 0;
   // forward, per row
-  T *h_dir, *dir, *feat, *pool, *h_base, *x_base, *x_pooled, *h_vis, *x_vis, *sig_vis, *x,
-      *x_vis_weighted, *h_vis2, *vis2, *vis, *vis_weight, *rgb_in, *h_rgb, *h_rgb2, *blend;
+  T *h_dir, *dir, *pool, *h_base, *x_base, *h_vis, *x_vis, *sig_vis, *h_vis2, *vis2, *vis,
+      *vis_weight, *h_rgb, *h_rgb2, *blend;
+  // derived, per row
+  T *feat, *x_pooled, *x, *x_vis_weighted, *rgb_in;
   // forward, per sample
   T *pool_denominator, *mean_var, *h_mean_var, *vis_denominator, *geometry_in, *h_geometry,
       *geometry_out, *tokens, *valid_tokens, *n_valid, *attention_saved, *attention_out, *h_sigma,
@@ -177,21 +183,16 @@ struct IbrnetAggregator::Activations {
     const size_t n = rows, m = samples, w = size_t(width);
     take(h_dir, n * kDirHidden);
     take(dir, n * w);
-    take(feat, n * w);
     take(pool, n);
     take(h_base, n * kBase);
     take(x_base, n * kWidth);
-    take(x_pooled, n * kWidth);
     take(h_vis, n * kWidth);
     take(x_vis, n * (kWidth + 1));
     take(sig_vis, n);
-    take(x, n * kWidth);
-    take(x_vis_weighted, n * kWidth);
     take(h_vis2, n * kWidth);
     take(vis2, n);
     take(vis, n);
     take(vis_weight, n);
-    take(rgb_in, n * kRgbIn);
     take(h_rgb, n * kRgbHidden);
     take(h_rgb2, n * kRgbHidden2);
     take(blend, n);
@@ -210,6 +211,57 @@ struct IbrnetAggregator::Activations {
     take(h_sigma, m * kToken);
     take(sigma_relu, m);
     return used;
+  }
+
+  // The same for the derived activations.
+  size_t layout_derived(T* arena) {
+    size_t used = 0;
+    auto take = [&](T*& p, size_t count) {
+      p = arena ? arena + used : nullptr;
+      used += count;
+    };
+    const size_t n = rows;
+    take(feat, n * size_t(width));
+    take(x_pooled, n * kWidth);
+    take(x, n * kWidth);
+    take(x_vis_weighted, n * kWidth);
+    take(rgb_in, n * kRgbIn);
+    return used;
+  }
+
+  // Each derived activation from what it is derived from; the forward calls these as it goes,
+  // derive_all once the rest are there. The same code, so the same values either way.
+  void add_direction(const T* rgb_features) const {
+    for (size_t i = 0; i < rows * size_t(width); ++i) feat[i] = rgb_features[i] + dir[i];
+  }
+  void pool_x_base() const {
+    for (size_t i = 0; i < rows; ++i) {
+      for (int c = 0; c < kWidth; ++c) x_pooled[i * kWidth + c] = x_base[i * kWidth + c] * pool[i];
+    }
+  }
+  void add_residual(const T* mask) const {
+    for (size_t i = 0; i < rows; ++i) {
+      const T* xv = x_vis + i * (kWidth + 1);
+      const T first_vis = sig_vis[i] * mask[i];
+      for (int c = 0; c < kWidth; ++c) {
+        x[i * kWidth + c] = x_base[i * kWidth + c] + xv[c];
+        x_vis_weighted[i * kWidth + c] = x[i * kWidth + c] * first_vis;
+      }
+    }
+  }
+  void gather_colour_inputs(const T* ray_diff) const {
+    for (size_t i = 0; i < rows; ++i) {
+      T* in = rgb_in + i * kRgbIn;
+      std::copy(x + i * kWidth, x + (i + 1) * kWidth, in);
+      in[kWidth] = vis[i];
+      std::copy(ray_diff + i * 4, ray_diff + i * 4 + 4, in + kWidth + 1);
+    }
+  }
+  void derive_all(const T* rgb_features, const T* ray_diff, const T* mask) const {
+    add_direction(rgb_features);
+    pool_x_base();
+    add_residual(mask);
+    gather_colour_inputs(ray_diff);
   }
 
   // The same for the backward's gradients.
@@ -355,12 +407,14 @@ void IbrnetAggregator::forward(const T* params, int n_rays, int n_samples, int n
   {
     Activations<T> a(n_samples, n_views, width);
     a.set_rays(plan.rays_per_chunk);
-    T* arena = stored ? nullptr : thread_buffer<T, Buffer::kChunk>(stride);
+    const size_t own = stored ? 0 : stride;  // the thread's arena: the stored part, if not stored
+    T* arena = thread_buffer<T, Buffer::kChunk>(own + a.layout_derived(nullptr));
 #pragma omp for schedule(dynamic)
     for (size_t c = 0; c < plan.n_chunks; ++c) {
       const size_t first = c * plan.rays_per_chunk;
       a.set_rays(std::min(plan.rays_per_chunk, size_t(n_rays) - first));
       a.layout_forward(stored ? stored + c * stride : arena, ray_attention_);
+      a.layout_derived(arena + own);
       const size_t row = first * plan.rows_per_ray, sample = first * n_samples;
       forward_chunk(params, a, rgb_features + row * width, ray_diff + row * 4, mask + row,
                     rgb + sample * 3, sigma + sample);
@@ -390,7 +444,8 @@ void IbrnetAggregator::backward(const T* params, T* grads, const AggregatorWorks
       Activations<T> a(ws.n_samples, ws.n_views, width);
       a.set_rays(plan.rays_per_chunk);
       const size_t forward_size = stored ? 0 : a.layout_forward(nullptr, ray_attention_);
-      T* arena = thread_buffer<T, Buffer::kChunk>(forward_size +
+      const size_t derived_size = a.layout_derived(nullptr);
+      T* arena = thread_buffer<T, Buffer::kChunk>(forward_size + derived_size +
                                                   a.layout_backward(nullptr, ray_attention_));
       std::vector<T> rgb(stored ? 0 : a.samples * 3), sigma(stored ? 0 : a.samples);  // unused
 #pragma omp for schedule(dynamic)
@@ -398,12 +453,17 @@ void IbrnetAggregator::backward(const T* params, T* grads, const AggregatorWorks
         const size_t first = c * plan.rays_per_chunk;
         a.set_rays(std::min(plan.rays_per_chunk, size_t(ws.n_rays) - first));
         a.layout_forward(stored ? stored + c * ws.chunk_stride : arena, ray_attention_);
-        a.layout_backward(arena + forward_size, ray_attention_);
+        a.layout_derived(arena + forward_size);
+        a.layout_backward(arena + forward_size + derived_size, ray_attention_);
         const size_t row = first * plan.rows_per_ray, sample = first * ws.n_samples;
         const T* features = ws.rgb_features + row * width;
         const T* diff = ws.ray_diff + row * 4;
         const T* valid = ws.mask + row;
-        if (!stored) forward_chunk(params, a, features, diff, valid, rgb.data(), sigma.data());
+        if (stored) {
+          a.derive_all(features, diff, valid);
+        } else {
+          forward_chunk(params, a, features, diff, valid, rgb.data(), sigma.data());
+        }
         // Zeroed here, by the thread that fills it, while it stays in that core's cache.
         T* slot = slots + (c - wave) * n_params;
         std::fill(slot, slot + n_params, T(0));
@@ -435,7 +495,7 @@ void IbrnetAggregator::forward_chunk(const T* params, const Activations<T>& a,
   // Direction features, added to colours and features.
   ray_dir_0_.forward(params, n, ray_diff, a.h_dir, Activation::kElu);
   ray_dir_2_.forward(params, n, a.h_dir, a.dir, Activation::kElu);
-  for (size_t i = 0; i < n * w; ++i) a.feat[i] = rgb_features[i] + a.dir[i];
+  a.add_direction(rgb_features);
 
   // Pooling weights over views: anti-aliased (sharper towards the target direction) or uniform.
   const T s = options_.anti_alias_pooling ? std::abs(params[s_]) : T(0);
@@ -484,23 +544,12 @@ void IbrnetAggregator::forward_chunk(const T* params, const Activations<T>& a,
   base_2_.forward(params, n, a.h_base, a.x_base, Activation::kElu);
 
   // Visibility: a residual for the features and a first visibility from the pooled features.
-  for (size_t i = 0; i < n; ++i) {
-    for (int c = 0; c < kWidth; ++c) {
-      a.x_pooled[i * kWidth + c] = a.x_base[i * kWidth + c] * a.pool[i];
-    }
-  }
+  a.pool_x_base();
   vis_0_.forward(params, n, a.x_pooled, a.h_vis, Activation::kElu);
   vis_2_.forward(params, n, a.h_vis, a.x_vis, Activation::kElu);
   for (size_t i = 0; i < n; ++i) a.sig_vis[i] = a.x_vis[i * (kWidth + 1) + kWidth];
   sigmoid(n, a.sig_vis);
-  for (size_t i = 0; i < n; ++i) {
-    const T* xv = a.x_vis + i * (kWidth + 1);
-    const T first_vis = a.sig_vis[i] * mask[i];
-    for (int c = 0; c < kWidth; ++c) {
-      a.x[i * kWidth + c] = a.x_base[i * kWidth + c] + xv[c];
-      a.x_vis_weighted[i * kWidth + c] = a.x[i * kWidth + c] * first_vis;
-    }
-  }
+  a.add_residual(mask);
   vis2_0_.forward(params, n, a.x_vis_weighted, a.h_vis2, Activation::kElu);
   vis2_2_.forward(params, n, a.h_vis2, a.vis2);
   sigmoid(n, a.vis2);
@@ -548,12 +597,7 @@ void IbrnetAggregator::forward_chunk(const T* params, const Activations<T>& a,
   for (size_t j = 0; j < m; ++j) sigma[j] = a.n_valid[j] < 1 ? T(0) : a.sigma_relu[j];
 
   // Colour: blending weights over views from x, the visibility and the direction difference.
-  for (size_t i = 0; i < n; ++i) {
-    T* in = a.rgb_in + i * kRgbIn;
-    std::copy(a.x + i * kWidth, a.x + (i + 1) * kWidth, in);
-    in[kWidth] = a.vis[i];
-    std::copy(ray_diff + i * 4, ray_diff + i * 4 + 4, in + kWidth + 1);
-  }
+  a.gather_colour_inputs(ray_diff);
   rgb_0_.forward(params, n, a.rgb_in, a.h_rgb, Activation::kElu);
   rgb_2_.forward(params, n, a.h_rgb, a.h_rgb2, Activation::kElu);
   rgb_4_.forward(params, n, a.h_rgb2, a.blend);

@@ -2,8 +2,9 @@
 // forward and hand-written backward: from the gathered colours, features, ray differences and
 // masks of every sample in every source view to a density and a blended colour per sample.
 //
-// Memory shapes the design. The activations the backward reads take about 2 KiB per (ray,
-// sample, view) row: 0.62 GiB for 512 rays x 64 samples x 10 views, 1.3 GiB at 128 samples.
+// Memory shapes the design. The activations the backward reads take about 1.4 KiB per (ray,
+// sample, view) row: 0.42 GiB for 512 rays x 64 samples x 10 views, 0.9 GiB at 128 samples
+// (those that are elementwise functions of others are derived again instead of stored).
 // The forward runs chunks of rays (about 640 rows, a working set of about 2.5 MiB per thread,
 // close to a core's L2). When the whole batch's activations fit
 // AggregatorOptions::stored_activations_budget, the forward writes each chunk's into the
@@ -49,16 +50,15 @@ struct AggregatorOptions {
   // Bytes of activations a forward with a workspace may keep for its backward (each network's
   // workspace on its own); above it, the backward recomputes them. The default is the smaller of
   // 2 GiB and an eighth of physical memory: room for the fine pass at 512 rays x 128 samples x
-  // 10 views (1.3 GiB; training holds it and the coarse pass's 0.62 GiB) without crowding a small
-  // machine. Tests set 0 (always recompute) or
-  // SIZE_MAX (always store).
+  // 10 views (0.9 GiB; training holds it and the coarse pass's 0.42 GiB) without crowding a small
+  // machine. Tests set 0 (always recompute) or SIZE_MAX (always store).
   size_t stored_activations_budget = default_stored_activations_budget();
 };
 
 // At least `bytes`, aligned to and advised (madvise) into 2 MiB pages; std::free releases it.
 void* allocate_huge_pages(size_t bytes);
 
-// For the stored activations. A fresh 0.62 GiB workspace in 4 KiB pages costs 160,000 page
+// For the stored activations. A fresh 0.42 GiB workspace in 4 KiB pages costs 110,000 page
 // faults, more time than storing saves in a step, so it asks for 2 MiB pages; and it leaves new
 // elements uninitialised (the forward writes every stored value before the backward reads it),
 // which spares a pass that would zero them.
