@@ -119,6 +119,16 @@ struct PrefetchReader::State {
     return sources;
   }
 
+  // `steps` samples on from `at`, into the following epochs past an epoch's end.
+  ReaderCursor advance(ReaderCursor at, size_t steps) const {
+    at.position += steps;
+    while (at.position >= items.size()) {
+      at.position -= items.size();
+      ++at.epoch;
+    }
+    return at;
+  }
+
   void run(ReaderCursor start, std::promise<void>* opened) {
     std::vector<ShardReader> shards;
     try {
@@ -155,13 +165,9 @@ struct PrefetchReader::State {
       return;
     }
     try {
-      ReaderCursor at = start;
+      ReaderCursor at = advance(start, 0);  // a cursor at an epoch's end starts the next one
       std::vector<uint32_t> epoch_order = order(at.epoch);
       while (true) {
-        if (at.position >= items.size()) {
-          at = {at.epoch + 1, 0};
-          epoch_order = order(at.epoch);
-        }
         const Item item = items[epoch_order[at.position]];
         TrainingSample sample = read_sample(shards[size_t(item.shard)], item.target, at);
         std::unique_lock<std::mutex> lock(mutex);
@@ -169,7 +175,9 @@ struct PrefetchReader::State {
         if (stopping) return;
         queue.push_back(std::move(sample));
         not_empty.notify_one();
-        ++at.position;
+        const uint64_t epoch = at.epoch;
+        at = advance(at, size_t(options.stride));
+        if (at.epoch != epoch) epoch_order = order(at.epoch);
       }
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex);
@@ -203,6 +211,10 @@ PrefetchReader::PrefetchReader(const ReaderOptions& options, ReaderCursor start)
   if (options.num_source_views < 1) {
     throw InvalidArgument("num_source_views must be at least 1, got " +
                           std::to_string(options.num_source_views));
+  }
+  if (options.stride < 1) {
+    throw InvalidArgument("the reader's stride must be at least 1, got " +
+                          std::to_string(options.stride));
   }
   if (options.queue_depth < 1) {
     throw InvalidArgument("the prefetch queue depth must be at least 1, got " +
@@ -240,8 +252,7 @@ TrainingSample PrefetchReader::next() {
   TrainingSample sample = std::move(s.queue.front());
   s.queue.pop_front();
   s.not_full.notify_one();
-  s.next_cursor = {sample.cursor.epoch, sample.cursor.position + 1};
-  if (s.next_cursor.position >= s.items.size()) s.next_cursor = {sample.cursor.epoch + 1, 0};
+  s.next_cursor = s.advance(sample.cursor, size_t(s.options.stride));
   return sample;
 }
 

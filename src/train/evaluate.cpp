@@ -259,34 +259,48 @@ EvalReport evaluate_run(const TrainConfig& config, const std::string& checkpoint
 
   const std::string png_dir =
       png_root.empty() ? "" : (fs::path(png_root) / std::to_string(report.step)).string();
-  data::PrefetchReader reader(heldout_reader_options(config, split));
-  size_t n = reader.samples_per_epoch();
-  if (max_views > 0) n = std::min(n, size_t(max_views));
+  // Each rank reads and renders only its own views (i = rank, rank + ranks, ...); the others'
+  // scores and view indices come in through one all-reduce, their names from the scene index.
+  const data::SceneIndex index = data::read_scene_index(config.datadir);
+  const size_t in_split = size_t(count_split(index, split));
+  if (in_split == 0) {
+    throw InvalidArgument(config.datadir + ": has no " + data::split_name(split) + " views");
+  }
+  const size_t n = max_views > 0 ? std::min(in_split, size_t(max_views)) : in_split;
   // One fixed key: with det = true the samples do not depend on it, and were det ever off,
   // every evaluation of a view would still draw the same ones.
   const RandomKey key{config.seed, 0};
   const int rank = comm != nullptr ? comm->rank() : 0, ranks = comm != nullptr ? comm->size() : 1;
-  std::vector<double> scores(2 * n, 0.0);  // psnr, ssim of each view; 0 where another rank's
-  for (size_t i = 0; i < n; ++i) {
-    const data::TrainingSample sample = reader.next();
-    if (int(i % size_t(ranks)) != rank) {
-      ViewMetrics elsewhere;
-      elsewhere.view = sample.target_view;
-      elsewhere.name = sample.target.name;
-      report.views.push_back(elsewhere);
-      continue;
+  std::vector<double> scores(3 * n, 0.0);  // view, psnr, ssim of each; 0 where another rank's
+  report.views.resize(n);
+  if (size_t(rank) < n) {
+    data::ReaderOptions options = heldout_reader_options(config, split);
+    options.stride = ranks;
+    data::PrefetchReader reader(options, {0, size_t(rank)});
+    if (reader.samples_per_epoch() != in_split) {
+      throw InvalidArgument(
+          config.datadir + ": the shards hold " + std::to_string(reader.samples_per_epoch()) + " " +
+          data::split_name(split) + " views, scene.h5 lists " + std::to_string(in_split));
     }
-    report.views.push_back(evaluate_view(model, sample, key, png_dir));
-    scores[2 * i] = report.views.back().psnr;
-    scores[2 * i + 1] = report.views.back().ssim;
-    if (on_view) on_view(report.views.back());
+    for (size_t i = size_t(rank); i < n; i += size_t(ranks)) {
+      report.views[i] = evaluate_view(model, reader.next(), key, png_dir);
+      scores[3 * i] = report.views[i].view;
+      scores[3 * i + 1] = report.views[i].psnr;
+      scores[3 * i + 2] = report.views[i].ssim;
+      if (on_view) on_view(report.views[i]);
+    }
   }
   if (ranks > 1) comm->all_reduce(scores.data(), scores.size(), dist::ReduceOp::kSum);
   for (size_t i = 0; i < n; ++i) {
-    report.views[i].psnr = scores[2 * i];
-    report.views[i].ssim = scores[2 * i + 1];
-    report.mean_psnr += scores[2 * i] / double(n);
-    report.mean_ssim += scores[2 * i + 1] / double(n);
+    ViewMetrics& m = report.views[i];
+    if (i % size_t(ranks) != size_t(rank)) {  // another rank's: only what the scores carry
+      m.view = int(scores[3 * i]);
+      m.name = index.scene.views.at(size_t(m.view)).name;
+    }
+    m.psnr = scores[3 * i + 1];
+    m.ssim = scores[3 * i + 2];
+    report.mean_psnr += m.psnr / double(n);
+    report.mean_ssim += m.ssim / double(n);
   }
   return report;
 }

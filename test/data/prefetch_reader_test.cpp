@@ -116,6 +116,29 @@ TEST(PrefetchReader, RestartingAtACursorContinuesTheSameStream) {
   EXPECT_EQ(stream(resumed, 9), expected);
 }
 
+// Ranks sharing one stream (evaluation) read every stride-th sample from their own offset: the
+// same samples as the whole stream, across the end of an epoch too, and cursors that resume there.
+TEST(PrefetchReader, AStrideTakesEveryStrideThSampleOfTheStream) {
+  const PreparedData data(2);
+  PrefetchReader whole(data.options(0, 1));
+  const auto all = stream(whole, 3 * 20 + 2);  // 20 samples an epoch: three epochs and two
+  for (int offset : {0, 2}) {
+    ReaderOptions options = data.options(0, 1);
+    options.stride = 3;
+    PrefetchReader strided(options, {0, uint64_t(offset)});
+    const auto taken = stream(strided, 20);
+    for (int i = 0; i < 20; ++i) {
+      EXPECT_EQ(taken[size_t(i)], all[size_t(offset + 3 * i)])
+          << "offset " << offset << ", i " << i;
+    }
+    const uint64_t next = uint64_t(offset) + 3 * 20;
+    EXPECT_EQ(strided.cursor(), (ReaderCursor{next / 20, next % 20}));
+  }
+  ReaderOptions zero = data.options(0, 1);
+  zero.stride = 0;
+  EXPECT_THROW(PrefetchReader{zero}, InvalidArgument);
+}
+
 TEST(PrefetchReader, TestSplitWithoutShuffleTakesTheNearestSources) {
   const PreparedData data(1);
   ReaderOptions options = data.options(0, 1);

@@ -31,6 +31,9 @@ struct ReaderOptions {
   // sources from a pool of the nearest views); 0 means num_source_views, i.e. the nearest.
   int source_pool = 0;
   int queue_depth = 4;
+  // Every stride-th sample of the stream from the start cursor on: ranks that share one stream
+  // (evaluation) each start at their own offset and read only their own samples.
+  int stride = 1;
   Split split = Split::kTrain;
   bool shuffle = true;
   // Fewer shards than ranks is an error unless allowed; then ranks share shards round-robin.
