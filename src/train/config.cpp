@@ -21,7 +21,9 @@ po::typed_value<bool>* flag(bool* target) {
   return po::value(target)->implicit_value(true)->default_value(*target);
 }
 
-po::options_description options(TrainConfig* c) {
+// `resume` is the design's spelling of where a run starts (--resume auto | none | PATH); parsing
+// turns it into ckpt_path and no_reload, IBRNet's keys.
+po::options_description options(TrainConfig* c, std::string* resume) {
   po::options_description run("run");
   run.add_options()("expname", po::value(&c->expname)->default_value(c->expname),
                     "experiment name; the run directory is basedir/expname")(
@@ -37,6 +39,9 @@ po::options_description options(TrainConfig* c) {
       "checkpoints kept in the run directory")("ckpt_path", po::value(&c->ckpt_path),
                                                "resume from this checkpoint")(
       "no_reload", flag(&c->no_reload), "start fresh even if the run has checkpoints")(
+      "resume", po::value(resume)->default_value(*resume),
+      "auto | none | PATH: from the run's newest checkpoint, afresh (no_reload), or from PATH "
+      "(ckpt_path)")(
       "init_ckpt", po::value(&c->init_ckpt),
       "a new run's initial weights (fresh optimiser, step 0); unused once the run has "
       "checkpoints");
@@ -168,7 +173,8 @@ void validate(const TrainConfig& c) {
 }  // namespace
 
 bool parse_train_config(const std::vector<std::string>& args, TrainConfig* config) {
-  po::options_description all = options(config);
+  std::string resume = "auto";
+  po::options_description all = options(config, &resume);
   std::string file;
   po::options_description general("general");
   general.add_options()("help,h", "print this help")(
@@ -191,14 +197,23 @@ bool parse_train_config(const std::vector<std::string>& args, TrainConfig* confi
   } catch (const po::error& e) {
     throw InvalidArgument(e.what());
   }
+  if (resume == "none") {
+    check(config->ckpt_path.empty(), "resume", "is none, but ckpt_path names a checkpoint");
+    config->no_reload = true;
+  } else if (resume != "auto") {
+    check(config->ckpt_path.empty() || config->ckpt_path == resume, "resume",
+          "names " + resume + ", but ckpt_path names " + config->ckpt_path);
+    config->ckpt_path = resume;
+  }
   validate(*config);
   return true;
 }
 
 std::string train_config_help() {
   TrainConfig defaults;
+  std::string resume = "auto";
   std::ostringstream out;
-  out << "usage: mvibr train --config FILE [--key value ...]\n\n" << options(&defaults);
+  out << "usage: mvibr train --config FILE [--key value ...]\n\n" << options(&defaults, &resume);
   return out.str();
 }
 

@@ -81,5 +81,26 @@ TEST(TrainConfig, UnknownKeysAndBadValuesNameTheKeyAndTheFile) {
   EXPECT_NE(error_of({"--config", "/nonexistent.txt"}).find("/nonexistent.txt"), std::string::npos);
 }
 
+// --resume (the design's key) sets IBRNet's ckpt_path and no_reload, and may not contradict them.
+TEST(TrainConfig, ResumeIsAutoNoneOrACheckpoint) {
+  TrainConfig automatic, none, path;
+  ASSERT_TRUE(parse_train_config({"--datadir", "d", "--resume", "auto"}, &automatic));
+  EXPECT_FALSE(automatic.no_reload);
+  EXPECT_EQ(automatic.ckpt_path, "");
+  ASSERT_TRUE(parse_train_config({"--datadir", "d", "--resume", "none"}, &none));
+  EXPECT_TRUE(none.no_reload);
+  EXPECT_EQ(none.ckpt_path, "");
+  ASSERT_TRUE(parse_train_config({"--datadir", "d", "--resume", "runs/a/ckpt-00000010.h5"}, &path));
+  EXPECT_FALSE(path.no_reload);
+  EXPECT_EQ(path.ckpt_path, "runs/a/ckpt-00000010.h5");
+  EXPECT_EQ(path.to_text(), automatic.to_text());  // where a run starts is not what it trains
+  EXPECT_NE(error_of({"--datadir", "d", "--resume", "none", "--ckpt_path", "c.h5"})
+                .find("'resume': is none, but ckpt_path names a checkpoint"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--datadir", "d", "--resume", "a.h5", "--ckpt_path", "b.h5"})
+                .find("'resume': names a.h5, but ckpt_path names b.h5"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace mvibr::train
