@@ -145,6 +145,21 @@ size_t default_stored_activations_budget() {
 // direction, the pooled, residual and weighted x, the colour net's input) are never stored: the
 // backward derives them again in the thread's own chunk buffer, which is cheaper than writing
 // them to memory and reading them back.
+namespace {
+
+// Hands out consecutive spans of an arena (null: only counts what they would take).
+template <typename T>
+struct Carver {
+  T* arena;
+  size_t used = 0;
+  void operator()(T*& p, size_t count) {
+    p = arena ? arena + used : nullptr;
+    used += count;
+  }
+};
+
+}  // namespace
+
 template <typename T>
 struct IbrnetAggregator::Activations {
   Activations(int samples_per_ray, int views, int channels)
@@ -175,11 +190,7 @@ struct IbrnetAggregator::Activations {
 
   // Lays the forward's buffers out over `arena` (null: only counts), returns the elements used.
   size_t layout_forward(T* arena, const MultiHeadAttention& attention) {
-    size_t used = 0;
-    auto take = [&](T*& p, size_t count) {
-      p = arena ? arena + used : nullptr;
-      used += count;
-    };
+    Carver<T> take{arena};
     const size_t n = rows, m = samples, w = size_t(width);
     take(h_dir, n * kDirHidden);
     take(dir, n * w);
@@ -210,23 +221,19 @@ struct IbrnetAggregator::Activations {
     take(attention_out, m * kToken);
     take(h_sigma, m * kToken);
     take(sigma_relu, m);
-    return used;
+    return take.used;
   }
 
   // The same for the derived activations.
   size_t layout_derived(T* arena) {
-    size_t used = 0;
-    auto take = [&](T*& p, size_t count) {
-      p = arena ? arena + used : nullptr;
-      used += count;
-    };
+    Carver<T> take{arena};
     const size_t n = rows;
     take(feat, n * size_t(width));
     take(x_pooled, n * kWidth);
     take(x, n * kWidth);
     take(x_vis_weighted, n * kWidth);
     take(rgb_in, n * kRgbIn);
-    return used;
+    return take.used;
   }
 
   // Each derived activation from what it is derived from; the forward calls these as it goes,
@@ -266,11 +273,7 @@ struct IbrnetAggregator::Activations {
 
   // The same for the backward's gradients.
   size_t layout_backward(T* arena, const MultiHeadAttention& attention) {
-    size_t used = 0;
-    auto take = [&](T*& p, size_t count) {
-      p = arena ? arena + used : nullptr;
-      used += count;
-    };
+    Carver<T> take{arena};
     const size_t n = rows, m = samples, w = size_t(width);
     take(g_logit, n);
     take(g_h_rgb2, n * kRgbHidden2);
@@ -301,7 +304,7 @@ struct IbrnetAggregator::Activations {
     take(g_feat, n * w);
     take(g_dir, n * w);
     take(g_h_dir, n * kDirHidden);
-    return used;
+    return take.used;
   }
 };
 

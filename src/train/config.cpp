@@ -23,6 +23,8 @@ po::typed_value<bool>* flag(bool* target) {
 
 // `resume` is the design's spelling of where a run starts (--resume auto | none | PATH); parsing
 // turns it into ckpt_path and no_reload, IBRNet's keys.
+constexpr const char* kResumeFromNewest = "auto";
+
 po::options_description options(TrainConfig* c, std::string* resume) {
   po::options_description run("run");
   run.add_options()("expname", po::value(&c->expname)->default_value(c->expname),
@@ -173,7 +175,7 @@ void validate(const TrainConfig& c) {
 }  // namespace
 
 bool parse_train_config(const std::vector<std::string>& args, TrainConfig* config) {
-  std::string resume = "auto";
+  std::string resume = kResumeFromNewest;
   po::options_description all = options(config, &resume);
   std::string file;
   po::options_description general("general");
@@ -200,7 +202,7 @@ bool parse_train_config(const std::vector<std::string>& args, TrainConfig* confi
   if (resume == "none") {
     check(config->ckpt_path.empty(), "resume", "is none, but ckpt_path names a checkpoint");
     config->no_reload = true;
-  } else if (resume != "auto") {
+  } else if (resume != kResumeFromNewest) {
     check(config->ckpt_path.empty() || config->ckpt_path == resume, "resume",
           "names " + resume + ", but ckpt_path names " + config->ckpt_path);
     config->ckpt_path = resume;
@@ -211,7 +213,7 @@ bool parse_train_config(const std::vector<std::string>& args, TrainConfig* confi
 
 std::string train_config_help() {
   TrainConfig defaults;
-  std::string resume = "auto";
+  std::string resume = kResumeFromNewest;
   std::ostringstream out;
   out << "usage: mvibr train --config FILE [--key value ...]\n\n" << options(&defaults, &resume);
   return out.str();
