@@ -20,6 +20,7 @@ int run_train(const std::vector<std::string>& args);
 int run_render(const std::vector<std::string>& args);
 int run_eval(const std::vector<std::string>& args);
 int run_bench(const std::vector<std::string>& args);
+int run_stop(const std::vector<std::string>& args);
 
 // What `mvibr render` and `mvibr eval` evaluate: a run's config (DIR/config.txt; train config
 // keys on the command line override it), its newest checkpoint or --ckpt, a split, a count.

@@ -23,6 +23,8 @@ constexpr const char* kUsage =
     "              COLMAP, D-NeRF) into scene.h5 and self-contained HDF5 shards\n"
     "  inspect     print what a prepared scene or shard holds, and check every frame\n"
     "  train       train IBRNet on a prepared scene (IBRNet's config keys)\n"
+    "  stop        ask a training run to checkpoint and stop at a step boundary (any\n"
+    "              launcher; exit 75, run it again to continue)\n"
     "  render      render a trained run's held-out views to PNG (colour and depth)\n"
     "  eval        PSNR and SSIM of a trained run on its held-out views, as JSON\n"
     "  bench       measurements under the job's launcher: allreduce, train, io,\n"
@@ -73,6 +75,7 @@ int dispatch(const std::vector<std::string>& argv) {
   if (command == "render") return mvibr::cli::run_render(rest);
   if (command == "eval") return mvibr::cli::run_eval(rest);
   if (command == "bench") return mvibr::cli::run_bench(rest);
+  if (command == "stop") return mvibr::cli::run_stop(rest);
   std::cerr << "mvibr: unknown command '" << command << "' (see mvibr --help)\n";
   return 2;
 }

@@ -1,7 +1,7 @@
 // `mvibr train --config FILE [--key value ...]`: see train/trainer.h. The same command runs as one
 // process or as every rank of an mpirun / srun job; an error on any rank ends the whole job.
 // Exit codes: 0 done, 1 error, 2 bad input, 3 a rank stalled (watchdog), 75 stopped early on a
-// signal with a checkpoint written (requeue and run again to continue).
+// signal or a stop request (`mvibr stop`) with a checkpoint written (run again to continue).
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -33,9 +33,10 @@ constexpr int kStoppedEarlyExitCode = 75;
 
 std::atomic<int> stop_signal{0};
 
-// SIGUSR1 (what `sbatch --signal=USR1@SECONDS` sends before the time limit, and mpirun forwards
-// to every rank), SIGTERM (what Slurm and schedulers send to end a job) and SIGINT (Ctrl-C, once;
-// a second one exits at once) all mean: finish this step, write a checkpoint, exit 75.
+// SIGUSR1 (what `sbatch --signal=USR1@SECONDS` sends before the time limit; srun forwards it to
+// every task, Open MPI's mpirun may not: the stop request works under any launcher), SIGTERM (what
+// Slurm and schedulers send to end a job) and SIGINT (Ctrl-C, once; a second one exits at once) all
+// mean: finish this step, write a checkpoint, exit 75.
 //
 // The signals are blocked in this thread before MPI, OpenMP and the reader start theirs (new
 // threads inherit the mask), and one thread takes them with sigwait. So no handler ever runs
@@ -102,12 +103,12 @@ int run_train(const std::vector<std::string>& args) {
     context.stop_signal = &stop_signal;
     context.progress_columns = terminal_columns();
     const train::TrainSummary summary = train::train(config, std::cout, context);
-    if (topology.rank != 0) return summary.stopped_by_signal ? kStoppedEarlyExitCode : 0;
-    if (summary.stopped_by_signal) {
-      std::cout << "stopped " << summary.run_dir << " at step " << summary.last_step
-                << " on signal " << summary.stopped_by_signal << " after writing "
-                << summary.last_checkpoint << "; run the same command to continue (exit code "
-                << kStoppedEarlyExitCode << ")\n";
+    if (topology.rank != 0) return summary.stopped_by.empty() ? 0 : kStoppedEarlyExitCode;
+    if (!summary.stopped_by.empty()) {
+      std::cout << "stopped " << summary.run_dir << " at step " << summary.last_step << " on "
+                << summary.stopped_by << " after writing " << summary.last_checkpoint
+                << "; run the same command to continue (exit code " << kStoppedEarlyExitCode
+                << ")\n";
       return kStoppedEarlyExitCode;
     }
     std::cout << "trained " << summary.run_dir << " to step " << summary.last_step << " (loss "

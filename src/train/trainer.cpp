@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -26,6 +27,7 @@
 #include "mvibr/train/ibrnet_model.h"
 #include "mvibr/train/loss_scale.h"
 #include "mvibr/train/monitor.h"
+#include "mvibr/train/run_directory.h"
 #include "mvibr/train/tensorboard.h"
 
 namespace mvibr::train {
@@ -33,6 +35,22 @@ namespace mvibr::train {
 namespace fs = std::filesystem;
 
 namespace {
+
+// The stop reason that a stop request gives: above every signal's number, which it wins over.
+constexpr int kStopRequested = 1000;
+
+// Whether the run's stop request, if any, asks to stop after `step`.
+bool stop_request_due(const std::string& run_dir, uint64_t step, std::ostream& log) {
+  const std::optional<uint64_t> after = read_stop_request(run_dir, log);
+  return after && step >= *after;
+}
+
+// "signal 10 (SIGUSR1)".
+std::string signal_name(int signal) {
+  const char* abbreviation = sigabbrev_np(signal);
+  return "signal " + std::to_string(signal) +
+         (abbreviation ? std::string(" (SIG") + abbreviation + ")" : std::string());
+}
 
 // Stops non-zero ranks' logging: rank 0 speaks for the job.
 class NullBuffer : public std::streambuf {
@@ -297,9 +315,12 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
 
   TrainSummary summary;
   summary.run_dir = (fs::path(config.basedir) / config.expname).string();
-  if (rank == 0 && !context.measure_only) {
-    fs::create_directories(summary.run_dir);
-    std::ofstream(fs::path(summary.run_dir) / "config.txt") << config.to_text();
+  std::unique_ptr<RunDirectoryLock> run_lock;
+  if (!context.measure_only) {
+    on_root(*comm, [&] {
+      run_lock = std::make_unique<RunDirectoryLock>(summary.run_dir, log);
+      std::ofstream(fs::path(summary.run_dir) / "config.txt") << config.to_text();
+    });
   }
 
   // fp16 GEMMs scale the loss (1 and never changed otherwise).
@@ -345,6 +366,10 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
                                 config.overlap_allreduce, config.allreduce_dtype == "bf16");
   log << describe_job(config, context, nccl ? *nccl : *comm, device, params.size(),
                       buckets.buckets().size());
+  if (const auto after = run_lock ? read_stop_request(summary.run_dir, log) : std::nullopt) {
+    log << "a stop request waits in " << stop_request_path(summary.run_dir) << ": stopping after "
+        << "step " << std::max(*after, summary.first_step + 1) << "\n";
+  }
 
   data::PrefetchReader reader(reader_options(config, rank, ranks), cursor);
   std::unique_ptr<MetricsLog> metrics;
@@ -386,10 +411,12 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
                                         config.center_ratio, key, first_ray);
       sums += model.accumulate(rays, key, first_ray);
     }
-    // The loss sums, and whether a rank was asked to stop (the largest signal number wins).
+    // The loss sums, and whether a rank was asked to stop: by a signal (its number) or, on rank
+    // 0, by a stop request due after this step (kStopRequested, above every signal's number).
+    const int signal = context.stop_signal ? context.stop_signal->load() : 0;
+    const bool requested = run_lock && stop_request_due(summary.run_dir, step + 1, log);
     double global[5] = {sums.squared_error_coarse, sums.squared_error_fine, sums.valid_coarse,
-                        sums.valid_fine,
-                        context.stop_signal ? double(context.stop_signal->load()) : 0.0};
+                        sums.valid_fine, double(requested ? kStopRequested : signal)};
     {
       dist::Watchdog::Scope watch(watchdog.get(), "the loss all-reduce of " + step_name);
       const auto reduce_start = std::chrono::steady_clock::now();
@@ -397,7 +424,7 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
       comm->all_reduce(global + 4, 1, dist::ReduceOp::kMax);
       report.loss_allreduce = seconds_since(reduce_start);
     }
-    const int stop_signal = int(global[4]);
+    const int stop_reason = int(global[4]);
     const double coarse_denominator = masked_mse_denominator(global[2]);
     const double fine_denominator = masked_mse_denominator(global[3]);
     const auto mark_ready = [&](ParameterRange r) { buckets.mark_ready(r.offset, r.count); };
@@ -557,7 +584,7 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
         metrics->image("heldout/rgb", done, rendered);
       }
     }
-    if (!context.measure_only && (stop_signal != 0 || done % uint64_t(config.i_weights) == 0 ||
+    if (!context.measure_only && (stop_reason != 0 || done % uint64_t(config.i_weights) == 0 ||
                                   done == uint64_t(config.n_iters))) {
       dist::Watchdog::Scope watch(watchdog.get(), "the checkpoint of " + step_name);
       const nn::TrainingState state{config.to_text(), all_cursors(*comm, reader.cursor()),
@@ -567,13 +594,18 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
             nn::save_checkpoint(summary.run_dir, params, adam, state, config.keep_checkpoints);
       });
     }
-    if (stop_signal != 0 && done < uint64_t(config.n_iters)) {
-      summary.stopped_by_signal = stop_signal;
-      progress.print("stopping at step " + std::to_string(done) + " on signal " +
-                     std::to_string(stop_signal) + "; checkpoint " + summary.last_checkpoint +
-                     "\n");
+    if (stop_reason != 0 && done < uint64_t(config.n_iters)) {
+      summary.stopped_by = stop_reason == kStopRequested
+                               ? "the stop request " + stop_request_path(summary.run_dir)
+                               : signal_name(stop_reason);
+      progress.print("stopping at step " + std::to_string(done) + " on " + summary.stopped_by +
+                     "; checkpoint " + summary.last_checkpoint + "\n");
       break;
     }
+  }
+  // The request is answered: the run stopped on it, or ended while it was due.
+  if (run_lock && stop_request_due(summary.run_dir, summary.last_step, log)) {
+    clear_stop_request(summary.run_dir);
   }
   return summary;
 }

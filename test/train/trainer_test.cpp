@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -15,6 +17,7 @@
 #include "mvibr/nn/checkpoint.h"
 #include "mvibr/nn/optimizer.h"
 #include "mvibr/train/ibrnet_model.h"
+#include "mvibr/train/run_directory.h"
 #include "training_fixture.h"
 
 namespace mvibr::train {
@@ -82,6 +85,81 @@ TEST_F(TrainerTest, ResumingReachesBitIdenticalParameters) {
   const TrainSummary different = train(other, log);
   EXPECT_NE(checkpoint_values(config, straight.last_checkpoint),
             checkpoint_values(config, different.last_checkpoint));
+}
+
+// A stop request in the run directory stops the run after its step with a checkpoint and is
+// removed; a signal does the same; the stopped run resumes to the uninterrupted one's parameters.
+TEST_F(TrainerTest, StopRequestsAndSignalsStopAtAStepBoundaryAndResumeExactly) {
+  std::ostringstream log;
+  const TrainSummary straight = train(small_config("stop-straight", 9), log);
+  const TrainConfig config = small_config("stopped", 9);
+  write_stop_request(straight.run_dir + "/../stopped", 3, /*create=*/true);
+  const TrainSummary first = train(config, log);
+  EXPECT_EQ(first.last_step, 3u);
+  EXPECT_EQ(first.stopped_by, "the stop request " + stop_request_path(first.run_dir));
+  EXPECT_EQ(first.last_checkpoint, nn::checkpoint_path(first.run_dir, 3));
+  EXPECT_FALSE(fs::exists(stop_request_path(first.run_dir))) << "the request was not removed";
+
+  write_stop_request(first.run_dir, std::nullopt, false);  // after the step in progress
+  const TrainSummary second = train(config, log);
+  EXPECT_EQ(second.first_step, 3u);
+  EXPECT_EQ(second.last_step, 4u);
+  EXPECT_EQ(second.last_checkpoint, nn::checkpoint_path(first.run_dir, 4));
+
+  const std::atomic<int> usr1{SIGUSR1};
+  RankContext signalled;
+  signalled.stop_signal = &usr1;
+  const TrainSummary third = train(config, log, signalled);
+  EXPECT_EQ(third.last_step, 5u);
+  EXPECT_EQ(third.stopped_by, "signal 10 (SIGUSR1)");
+
+  write_stop_request(first.run_dir, 100, false);  // beyond n_iters: waits for a longer run
+  const TrainSummary rest = train(config, log);
+  EXPECT_EQ(rest.last_step, 9u);
+  EXPECT_TRUE(rest.stopped_by.empty());
+  EXPECT_TRUE(fs::exists(stop_request_path(first.run_dir)));
+  EXPECT_EQ(checkpoint_values(config, straight.last_checkpoint),
+            checkpoint_values(config, rest.last_checkpoint));
+}
+
+// A second trainer of the same run directory is refused while the first holds it; checkpoint
+// temporaries are removed once nobody does, and nothing else in the folder is touched.
+TEST_F(TrainerTest, TheRunDirectoryHasOneTrainerAndLosesStaleTemporaries) {
+  std::ostringstream log;
+  const TrainConfig config = small_config("locked", 4);
+  const TrainSummary done = train(config, log);
+  const fs::path checkpoints = fs::path(done.run_dir) / "checkpoints";
+  const fs::path stale = checkpoints / "ckpt-00000005.h5.tmp-4194305";
+  const fs::path others[] = {checkpoints / "notes.tmp-1", checkpoints / "ckpt-5.h5.tmp-x",
+                             fs::path(done.run_dir) / "renders.png.tmp-7"};
+  for (const fs::path& p : others) std::ofstream(p) << "not a checkpoint temporary";
+  fs::copy_file(done.last_checkpoint, stale);
+  fs::resize_file(stale, fs::file_size(stale) / 2);  // as a writer killed mid-write leaves it
+  {
+    RunDirectoryLock holder(done.run_dir, log);
+    EXPECT_FALSE(fs::exists(stale));
+    std::ofstream(stale) << "written by the holder";
+    try {
+      train(small_config("locked", 8), log);
+      ADD_FAILURE() << "a second trainer of a held run directory trained";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(done.run_dir +
+                                           " is being trained by another mvibr "
+                                           "train (pid " +
+                                           std::to_string(::getpid())),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_TRUE(fs::exists(stale)) << "a held run's temporary was removed";
+  }
+  std::ostringstream resumed;
+  const TrainSummary rest = train(small_config("locked", 6), resumed);
+  EXPECT_EQ(rest.first_step, 4u);
+  EXPECT_EQ(rest.last_step, 6u);
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_NE(resumed.str().find("removed 1 checkpoint temporary"), std::string::npos)
+      << resumed.str();
+  for (const fs::path& p : others) EXPECT_TRUE(fs::exists(p)) << p;
 }
 
 // init_ckpt gives a new run another checkpoint's weights with a fresh optimiser at step 0, and

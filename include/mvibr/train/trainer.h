@@ -17,7 +17,8 @@
 // rendered image at every validation), and a warning names the slow rank and its slow phase when
 // ranks' busy times differ by more than 20% (monitor.h).
 //
-// A run lives in basedir/expname (config.txt, metrics.jsonl, tb/, checkpoints/); it resumes from
+// A run lives in basedir/expname (config.txt, metrics.jsonl, tb/, checkpoints/), which rank 0
+// holds locked while it trains (run_directory.h); it resumes from
 // its newest checkpoint unless no_reload, or from ckpt_path (a run without one starts from
 // init_ckpt's weights when given, else from the seed): rank 0 reads it and broadcasts it, so
 // only rank 0 needs the run directory. With the rank count of the checkpoint, resuming is exact
@@ -51,9 +52,9 @@ struct TrainSummary {
   double heldout_ssim = std::numeric_limits<double>::quiet_NaN();
   std::string last_checkpoint;
   uint64_t skipped_steps = 0;  // updates skipped for a non-finite loss or gradient
-  // The run stopped before n_iters because a rank was asked to (RankContext::stop_signal): its
-  // state is in last_checkpoint, and running the same command again continues it.
-  int stopped_by_signal = 0;
+  // Why the run stopped before n_iters ("signal 10 (SIGUSR1)", "the stop request <run>/STOP");
+  // empty when it did not. Its state is in last_checkpoint; the same command continues it.
+  std::string stopped_by;
 };
 
 // What one update took on this rank, in seconds: for benchmarks and monitoring.
@@ -77,8 +78,9 @@ struct RankContext {
   // real run ends the job there (MpiSession::abort_job). Null: no watchdog.
   dist::Watchdog::StallHandler on_stall;
   // Set (to the signal's number) by a signal handler when the job should stop early, e.g. Slurm's
-  // warning before a time limit. Checked at every step: when any rank has it set, all ranks stop
-  // after that step and rank 0 writes a checkpoint. Null: never.
+  // warning before a time limit. Checked at every step, with rank 0's check of the run's stop
+  // request (run_directory.h): when any rank is asked, all ranks stop after that step and rank 0
+  // writes a checkpoint. Null: no signals (the stop request still counts).
   const std::atomic<int>* stop_signal = nullptr;
   // Called on every rank after each update.
   std::function<void(const StepReport&)> on_step;
