@@ -18,16 +18,17 @@
 #include "mvibr/data/importers.h"
 #include "mvibr/data/npy.h"
 #include "mvibr/data/synthetic_scene.h"
+#include "mvibr/testing/datasets.h"
 
 namespace mvibr::data {
 namespace {
 
 namespace fs = std::filesystem;
 
-Scene fern() {
+Scene fern(const std::string& folder) {
   ImportOptions options;
   options.downsample = 8;
-  return import_scene("llff", std::string(MVIBR_SHARED_DATASETS) + "/llff_fern", options);
+  return import_scene("llff", folder, options);
 }
 
 Vec3<double> forward(const PinholeCamera<double>& c) {
@@ -44,7 +45,8 @@ double rotation_angle(const PinholeCamera<double>& a, const PinholeCamera<double
 }
 
 TEST(SpiralPath, MatchesLlffRenderPathSpiralOnFern) {
-  const Scene scene = fern();
+  MVIBR_NEED_DATASET(fern_dir, "llff_fern");
+  const Scene scene = fern(fern_dir);
   SpiralOptions options;
   options.frames = 24;
   const std::vector<PathFrame> path = spiral_path(scene, options);
@@ -86,8 +88,7 @@ TEST(SpiralPath, MatchesLlffRenderPathSpiralOnFern) {
     EXPECT_EQ(path[f].far_depth, far);
   }
   // LLFF's focus depth from fern's bounds as LLFF reads them: 0.9x the smallest, 5x the largest.
-  const NpyArray table =
-      read_npy(std::string(MVIBR_SHARED_DATASETS) + "/llff_fern/poses_bounds.npy");
+  const NpyArray table = read_npy(fern_dir + "/poses_bounds.npy");
   double smallest = INFINITY, largest = 0;
   for (size_t i = 0; i < table.shape[0]; ++i) {
     smallest = std::min(smallest, table.at(17 * i + 15));
@@ -101,7 +102,8 @@ TEST(SpiralPath, MatchesLlffRenderPathSpiralOnFern) {
 }
 
 TEST(SpiralPath, CamerasAreRigidAndLookAtOneFocusPointFromAroundTheAverage) {
-  const Scene scene = fern();
+  MVIBR_NEED_DATASET(fern_dir, "llff_fern");
+  const Scene scene = fern(fern_dir);
   const std::vector<PathFrame> path = spiral_path(scene, SpiralOptions{});
   ASSERT_EQ(path.size(), 120u);
   Vec3<double> mean_center{0, 0, 0};
@@ -129,7 +131,8 @@ TEST(SpiralPath, CamerasAreRigidAndLookAtOneFocusPointFromAroundTheAverage) {
 }
 
 TEST(SpiralPath, RejectsNoFramesAndCamerasFacingEveryWay) {
-  const Scene scene = fern();
+  MVIBR_NEED_DATASET(fern_dir, "llff_fern");
+  const Scene scene = fern(fern_dir);
   SpiralOptions options;
   options.frames = 0;
   EXPECT_THROW(spiral_path(scene, options), InvalidArgument);
@@ -155,11 +158,11 @@ TEST(SpiralPath, RejectsNoFramesAndCamerasFacingEveryWay) {
 
 // NeRF-synthetic lego's cameras sit on a sphere of radius 4.03 about the origin, looking at it.
 TEST(OrbitPath, CirclesWhatLegosViewsLookAtAtTheirDistanceAndElevation) {
+  MVIBR_NEED_DATASET(lego_dir, "nerf_synthetic_lego_400");
   ImportOptions options;
   options.splits = {"train"};
   options.max_views_per_split = 24;
-  const Scene lego = import_scene(
-      "blender", std::string(MVIBR_SHARED_DATASETS) + "/nerf_synthetic_lego_400", options);
+  const Scene lego = import_scene("blender", lego_dir, options);
   const std::vector<PathFrame> path = orbit_path(lego, OrbitOptions{});
   ASSERT_EQ(path.size(), 40u);
   double radius = 0, height = 0;
@@ -192,7 +195,8 @@ TEST(OrbitPath, CirclesWhatLegosViewsLookAtAtTheirDistanceAndElevation) {
 }
 
 TEST(OrbitPath, RejectsForwardFacingViewsAndNoFrames) {
-  const Scene scene = fern();
+  MVIBR_NEED_DATASET(fern_dir, "llff_fern");
+  const Scene scene = fern(fern_dir);
   try {
     orbit_path(scene, OrbitOptions{});
     FAIL() << "expected an error";
@@ -206,7 +210,8 @@ TEST(OrbitPath, RejectsForwardFacingViewsAndNoFrames) {
 }
 
 TEST(InterpolatedPath, HitsTheKeysExactlyAndMovesHalfWayBetweenThem) {
-  const Scene scene = fern();
+  MVIBR_NEED_DATASET(fern_dir, "llff_fern");
+  const Scene scene = fern(fern_dir);
   const std::vector<int> keys = {0, 8, 16};
   const std::vector<PathFrame> path = interpolated_path(scene, keys, 9);  // keys at 0, 4, 8
   ASSERT_EQ(path.size(), 9u);
@@ -238,7 +243,8 @@ TEST(InterpolatedPath, HitsTheKeysExactlyAndMovesHalfWayBetweenThem) {
 }
 
 TEST(InterpolatedPath, TurnsTheShortWayRoundEvenNearHalfATurn) {
-  Scene scene = fern();
+  MVIBR_NEED_DATASET(fern_dir, "llff_fern");
+  Scene scene = fern(fern_dir);
   // View 1 turned by 179 degrees about the vertical relative to view 0.
   PinholeCamera<double>& a = scene.views[0].camera;
   PinholeCamera<double>& b = scene.views[1].camera;
@@ -255,7 +261,8 @@ TEST(InterpolatedPath, TurnsTheShortWayRoundEvenNearHalfATurn) {
 }
 
 TEST(InterpolatedPath, RejectsTooFewKeysOrFramesAndUnknownViews) {
-  const Scene scene = fern();
+  MVIBR_NEED_DATASET(fern_dir, "llff_fern");
+  const Scene scene = fern(fern_dir);
   EXPECT_THROW(interpolated_path(scene, {3}, 10), InvalidArgument);
   EXPECT_THROW(interpolated_path(scene, {0, 8}, 1), InvalidArgument);
   try {

@@ -1,4 +1,4 @@
-// Importers on the real data sets in ../shared/datasets (LLFF fern, NeRF-synthetic lego, tiny
+// Importers on the real data sets (LLFF fern, NeRF-synthetic lego, tiny
 // D-NeRF lego) and on small scenes written here: counts, sizes and splits; conventions checked
 // against image content (silhouettes for lego, photo-consistency for fern) rather than only
 // against the formulas; undistortion of a rendered checkerboard; and every bad input refused
@@ -25,17 +25,13 @@
 #include "mvibr/data/npz.h"
 #include "mvibr/data/undistort.h"
 #include "mvibr/geom/projection.h"
+#include "mvibr/testing/datasets.h"
 
 namespace mvibr::data {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-const std::string kDatasets = MVIBR_SHARED_DATASETS;
-const std::string kLego = kDatasets + "/nerf_synthetic_lego_400";
-const std::string kFern = kDatasets + "/llff_fern";
-const std::string kDnerf = kDatasets + "/dnerf_lego_tiny/tiny_dnerf_data.npz";
 
 // A fresh directory for one test, removed when the test ends.
 class TempDir {
@@ -176,7 +172,8 @@ NpyArray parse(const std::string& bytes) {
 }
 
 TEST(Npy, ReadsFernPosesBounds) {
-  const NpyArray table = read_npy(kFern + "/poses_bounds.npy");
+  MVIBR_NEED_DATASET(fern_dir, "llff_fern");
+  const NpyArray table = read_npy(fern_dir + "/poses_bounds.npy");
   ASSERT_EQ(table.shape, (std::vector<size_t>{20, 17}));
   EXPECT_EQ(table.type, NpyType::kFloat64);
   EXPECT_NEAR(table.at(0), 2.24225156e-02, 1e-10);  // numpy: poses_bounds[0, 0]
@@ -200,6 +197,7 @@ TEST(Npy, ReadsEachSupportedTypeAndShape) {
 }
 
 TEST(Npy, RefusesBadHeadersTruncationAndAbsurdShapes) {
+  MVIBR_NEED_DATASET(fern_dir, "llff_fern");
   const std::string eight(8, '\0');
   // Each of these must fail with InvalidArgument, never allocate from the header's shape.
   for (const std::string& bytes :
@@ -219,7 +217,7 @@ TEST(Npy, RefusesBadHeadersTruncationAndAbsurdShapes) {
   EXPECT_THROW(parse(fortran), InvalidArgument);
 
   TempDir dir;
-  const std::string bytes = read_bytes(kFern + "/poses_bounds.npy");
+  const std::string bytes = read_bytes(fern_dir + "/poses_bounds.npy");
   write_text(dir / "poses_bounds.npy", bytes.substr(0, bytes.size() - 8));
   expect_invalid_naming([&] { read_npy(dir / "poses_bounds.npy"); }, dir / "poses_bounds.npy");
   write_text(dir / "huge.npy", npy_bytes("<f8", "(4000000000, 4000000000, 3)", eight));
@@ -227,7 +225,9 @@ TEST(Npy, RefusesBadHeadersTruncationAndAbsurdShapes) {
 }
 
 TEST(Npz, ReadsDeflatedTinyDnerf) {
-  const std::map<std::string, NpyArray> arrays = read_npz(kDnerf);
+  MVIBR_NEED_DATASET(dnerf_npz, "dnerf_lego_tiny");
+  dnerf_npz += "/tiny_dnerf_data.npz";
+  const std::map<std::string, NpyArray> arrays = read_npz(dnerf_npz);
   ASSERT_EQ(arrays.size(), 4u);
   EXPECT_EQ(arrays.at("images").shape, (std::vector<size_t>{81, 100, 100, 3}));
   EXPECT_EQ(arrays.at("images").type, NpyType::kFloat32);
@@ -258,6 +258,8 @@ std::string stored_zip(const std::string& name, const std::string& data, uint32_
 }
 
 TEST(Npz, ReadsStoredMembersAndRefusesDamage) {
+  MVIBR_NEED_DATASET(dnerf_npz, "dnerf_lego_tiny");
+  dnerf_npz += "/tiny_dnerf_data.npz";
   TempDir dir;
   const std::string npy = npy_bytes("|u1", "(3,)", "xyz");
   write_text(dir / "stored.npz", stored_zip("a.npy", npy, uint32_t(npy.size())));
@@ -267,7 +269,7 @@ TEST(Npz, ReadsStoredMembersAndRefusesDamage) {
 
   write_text(dir / "lying.npz", stored_zip("a.npy", npy, 0xFFFFFFF0u));
   expect_invalid_naming([&] { read_npz(dir / "lying.npz"); }, dir / "lying.npz");
-  const std::string real = read_bytes(kDnerf);
+  const std::string real = read_bytes(dnerf_npz);
   for (const size_t keep : {real.size() - 10, real.size() / 2, size_t(30)}) {
     write_text(dir / "cut.npz", real.substr(0, keep));
     expect_invalid_naming([&] { read_npz(dir / "cut.npz"); }, dir / "cut.npz");
@@ -337,16 +339,17 @@ std::pair<View, View> rolled(View a, View b) {
 // NeRF-synthetic lego
 
 TEST(ImportBlender, LegoCountsSizesSplitsAndIntrinsics) {
+  MVIBR_NEED_DATASET(lego_dir, "nerf_synthetic_lego_400");
   const auto start = std::chrono::steady_clock::now();
-  const Scene scene = import_scene("auto", kLego, ImportOptions{});
+  const Scene scene = import_scene("auto", lego_dir, ImportOptions{});
   std::printf("lego: %zu views imported in %.2f s\n", scene.views.size(),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   EXPECT_EQ(scene.source_format, "blender");
   EXPECT_EQ(scene.name, "nerf_synthetic_lego_400");
   EXPECT_FALSE(scene.dynamic);
-  const int train = int(json_frame_count(kLego + "/transforms_train.json"));
-  const int val = int(json_frame_count(kLego + "/transforms_val.json"));
-  const int test = int(json_frame_count(kLego + "/transforms_test.json"));
+  const int train = int(json_frame_count(lego_dir + "/transforms_train.json"));
+  const int val = int(json_frame_count(lego_dir + "/transforms_val.json"));
+  const int test = int(json_frame_count(lego_dir + "/transforms_test.json"));
   ASSERT_EQ(int(scene.views.size()), train + val + test);
   EXPECT_EQ(count_split(scene, Split::kTrain), train);
   EXPECT_EQ(count_split(scene, Split::kValidation), val);
@@ -370,9 +373,10 @@ TEST(ImportBlender, LegoCountsSizesSplitsAndIntrinsics) {
 }
 
 TEST(ImportBlender, LegoCamerasLookAtTheOriginUpright) {
+  MVIBR_NEED_DATASET(lego_dir, "nerf_synthetic_lego_400");
   ImportOptions options;
   options.max_views_per_split = 6;
-  const Scene scene = import_blender(kLego, options);
+  const Scene scene = import_blender(lego_dir, options);
   ASSERT_EQ(scene.views.size(), 18u);
   for (const View& view : scene.views) {
     // The object sits at the origin: it projects near the image centre, in front.
@@ -390,10 +394,11 @@ TEST(ImportBlender, LegoCamerasLookAtTheOriginUpright) {
 }
 
 TEST(ImportBlender, LegoViewsArePhotoConsistent) {
+  MVIBR_NEED_DATASET(lego_dir, "nerf_synthetic_lego_400");
   ImportOptions options;
   options.splits = {"test"};  // the test views circle the object 1.8 degrees apart
   options.max_views_per_split = 3;
-  const Scene scene = import_blender(kLego, options);
+  const Scene scene = import_blender(lego_dir, options);
   const View& a = scene.views[0];
   const View& b = scene.views[2];
   const double right = photo_error(a, b);
@@ -414,14 +419,15 @@ ImportOptions fern_options() {
 }
 
 TEST(ImportLlff, FernCountsSizesSplitsIntrinsicsAndBounds) {
+  MVIBR_NEED_DATASET(fern_dir, "llff_fern");
   const auto start = std::chrono::steady_clock::now();
-  const Scene scene = import_scene("auto", kFern, fern_options());
+  const Scene scene = import_scene("auto", fern_dir, fern_options());
   std::printf("fern: %zu views imported in %.2f s\n", scene.views.size(),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   EXPECT_EQ(scene.source_format, "llff");
   EXPECT_EQ(scene.name, "llff_fern");
   ASSERT_EQ(scene.views.size(), 20u);
-  const NpyArray table = read_npy(kFern + "/poses_bounds.npy");
+  const NpyArray table = read_npy(fern_dir + "/poses_bounds.npy");
   for (size_t i = 0; i < 20; ++i) {
     const View& view = scene.views[i];
     EXPECT_EQ(view.split, i % 8 == 0 ? Split::kTest : Split::kTrain) << i;
@@ -439,7 +445,8 @@ TEST(ImportLlff, FernCountsSizesSplitsIntrinsicsAndBounds) {
 }
 
 TEST(ImportLlff, FernCamerasLookIntoTheirBoundsTogether) {
-  const Scene scene = import_llff(kFern, fern_options());
+  MVIBR_NEED_DATASET(fern_dir, "llff_fern");
+  const Scene scene = import_llff(fern_dir, fern_options());
   for (const View& a : scene.views) {
     // The centre ray's point at mid-bounds depth is scene content every view sees in front.
     const double mid = 0.5 * (a.near_depth / 0.9 + a.far_depth / 1.6);
@@ -455,7 +462,8 @@ TEST(ImportLlff, FernCamerasLookIntoTheirBoundsTogether) {
 }
 
 TEST(ImportLlff, FernViewsArePhotoConsistent) {
-  const Scene scene = import_llff(kFern, fern_options());
+  MVIBR_NEED_DATASET(fern_dir, "llff_fern");
+  const Scene scene = import_llff(fern_dir, fern_options());
   const View& a = scene.views[1];
   const View& b = scene.views[2];
   const double right = photo_error(a, b);
@@ -482,11 +490,13 @@ TEST(ImportLlff, FernViewsArePhotoConsistent) {
 // D-NeRF tiny lego
 
 TEST(ImportDnerf, TinyLegoCountsTimesSplitsAndConventions) {
-  const Scene scene = import_scene("auto", kDnerf, ImportOptions{});
+  MVIBR_NEED_DATASET(dnerf_npz, "dnerf_lego_tiny");
+  dnerf_npz += "/tiny_dnerf_data.npz";
+  const Scene scene = import_scene("auto", dnerf_npz, ImportOptions{});
   EXPECT_EQ(scene.source_format, "dnerf");
   EXPECT_TRUE(scene.dynamic);
   ASSERT_EQ(scene.views.size(), 81u);
-  const NpyArray times = read_npz(kDnerf).at("times");
+  const NpyArray times = read_npz(dnerf_npz).at("times");
   for (size_t i = 0; i < 81; ++i) {
     const View& view = scene.views[i];
     EXPECT_EQ(view.split, i % 8 == 0 ? Split::kTest : Split::kTrain);
@@ -509,7 +519,7 @@ TEST(ImportDnerf, TinyLegoCountsTimesSplitsAndConventions) {
 
   ImportOptions few;
   few.max_views_per_split = 2;
-  EXPECT_EQ(import_dnerf(kDnerf, few).views.size(), 4u);
+  EXPECT_EQ(import_dnerf(dnerf_npz, few).views.size(), 4u);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -737,19 +747,22 @@ TEST(ImportErrors, BlenderScenesNameTheBadFile) {
 }
 
 TEST(ImportErrors, LlffAndDnerfNameTheBadFile) {
+  MVIBR_NEED_DATASET(fern_dir, "llff_fern");
+  MVIBR_NEED_DATASET(dnerf_npz, "dnerf_lego_tiny");
+  dnerf_npz += "/tiny_dnerf_data.npz";
   TempDir dir;
-  const std::string table = read_bytes(kFern + "/poses_bounds.npy");
+  const std::string table = read_bytes(fern_dir + "/poses_bounds.npy");
   write_text(dir / "poses_bounds.npy", table);
   expect_invalid_naming([&] { import_llff(dir.str(), fern_options()); }, dir / "images_8");
   fs::create_directories(dir / "images_8");
-  for (const fs::directory_entry& e : fs::directory_iterator(kFern + "/images_8")) {
+  for (const fs::directory_entry& e : fs::directory_iterator(fern_dir + "/images_8")) {
     fs::copy_file(e.path(), dir / ("images_8/" + e.path().filename().string()));
   }
   write_gradient_png(dir / "images_8/image007.png", 500, 378, 3);
   expect_invalid_naming([&] { import_llff(dir.str(), fern_options()); }, "image007.png");
   fs::remove(dir / "images_8/image007.png");
   expect_invalid_naming([&] { import_llff(dir.str(), fern_options()); }, "poses_bounds.npy");
-  fs::copy_file(kFern + "/images_8/image007.png", dir / "images_8/image007.png");
+  fs::copy_file(fern_dir + "/images_8/image007.png", dir / "images_8/image007.png");
   EXPECT_EQ(import_llff(dir.str(), fern_options()).views.size(), 20u);
   // A NaN in the rotation of row 4.
   std::string nan_table = table;
@@ -760,7 +773,7 @@ TEST(ImportErrors, LlffAndDnerfNameTheBadFile) {
   write_text(dir / "poses_bounds.npy", table.substr(0, table.size() - 100));
   expect_invalid_naming([&] { import_llff(dir.str(), fern_options()); }, "poses_bounds.npy");
 
-  const std::string npz = read_bytes(kDnerf);
+  const std::string npz = read_bytes(dnerf_npz);
   write_text(dir / "cut.npz", npz.substr(0, npz.size() * 3 / 4));
   expect_invalid_naming([&] { import_dnerf(dir / "cut.npz", ImportOptions{}); }, dir / "cut.npz");
 }

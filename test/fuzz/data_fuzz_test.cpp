@@ -18,6 +18,7 @@
 #include "mvibr/data/prefetch_reader.h"
 #include "mvibr/data/random_pixel_scene.h"
 #include "mvibr/data/shards.h"
+#include "mvibr/testing/datasets.h"
 
 namespace mvibr::data {
 namespace {
@@ -105,15 +106,16 @@ TEST(DataFuzz, DamagedScenesAndShardsGiveCleanErrors) {
 
 // The files importers read: a PNG, an .npy and an .npz from the real data sets.
 TEST(DataFuzz, DamagedImagesAndArraysGiveCleanErrors) {
-  const fs::path datasets = MVIBR_SHARED_DATASETS;
+  MVIBR_NEED_DATASET(lego, "nerf_synthetic_lego_400");
+  MVIBR_NEED_DATASET(fern, "llff_fern");
+  MVIBR_NEED_DATASET(dnerf, "dnerf_lego_tiny");
   const struct {
     fs::path source;
     std::function<void(const std::string&)> read;
   } inputs[] = {
-      {datasets / "nerf_synthetic_lego_400/train/r_0.png",
-       [](const std::string& p) { load_image(p); }},
-      {datasets / "llff_fern/poses_bounds.npy", [](const std::string& p) { read_npy(p); }},
-      {datasets / "dnerf_lego_tiny/tiny_dnerf_data.npz", [](const std::string& p) { read_npz(p); }},
+      {fs::path(lego) / "train/r_0.png", [](const std::string& p) { load_image(p); }},
+      {fs::path(fern) / "poses_bounds.npy", [](const std::string& p) { read_npy(p); }},
+      {fs::path(dnerf) / "tiny_dnerf_data.npz", [](const std::string& p) { read_npz(p); }},
   };
   const fs::path work =
       fs::temp_directory_path() / ("mvibr-fuzz-files-" + std::to_string(::getpid()));

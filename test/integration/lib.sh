@@ -17,3 +17,18 @@ expect_error() {
   grep -q -- "$pattern" "$work/err" || fail "expected '$pattern' in: $(cat "$work/err")"
   echo "ok: $* -> $(cat "$work/err")"
 }
+
+# need_dataset NAME: the folder of real data set NAME (listed in test/datasets.tsv) under
+# MVIBR_DATASETS, else ../shared/datasets, in $dataset. When it is missing, one line names it and
+# its source; under CI=true the test fails, elsewhere it ends as skipped (exit 77), so run the
+# checks that need no data set first.
+need_dataset() {
+  local table=$source_dir/test/datasets.tsv file what
+  IFS=$'\t' read -r _ file what < <(grep "^$1"$'\t' "$table") || fail "data set '$1' is not in $table"
+  dataset=${MVIBR_DATASETS:-$source_dir/../shared/datasets}/$1
+  [[ -e $dataset/$file ]] && return 0
+  local line="missing data set $1 ($what): expected $dataset/$file; put it there or point MVIBR_DATASETS at a folder holding it"
+  [[ ${CI:-} == true ]] && fail "$line"
+  echo "SKIPPED: $line" >&2
+  exit 77
+}

@@ -6,7 +6,6 @@
 set -euo pipefail
 mvibr=$1
 source_dir=$2
-datasets=${MVIBR_DATASETS:-$source_dir/../shared/datasets}
 source "$source_dir/test/integration/lib.sh"
 
 echo "== built-in synthetic scene"
@@ -28,16 +27,6 @@ echo "== dynamic synthetic scene"
 "$mvibr" prep --out "$work/dynamic" --views 8 --time_steps 3 --width 24 --height 16 --shards 2
 "$mvibr" inspect "$work/dynamic" | grep -q "3 time step(s)" || fail "dynamic time steps"
 
-echo "== real data sets"
-"$mvibr" prep --input "$datasets/nerf_synthetic_lego_400" --out "$work/lego" --shards 2 \
-  --max_views 6
-"$mvibr" inspect "$work/lego" | grep -q "views: 18 (train 6, val 6, test 6)" || fail "lego counts"
-"$mvibr" prep --input "$datasets/llff_fern" --factor 8 --out "$work/fern" --shards 2
-"$mvibr" inspect "$work/fern" | grep -q "views: 20 (train 17, val 0, test 3)" || fail "fern counts"
-/usr/bin/python3 "$source_dir/test/data/read_with_h5py.py" "$work/fern"
-"$mvibr" prep --input "$datasets/dnerf_lego_tiny/tiny_dnerf_data.npz" --out "$work/dlego"
-"$mvibr" inspect "$work/dlego" | grep -q "dynamic" || fail "dnerf is not dynamic"
-
 echo "== bad input"
 expect_error "no such" "$mvibr" prep --input "$work/does-not-exist" --out "$work/bad1"
 [[ ! -e "$work/bad1/scene.h5" ]] || fail "bad prep left scene.h5"
@@ -50,4 +39,21 @@ cp "$work/synthetic/shard-00000-of-00003.h5" "$work/truncated.h5"
 truncate -s 2000 "$work/truncated.h5"
 expect_error "truncated.h5" "$mvibr" inspect "$work/truncated.h5"
 expect_error "cannot read" "$mvibr" inspect "$work/nothing-here.h5"
+
+echo "== real data sets"
+need_dataset nerf_synthetic_lego_400
+lego=$dataset
+need_dataset llff_fern
+fern=$dataset
+need_dataset dnerf_lego_tiny
+dnerf=$dataset
+"$mvibr" prep --input "$lego" --out "$work/lego" --shards 2 \
+  --max_views 6
+"$mvibr" inspect "$work/lego" | grep -q "views: 18 (train 6, val 6, test 6)" || fail "lego counts"
+"$mvibr" prep --input "$fern" --factor 8 --out "$work/fern" --shards 2
+"$mvibr" inspect "$work/fern" | grep -q "views: 20 (train 17, val 0, test 3)" || fail "fern counts"
+/usr/bin/python3 "$source_dir/test/data/read_with_h5py.py" "$work/fern"
+"$mvibr" prep --input "$dnerf/tiny_dnerf_data.npz" --out "$work/dlego"
+"$mvibr" inspect "$work/dlego" | grep -q "dynamic" || fail "dnerf is not dynamic"
+
 echo "prep_cli_test: all passed"
