@@ -245,9 +245,11 @@ PrefetchReader::~PrefetchReader() {
 TrainingSample PrefetchReader::next() {
   State& s = *state_;
   std::unique_lock<std::mutex> lock(s.mutex);
-  const auto begin = std::chrono::steady_clock::now();
-  s.not_empty.wait(lock, [&] { return !s.queue.empty() || s.error; });
-  s.waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  if (s.queue.empty() && !s.error) {
+    const auto begin = std::chrono::steady_clock::now();
+    s.not_empty.wait(lock, [&] { return !s.queue.empty() || s.error; });
+    s.waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  }
   if (s.queue.empty()) std::rethrow_exception(s.error);
   TrainingSample sample = std::move(s.queue.front());
   s.queue.pop_front();
@@ -267,6 +269,11 @@ size_t PrefetchReader::samples_per_epoch() const {
 const std::vector<int>& PrefetchReader::shards() const {
   return state_->shard_ids;
 }
+size_t PrefetchReader::samples_ready() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->queue.size();
+}
+
 double PrefetchReader::wait_seconds() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   return state_->waited;

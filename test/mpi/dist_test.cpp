@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -175,24 +176,35 @@ TEST(Agreement, DivergedParametersAreReported) {
   }
 }
 
+// A wait that outlasts the timeout fires the handler once, with the message; waits within it and
+// time with nothing watched do not. No sleep must be long enough: the slow wait lasts until the
+// handler has fired, and the quick ones are watched by a timeout no machine outlasts.
 TEST(Watchdog, FiresOnceForAWaitThatOutlastsTheTimeout) {
   std::atomic<int> fired{0};
   std::string message;
-  Watchdog watchdog(0.2, [&](const std::string& m) {
+  std::mutex mutex;
+  const auto handler = [&](const std::string& m) {
+    std::lock_guard<std::mutex> lock(mutex);
     message = m;
     ++fired;
-  });
+  };
   {
-    Watchdog::Scope quick(&watchdog, "a quick wait");
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    Watchdog patient(600, handler);
+    {
+      Watchdog::Scope quick(&patient, "a quick wait");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // nothing watched
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // nothing watched: no alarm
   EXPECT_EQ(fired.load(), 0);
+  Watchdog watchdog(0.2, handler);
   {
     Watchdog::Scope slow(&watchdog, "all-reduce of the gradients of step 3");
-    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    while (fired.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));  // three timeouts more: still once
   }
   EXPECT_EQ(fired.load(), 1);
+  std::lock_guard<std::mutex> lock(mutex);
   EXPECT_EQ(message,
             "all-reduce of the gradients of step 3 has not completed after 0.2 s: another rank has "
             "failed or stalls");

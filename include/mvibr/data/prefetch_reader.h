@@ -65,7 +65,9 @@ class PrefetchReader {
   ReaderCursor cursor() const;
   size_t samples_per_epoch() const;
   const std::vector<int>& shards() const;  // the shard indices this rank reads
-  // Seconds next() has spent waiting for data, in total.
+  // Samples read ahead, waiting for next() (at most queue_depth).
+  size_t samples_ready() const;
+  // Seconds next() has spent waiting for data, in total (none when a sample was ready).
   double wait_seconds() const;
 
  private:
