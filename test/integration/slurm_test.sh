@@ -78,7 +78,9 @@ job_still_going() {
 }
 # Requeued batch jobs are not eligible to start for about two minutes (Slurm's fixed delay);
 # the test lets the job start at once instead of waiting that out, once the old instance's step
-# daemons are gone (slurm_wait_steps_gone says why).
+# daemons are gone (slurm_wait_steps_gone says why) and the clock has entered a new second: slurmd
+# revokes the old instance's job credential when it ends and refuses any credential created in
+# the same second or earlier ("Job credential revoked": the new instance would fail at launch).
 start_now_after_requeue() {
   local id=$1 restarts=$2
   for _ in $(seq 150); do
@@ -89,6 +91,9 @@ start_now_after_requeue() {
   [[ $(slurm_job_field "$id" JobState) == PENDING ]] ||
     fail "job $id was not requeued: $(slurm_job_field "$id" JobState), restarts $(slurm_job_field "$id" Restarts): $(cat "$work"/*-"$id".out)"
   slurm_wait_steps_gone "$id" 30
+  local revoked
+  revoked=$(date +%s)
+  while (($(date +%s) <= revoked)); do sleep 0.05; done
   scontrol update JobId="$id" StartTime=now
 }
 same_parameters() {
