@@ -148,4 +148,30 @@ expect_error "nope.h5: no such checkpoint" "$mvibr" render --run "$work/runs/run
   --ckpt "$work/nope.h5"
 expect_error "unrecognised option '--frobnicate'" "$mvibr" eval --run "$work/runs/run" \
   --frobnicate 3
+
+echo "== mvibr stop: bad input, and a run another process trains"
+expect_error "mvibr stop needs --run DIR or train's options" "$mvibr" stop
+expect_error "no such run directory" "$mvibr" stop --run "$work/runs/nothing-here"
+expect_error "--after_step must be >= 0, got -3" "$mvibr" stop --run "$work/runs/run" --after_step -3
+expect_error "--after_step and --cancel contradict" "$mvibr" stop --run "$work/runs/run" \
+  --after_step 3 --cancel
+expect_error "unexpected 'extra' after --run" "$mvibr" stop --run "$work/runs/run" extra
+[[ ! -e $work/runs/run/STOP ]] || fail "a refused mvibr stop wrote a request"
+"$mvibr" stop --run "$work/runs/run" --after_step 7 | grep -q "to stop after step 7" || fail "no reply"
+[[ $(cat "$work/runs/run/STOP") == 7 ]] || fail "the request does not hold its step"
+"$mvibr" stop --run "$work/runs/run" --cancel | grep -q "withdrew" || fail "not withdrawn"
+[[ ! -e $work/runs/run/STOP ]] || fail "the withdrawn request is still there"
+# A process that holds the run's lock (a POSIX lock, which conflicts with mvibr's OFD lock).
+hold_lock() {
+  /usr/bin/python3 -c '
+import fcntl, subprocess, sys
+with open(sys.argv[1], "a+") as f:
+    fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    f.truncate(0); f.write("pid 4242 on elsewhere\n"); f.flush()
+    sys.exit(subprocess.run(sys.argv[2:]).returncode)
+' "$work/runs/run/.train.lock" "$@"
+}
+expect_error "runs/run is being trained by another mvibr train (pid 4242 on elsewhere)" hold_lock \
+  "$mvibr" train "${small[@]}" --expname run --n_iters 12
+
 echo "train_cli_test: all passed"

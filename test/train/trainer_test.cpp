@@ -113,6 +113,15 @@ TEST_F(TrainerTest, StopRequestsAndSignalsStopAtAStepBoundaryAndResumeExactly) {
   EXPECT_EQ(third.last_step, 5u);
   EXPECT_EQ(third.stopped_by, "signal 10 (SIGUSR1)");
 
+  std::ofstream(stop_request_path(first.run_dir)) << "soon, please\n";  // not a step: at once
+  std::ostringstream garbled_log;
+  const TrainSummary garbled = train(config, garbled_log);
+  EXPECT_EQ(garbled.last_step, 6u);
+  EXPECT_NE(garbled_log.str().find("holds 'soon, please', not a step number: stopping after this "
+                                   "step"),
+            std::string::npos)
+      << garbled_log.str();
+
   write_stop_request(first.run_dir, 100, false);  // beyond n_iters: waits for a longer run
   const TrainSummary rest = train(config, log);
   EXPECT_EQ(rest.last_step, 9u);
