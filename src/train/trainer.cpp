@@ -315,14 +315,6 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
 
   TrainSummary summary;
   summary.run_dir = (fs::path(config.basedir) / config.expname).string();
-  std::unique_ptr<RunDirectoryLock> run_lock;
-  if (!context.measure_only) {
-    on_root(*comm, [&] {
-      run_lock = std::make_unique<RunDirectoryLock>(summary.run_dir, log);
-      std::ofstream(fs::path(summary.run_dir) / "config.txt") << config.to_text();
-    });
-  }
-
   // fp16 GEMMs scale the loss (1 and never changed otherwise).
   const bool fp16 = config.precision == "fp16";
   DynamicLossScale loss_scale(fp16 ? config.loss_scale : 1.0, config.loss_scale_window);
@@ -366,14 +358,8 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
                                 config.overlap_allreduce, config.allreduce_dtype == "bf16");
   log << describe_job(config, context, nccl ? *nccl : *comm, device, params.size(),
                       buckets.buckets().size());
-  if (const auto after = run_lock ? read_stop_request(summary.run_dir, log) : std::nullopt) {
-    log << "a stop request waits in " << stop_request_path(summary.run_dir) << ": stopping after "
-        << "step " << std::max(*after, summary.first_step + 1) << "\n";
-  }
 
   data::PrefetchReader reader(reader_options(config, rank, ranks), cursor);
-  std::unique_ptr<MetricsLog> metrics;
-  if (rank == 0 && !context.measure_only) metrics = std::make_unique<MetricsLog>(summary.run_dir);
   // Validation renders one held-out view with a copy of the weights in a model of its own
   // (deterministic samples, its own buffers), so training continues exactly as without it.
   const std::optional<data::TrainingSample> heldout =
@@ -383,6 +369,27 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
     validation_model = std::make_unique<IbrnetModel>(evaluation_config(config));
   } else if (!context.measure_only) {
     log << "no test or val views in " << config.datadir << ": no held-out validation\n";
+  }
+
+  // The run directory is made only once every rank has checked its inputs (the config, the
+  // checkpoint to start from, its shards): a job that fails at start leaves nothing behind.
+  std::unique_ptr<RunDirectoryLock> run_lock;
+  std::unique_ptr<MetricsLog> metrics;
+  if (!context.measure_only) {
+    {
+      dist::Watchdog::Scope watch(watchdog.get(), "the input check at start");
+      double ready = 1;
+      comm->all_reduce(&ready, 1, dist::ReduceOp::kSum);
+    }
+    on_root(*comm, [&] {
+      run_lock = std::make_unique<RunDirectoryLock>(summary.run_dir, log);
+      std::ofstream(fs::path(summary.run_dir) / "config.txt") << config.to_text();
+      metrics = std::make_unique<MetricsLog>(summary.run_dir);
+    });
+  }
+  if (const auto after = run_lock ? read_stop_request(summary.run_dir, log) : std::nullopt) {
+    log << "a stop request waits in " << stop_request_path(summary.run_dir) << ": stopping after "
+        << "step " << std::max(*after, summary.first_step + 1) << "\n";
   }
 
   const uint64_t rays_per_update =

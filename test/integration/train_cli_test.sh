@@ -136,6 +136,12 @@ if "$mvibr" --version | grep -E "cuda backend: (not built|built, 0 device)" >/de
     --precision bf16
 fi
 "$mvibr" train "${small[@]}" --expname untrained --n_iters 0 >/dev/null
+expect_error "nowhere: no such prepared data set" "$mvibr" train --config \
+  "$source_dir/configs/synthetic.txt" --datadir "$work/nowhere" --basedir "$work/runs" --expname nodata
+[[ ! -e $work/runs/nodata ]] || fail "a run that failed at start left its run directory"
+expect_error "nope.h5: no such checkpoint (init_ckpt)" "$mvibr" train "${small[@]}" \
+  --expname noinit --init_ckpt "$work/nope.h5"
+[[ ! -e $work/runs/noinit ]] || fail "a run that failed at start left its run directory"
 expect_error "no checkpoint" "$mvibr" eval --run "$work/runs/untrained"
 expect_error "no checkpoint" "$mvibr" render --run "$work/runs/untrained"
 expect_error "mvibr eval needs --run" "$mvibr" eval
