@@ -120,6 +120,9 @@ int run_inspect(const std::vector<std::string>& args) {
   std::printf("  images %dx%d, fx %.4g fy %.4g cx %.4g cy %.4g (view 0)\n", c.width, c.height, c.fx,
               c.fy, c.cx, c.cy);
   print_views(scene.views);
+  if (!scene.depth_bounds_from.empty()) {
+    std::printf("  depth bounds from %s\n", scene.depth_bounds_from.c_str());
+  }
   size_t most = 0, least = SIZE_MAX;
   for (const auto& list : scene.neighbours) {
     most = std::max(most, list.size());

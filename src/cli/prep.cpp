@@ -1,8 +1,10 @@
 // `mvibr prep`: a scene (the built-in synthetic one, or what users have on disk) to scene.h5
 // and self-contained shards, with neighbour lists computed once. Options come from the command
 // line or a `key = value` file; the full command line is stored in every output file.
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -21,7 +23,7 @@ namespace po = boost::program_options;
 namespace mvibr::cli {
 
 int run_prep(const std::vector<std::string>& args, const std::string& command_line) {
-  std::string input = "synthetic", out, format = "auto", background = "white", config;
+  std::string input = "synthetic", out, format = "auto", background = "white", config, test_ids;
   data::PrepOptions prep;
   data::NeighbourOptions neighbours;
   data::SyntheticSceneOptions synthetic;
@@ -44,7 +46,7 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
       "dynamic scenes: sources within this many time steps");
   po::options_description generated("built-in synthetic scene");
   generated.add_options()("width", po::value(&synthetic.width)->default_value(synthetic.width),
-                          "image width")(
+                          "image width (imported scenes: downscale to this width)")(
       "height", po::value(&synthetic.height)->default_value(synthetic.height), "image height")(
       "views", po::value(&synthetic.n_views)->default_value(synthetic.n_views), "cameras")(
       "rig", po::value(&synthetic.rig)->default_value(synthetic.rig), "orbit | forward")(
@@ -57,8 +59,14 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
   imported.add_options()("background", po::value(&background)->default_value(background),
                          "white | black, behind transparent pixels")(
       "factor", po::value(&import.downsample)->default_value(1),
-      "LLFF / COLMAP: read images_<factor>/")("images", po::value(&import.images_folder),
-                                              "LLFF / COLMAP: images folder to read")(
+      "downscale the frames N times (area average, intrinsics to match); LLFF / COLMAP read "
+      "images_<N>/, or the largest images_<M> with M < N, when there is one")(
+      "images", po::value(&import.images_folder), "LLFF / COLMAP: images folder to read")(
+      "test_ids", po::value(&test_ids),
+      "the test views where the format has no split: a file of ids, or I,J,... (indices from 0 "
+      "or image names); replaces llffhold")(
+      "strict", po::bool_switch(&import.strict),
+      "frames whose image is missing are an error, not skipped with a warning")(
       "llffhold", po::value(&import.llffhold)->default_value(8),
       "every N-th view is a test view where the format has no split (0: none)")(
       "near", po::value(&near_depth), "near depth for every view (overrides the format)")(
@@ -77,6 +85,32 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
   if (vm.count("config")) store_config_file(vm["config"].as<std::string>(), all, &vm);
   po::notify(vm);
   if (out.empty()) throw InvalidArgument("mvibr prep needs --out DIR");
+  const auto at_least = [](const char* option, long long value, long long least) {
+    if (value < least) {
+      throw InvalidArgument("--" + std::string(option) + " must be at least " +
+                            std::to_string(least) + ", got " + std::to_string(value));
+    }
+  };
+  at_least("shards", prep.n_shards, 1);
+  at_least("neighbours", neighbours.max_neighbours, 1);
+  at_least("time_window", neighbours.time_window, 0);
+  at_least("views", synthetic.n_views, 1);
+  at_least("time_steps", synthetic.n_time_steps, 1);
+  at_least("test_every", synthetic.n_test_every, 0);
+  at_least("factor", import.downsample, 1);
+  at_least("llffhold", import.llffhold, 0);
+  at_least("max_views", import.max_views_per_split, 0);
+  if (prep.gzip_level < 0 || prep.gzip_level > 9) {
+    throw InvalidArgument("--compress must be 0 to 9, got " + std::to_string(prep.gzip_level));
+  }
+  for (const char* depth : {"near", "far"}) {
+    if (vm.count(depth) && !(vm[depth].as<double>() > 0)) {
+      throw InvalidArgument("--" + std::string(depth) + " must be positive");
+    }
+  }
+  if (vm.count("near") && vm.count("far") && !(near_depth < far_depth)) {
+    throw InvalidArgument("--near must be less than --far");
+  }
   if (background != "white" && background != "black") {
     throw InvalidArgument("--background must be white or black, got '" + background + "'");
   }
@@ -86,6 +120,21 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
   prep.command_line = command_line;
 
   const bool built_in = input == "synthetic" || format == "synthetic";
+  if (!built_in) {
+    if (!vm["height"].defaulted()) {
+      throw InvalidArgument(
+          "--height is for the built-in scene; an imported one keeps its aspect "
+          "(--width or --factor)");
+    }
+    if (!vm["width"].defaulted()) {
+      at_least("width", synthetic.width, 1);
+      if (import.downsample > 1) throw InvalidArgument("--width and --factor: give one of them");
+      import.target_width = synthetic.width;
+    }
+    if (!test_ids.empty()) import.test_ids = data::parse_test_ids(test_ids);
+  } else if (!test_ids.empty() || import.downsample > 1 || import.strict) {
+    throw InvalidArgument("--test_ids, --factor and --strict are for imported scenes");
+  }
   if (!built_in && !std::filesystem::exists(input)) {
     throw InvalidArgument(input + ": no such file or folder (--input)");
   }
@@ -104,6 +153,16 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
               scene.name.c_str(), scene.source_format.c_str(), scene.dynamic ? ", dynamic" : "",
               report.n_views, c.width, c.height, splits[data::Split::kTrain],
               splits[data::Split::kValidation], splits[data::Split::kTest]);
+  double near_min = INFINITY, near_max = 0, far_min = INFINITY, far_max = 0;
+  for (const data::View& v : scene.views) {
+    near_min = std::min(near_min, v.near_depth), near_max = std::max(near_max, v.near_depth);
+    far_min = std::min(far_min, v.far_depth), far_max = std::max(far_max, v.far_depth);
+  }
+  std::printf(
+      "depth bounds: near %.4g to %.4g, far %.4g to %.4g (from %s; --near/--far override)\n",
+      near_min, near_max, far_min, far_max,
+      scene.depth_bounds_from.empty() ? "the scene" : scene.depth_bounds_from.c_str());
+  for (const std::string& warning : scene.warnings) std::printf("warning: %s\n", warning.c_str());
   std::printf("%d shard(s), %lld frames written, duplication factor %.2f, %.2f s\n",
               report.n_shards, report.frames_written, report.duplication_factor, seconds);
   std::printf("wrote %s\n", (out + "/scene.h5").c_str());

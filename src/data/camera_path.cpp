@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -187,18 +188,12 @@ std::vector<PathFrame> spiral_path(const Scene& scene, const SpiralOptions& opti
   return path;
 }
 
-std::vector<PathFrame> orbit_path(const Scene& scene, const OrbitOptions& options) {
-  if (options.frames < 1) {
-    throw InvalidArgument("an orbit needs at least 1 frame, got " + std::to_string(options.frames));
-  }
-  if (scene.views.size() < 2) {
-    throw InvalidArgument("scene '" + scene.name + "': an orbit needs at least 2 views");
-  }
+std::optional<Vec3<double>> point_views_look_at(const std::vector<View>& views) {
   // The point nearest every optical axis: sum (I - d d^T) p = sum (I - d d^T) o, solved by
   // Cramer's rule; a near-singular system means the axes are nearly parallel.
   double a[3][3] = {}, b[3] = {};
-  Vec down{0, 0, 0}, forward{0, 0, 0};
-  for (const View& v : scene.views) {
+  Vec forward{0, 0, 0};
+  for (const View& v : views) {
     const Vec d = column(v.camera.c2w, 2), o = v.camera.center();
     const double dv[3] = {d.x, d.y, d.z}, ov[3] = {o.x, o.y, o.z};
     for (int i = 0; i < 3; ++i) {
@@ -208,7 +203,6 @@ std::vector<PathFrame> orbit_path(const Scene& scene, const OrbitOptions& option
         b[i] += m * ov[j];
       }
     }
-    down = down + column(v.camera.c2w, 1);
     forward = forward + d;
   }
   const auto determinant = [](const double m[3][3]) {
@@ -216,23 +210,19 @@ std::vector<PathFrame> orbit_path(const Scene& scene, const OrbitOptions& option
            m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0]) +
            m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]);
   };
-  const double n = double(scene.views.size()), det = determinant(a);
+  const double n = double(views.size()), det = determinant(a);
   // How far the axes turn from their mean, mean(sin^2): under 0.03 (about 10 degrees) the point
-  // they meet is too poorly placed to orbit, as in a forward-facing capture.
+  // they meet is too poorly placed, as in a forward-facing capture.
   double spread = 1;
   if (norm(forward) > 1e-9 * n) {
     forward = (1 / norm(forward)) * forward;
     spread = 0;
-    for (const View& v : scene.views) {
+    for (const View& v : views) {
       const double c = dot(column(v.camera.c2w, 2), forward);
       spread += (1 - c * c) / n;
     }
   }
-  if (spread < 0.03 || det / (n * n * n) < 1e-9) {
-    throw InvalidArgument("scene '" + scene.name +
-                          "': its views look nearly the same way, so their axes meet nowhere to "
-                          "orbit around (use the spiral path)");
-  }
+  if (views.size() < 2 || spread < 0.03 || det / (n * n * n) < 1e-9) return std::nullopt;
   double solution[3];
   for (int k = 0; k < 3; ++k) {
     double m[3][3];
@@ -241,7 +231,26 @@ std::vector<PathFrame> orbit_path(const Scene& scene, const OrbitOptions& option
     }
     solution[k] = determinant(m) / det;
   }
-  const Vec center{solution[0], solution[1], solution[2]};
+  return Vec{solution[0], solution[1], solution[2]};
+}
+
+std::vector<PathFrame> orbit_path(const Scene& scene, const OrbitOptions& options) {
+  if (options.frames < 1) {
+    throw InvalidArgument("an orbit needs at least 1 frame, got " + std::to_string(options.frames));
+  }
+  if (scene.views.size() < 2) {
+    throw InvalidArgument("scene '" + scene.name + "': an orbit needs at least 2 views");
+  }
+  const std::optional<Vec> looked_at = point_views_look_at(scene.views);
+  if (!looked_at) {
+    throw InvalidArgument("scene '" + scene.name +
+                          "': its views look nearly the same way, so their axes meet nowhere to "
+                          "orbit around (use the spiral path)");
+  }
+  const Vec center = *looked_at;
+  const double n = double(scene.views.size());
+  Vec down{0, 0, 0};
+  for (const View& v : scene.views) down = down + column(v.camera.c2w, 1);
   const Vec up = (-1 / norm(down)) * down;
   double radius = 0, elevation = 0;
   for (const View& v : scene.views) {

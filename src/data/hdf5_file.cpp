@@ -115,6 +115,10 @@ void File::set_attribute(const std::string& name, double value) {
   write_scalar_attribute(*this, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
 }
 
+bool File::has_attribute(const std::string& name) const {
+  return H5Aexists(id(), name.c_str()) > 0;
+}
+
 std::string File::string_attribute(const std::string& name) const {
   if (H5Aexists(id(), name.c_str()) <= 0) fail("missing attribute '" + name + "'");
   Handle attribute(H5Aopen(id(), name.c_str(), H5P_DEFAULT), H5Aclose);

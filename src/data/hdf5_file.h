@@ -56,6 +56,7 @@ class File {
   void set_attribute(const std::string& name, uint64_t value);
   void set_attribute(const std::string& name, double value);
   std::string string_attribute(const std::string& name) const;
+  bool has_attribute(const std::string& name) const;
   long long integer_attribute(const std::string& name) const;
   // A non-negative integer attribute of any integer type (a negative one is an error).
   uint64_t unsigned_attribute(const std::string& name) const;

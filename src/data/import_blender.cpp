@@ -9,11 +9,17 @@
 //   given, must match the image. k1 k2 k3 p1 p2 are undistorted away at import; fisheye models
 //   are refused.
 // Pixels: RGBA composited over the chosen background (white by default, as IBRNet and NeRF do).
-// Near/far: NeRF's 2 and 6 (cameras at radius 4 around the object) unless overridden.
+// Near/far: from instant-ngp's aabb_scale when given (bounds_from_aabb), else from the cameras
+//   (import_common.h: about NeRF's 2 and 6 for cameras 4 from the object), else NeRF's 2 and 6
+//   with a warning; --near / --far override.
 // Splits: from the file name (transforms_val.json holds val views); a lone transforms.json
-//   (instant-ngp) has no split, so every llffhold-th frame is a test frame.
+//   (instant-ngp) has no split, so every llffhold-th frame is a test frame, or --test_ids.
+// Missing images: file_path resolves as NeRF's and instant-ngp's loaders do (image_path); frames
+//   whose image is absent are skipped with a warning, or refused with --strict.
 // Time: a frame's "time" (D-NeRF) makes the scene dynamic; then every frame needs one.
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -96,15 +102,65 @@ void read_pose(const json& matrix, const std::string& where, PinholeCamera<doubl
   set_pose(camera, c2w, where);
 }
 
-// NeRF-synthetic's file_path has no extension ("./train/r_0"), instant-ngp's has one.
+// As NeRF's and instant-ngp's loaders resolve it: relative to the JSON's folder, as written when
+// it names a file or has an extension (instant-ngp's "images/0005.jpg"), else with ".png"
+// appended (NeRF-synthetic's "./train/r_0").
 std::string image_path(const fs::path& directory, const std::string& file_path) {
   const fs::path given = directory / file_path;
-  if (fs::is_regular_file(given)) return given.lexically_normal().string();
+  if (fs::is_regular_file(given) || fs::path(file_path).has_extension()) {
+    return given.lexically_normal().string();
+  }
   return (directory / (file_path + ".png")).lexically_normal().string();
 }
 
+// instant-ngp's region of interest: its unit cube (where p * scale + offset lands in [0, 1]^3,
+// after its axis order y, z, x) grown aabb_scale times about its centre. Per view: far is the
+// depth of the box's farthest corner; near its nearest corner's, or 0.1 / scale (a tenth of its
+// unit cube) for a camera inside the box.
+bool bounds_from_aabb(const json& top, const std::string& file, Scene* scene) {
+  if (!top.contains("aabb_scale")) return false;
+  const double aabb_scale = number(top, json::object(), "aabb_scale", file).value_or(1);
+  const double scale = number(top, json::object(), "scale", file).value_or(0.33);
+  double offset[3] = {0.5, 0.5, 0.5};  // in instant-ngp's axis order
+  if (top.contains("offset")) {
+    const json& given = top["offset"];
+    if (!given.is_array() || given.size() != 3 || !given[0].is_number() || !given[1].is_number() ||
+        !given[2].is_number()) {
+      throw InvalidArgument(file + ": 'offset' is not 3 numbers");
+    }
+    for (int i = 0; i < 3; ++i) offset[i] = given[size_t(i)].get<double>();
+  }
+  if (!(aabb_scale > 0 && scale > 0 && std::isfinite(aabb_scale) && std::isfinite(scale))) {
+    throw InvalidArgument(file + ": 'aabb_scale' and 'scale' must be positive numbers");
+  }
+  // Ours x, y, z are instant-ngp's z, x, y.
+  const Vec3<double> centre{(0.5 - offset[2]) / scale, (0.5 - offset[0]) / scale,
+                            (0.5 - offset[1]) / scale};
+  const double half = 0.5 * aabb_scale / scale;
+  for (View& view : scene->views) {
+    double nearest = INFINITY, farthest = -INFINITY;
+    for (int corner = 0; corner < 8; ++corner) {
+      const Vec3<double> p{centre.x + ((corner & 1) ? half : -half),
+                           centre.y + ((corner & 2) ? half : -half),
+                           centre.z + ((corner & 4) ? half : -half)};
+      const double depth = transform_point(view.camera.w2c, p).z;
+      nearest = std::min(nearest, depth);
+      farthest = std::max(farthest, depth);
+    }
+    if (!(farthest > 0)) throw InvalidArgument(view.name + ": looks away from the aabb_scale box");
+    view.far_depth = farthest;
+    view.near_depth = nearest > 0 ? nearest : std::min(0.1 / scale, 0.5 * farthest);
+  }
+  char text[160];
+  std::snprintf(text, sizeof(text),
+                "instant-ngp's aabb_scale %g (a box %.3g across): the depths of its corners",
+                aabb_scale, 2 * half);
+  scene->depth_bounds_from = text;
+  return true;
+}
+
 std::vector<Frame> read_transforms(const std::string& file, std::optional<Split> split,
-                                   int llffhold) {
+                                   const ImportOptions& options, json* top_out = nullptr) {
   json top;
   try {
     top = json::parse(read_text_file(file));
@@ -131,7 +187,7 @@ std::vector<Frame> read_transforms(const std::string& file, std::optional<Split>
       read_pose(entry["transform_matrix"], frame.where, &frame.camera);
       frame.image_path = image_path(directory, entry["file_path"].get<std::string>());
       frame.name = fs::path(frame.image_path).lexically_relative(directory).string();
-      frame.split = split ? *split : holdout_split(i, llffhold);
+      frame.split = split.value_or(Split::kTrain);  // without one: set by holdout_splits
       frame.time = number(entry, json::object(), "time", frame.where);
       frame.intrinsics = read_intrinsics(entry, top, frame.where);
     } catch (const json::exception& e) {
@@ -139,6 +195,17 @@ std::vector<Frame> read_transforms(const std::string& file, std::optional<Split>
     }
     frames.push_back(frame);
   }
+  if (!split) {
+    std::vector<std::string> names;
+    for (const Frame& frame : frames) names.push_back(frame.name);
+    const std::vector<Split> splits = holdout_splits(names, options, file);
+    for (size_t i = 0; i < frames.size(); ++i) frames[i].split = splits[i];
+  } else if (!options.test_ids.empty()) {
+    throw InvalidArgument(file +
+                          ": its name gives its split; --test_ids is for a lone "
+                          "transforms.json");
+  }
+  if (top_out) *top_out = std::move(top);
   return frames;
 }
 
@@ -187,6 +254,8 @@ PinholeCamera<double> camera_for(const Frame& frame, const Image& image, const I
 
 Scene import_blender(const std::string& path, const ImportOptions& options) {
   std::vector<Frame> frames;
+  json top;               // the last file read: where instant-ngp's aabb_scale is
+  std::string json_file;  // its name
   fs::path directory = path;
   if (fs::is_regular_file(path)) {
     directory = fs::path(path).parent_path();
@@ -195,18 +264,20 @@ Scene import_blender(const std::string& path, const ImportOptions& options) {
     const bool named = stem.compare(0, prefix.size(), prefix) == 0;
     const std::optional<Split> split =
         named ? std::optional<Split>(split_named(stem.substr(prefix.size()), path)) : std::nullopt;
-    frames = read_transforms(path, split, options.llffhold);
+    frames = read_transforms(path, split, options, &top);
+    json_file = path;
   } else {
     for (const std::string& split : options.splits) {
       const Split named = split_named(split, "ImportOptions::splits");
       const fs::path file = directory / ("transforms_" + split + ".json");
       if (!fs::exists(file)) continue;
-      const std::vector<Frame> more = read_transforms(file.string(), named, options.llffhold);
+      const std::vector<Frame> more = read_transforms(file.string(), named, options, &top);
+      json_file = file.string();
       frames.insert(frames.end(), more.begin(), more.end());
     }
     if (frames.empty() && fs::exists(directory / "transforms.json")) {
-      frames =
-          read_transforms((directory / "transforms.json").string(), std::nullopt, options.llffhold);
+      json_file = (directory / "transforms.json").string();
+      frames = read_transforms(json_file, std::nullopt, options, &top);
     }
     if (frames.empty()) {
       throw InvalidArgument(path +
@@ -215,6 +286,13 @@ Scene import_blender(const std::string& path, const ImportOptions& options) {
     }
   }
 
+  Scene scene;
+  {
+    std::vector<std::string> files;
+    for (const Frame& frame : frames) files.push_back(frame.image_path);
+    frames = select(frames, existing_images(files, fs::path(json_file).parent_path().string(),
+                                            options, json_file, &scene));
+  }
   std::vector<Split> splits;
   for (const Frame& frame : frames) splits.push_back(frame.split);
   frames = select(frames, first_views_per_split(splits, options.max_views_per_split));
@@ -229,7 +307,6 @@ Scene import_blender(const std::string& path, const ImportOptions& options) {
   const uint8_t background = background_level(options.background);
   std::vector<Image> images = load_rgb_images(paths, background);
 
-  Scene scene;
   scene.name = directory_name(directory.string());
   scene.source_format = "blender";
   scene.dynamic = dynamic;
@@ -239,14 +316,29 @@ Scene import_blender(const std::string& path, const ImportOptions& options) {
     View& view = scene.views[i];
     view.name = frame.name;
     view.camera = camera_for(frame, images[i], images[0]);
-    view.near_depth = kNearDepth;
-    view.far_depth = kFarDepth;
     view.time = frame.time.value_or(0);
     view.split = frame.split;
     const Distortion& distortion = frame.intrinsics.distortion;
     view.rgb = distortion.is_identity()
                    ? std::move(images[i].pixels)
                    : undistort_rgb(images[i].pixels, view.camera, distortion, background);
+    if (options.downsample > 1 || options.target_width > 0) {
+      fit_view(&view, output_size(view.camera.width, view.camera.height, options, frame.image_path),
+               frame.where);
+    }
+  }
+  if (!bounds_from_aabb(top, json_file, &scene) && !bounds_from_cameras(&scene)) {
+    for (View& view : scene.views) {
+      view.near_depth = kNearDepth;
+      view.far_depth = kFarDepth;
+    }
+    scene.depth_bounds_from = "NeRF's 2 and 6";
+    if (!(options.near_depth && options.far_depth)) {
+      scene.warnings.push_back(json_file +
+                               ": its views look nearly the same way and it has no "
+                               "aabb_scale, so near and far are NeRF's 2 and 6; set --near and "
+                               "--far for this scene");
+    }
   }
   finish_scene(&scene, options);
   return scene;

@@ -9,8 +9,10 @@
 //   image line is followed by a line of 2D points, skipped. Views are sorted by image name.
 // Near/far: LLFF's rule on points3D.txt, the 0.1 and 99.9 percentiles of the camera-z depths of
 //   the points each image sees, with LLFF's margins (near * 0.9, far * 1.6); an image that sees
-//   no point takes the percentiles over all images. Without points3D.txt near and far must be
-//   given as options.
+//   no point takes the percentiles over all images. Without points, from the cameras
+//   (import_common.h), or --near and --far.
+// Missing images: an image of images.txt whose file is absent is skipped with a warning, or
+//   refused with --strict.
 // Splits: image i (in name order) is a test image when i % llffhold == 0, else train.
 #include <algorithm>
 #include <cmath>
@@ -218,24 +220,37 @@ Scene import_colmap(const std::string& path, const ImportOptions& options) {
           Bounds{percentile(all_depths, kNearPercentile), percentile(all_depths, kFarPercentile)};
     }
   }
-  if (!scene_bounds && !(options.near_depth && options.far_depth)) {
-    throw InvalidArgument(points_file.string() +
-                          ": missing or without points in front of the cameras; give near and "
-                          "far depths as options");
-  }
 
-  std::vector<Split> splits;
-  for (size_t i = 0; i < images.size(); ++i) splits.push_back(holdout_split(i, options.llffhold));
+  std::vector<std::string> names;
+  for (const ColmapImage& image : images) names.push_back(image.name);
+  const std::vector<Split> all_splits = holdout_splits(names, options, path);
+  const ImagesFolder folder =
+      choose_images_folder(path, options, cameras.at(images.front().camera_id).width);
+  Scene scene;
+  std::vector<size_t> present;
+  {
+    std::vector<std::string> all_files;
+    for (const ColmapImage& image : images) {
+      all_files.push_back((fs::path(path) / folder.name / image.name).string());
+    }
+    present = existing_images(all_files, (fs::path(path) / folder.name).string(), options,
+                              (model / "images.txt").string(), &scene);
+  }
+  images = select(images, present);
+  const std::vector<Split> splits = select(all_splits, present);
   const std::vector<size_t> kept = first_views_per_split(splits, options.max_views_per_split);
-  const std::string folder = images_folder(options);
   std::vector<std::string> files;
-  for (size_t i : kept) files.push_back((fs::path(path) / folder / images[i].name).string());
+  for (size_t i : kept) files.push_back((fs::path(path) / folder.name / images[i].name).string());
   const uint8_t background = background_level(options.background);
   std::vector<Image> pixels = load_rgb_images(files, background);
 
-  Scene scene;
   scene.name = directory_name(path);
   scene.source_format = "colmap";
+  if (scene_bounds) {
+    scene.depth_bounds_from =
+        "COLMAP's points: 0.1 and 99.9 percentiles of each view's point depths, near x0.9, far "
+        "x1.6";
+  }
   scene.views.resize(kept.size());
   for (size_t k = 0; k < kept.size(); ++k) {
     const ColmapImage& image = images[kept[k]];
@@ -250,7 +265,7 @@ Scene import_colmap(const std::string& path, const ImportOptions& options) {
                             std::to_string(c.width) + "x" + std::to_string(c.height));
     }
     View& view = scene.views[k];
-    view.name = (fs::path(folder) / image.name).string();
+    view.name = (fs::path(folder.name) / image.name).string();
     PinholeCamera<double>& camera = view.camera;
     camera.width = loaded.width;
     camera.height = loaded.height;
@@ -277,6 +292,15 @@ Scene import_colmap(const std::string& path, const ImportOptions& options) {
     view.rgb = c.distortion.is_identity()
                    ? std::move(pixels[k].pixels)
                    : undistort_rgb(pixels[k].pixels, camera, c.distortion, background);
+    if (options.target_width > 0 ||
+        (options.downsample > 1 && folder.factor != options.downsample)) {
+      fit_view(&view, output_size(c.width, c.height, options, image.where), files[k]);
+    }
+  }
+  if (!scene_bounds && !bounds_from_cameras(&scene) && !(options.near_depth && options.far_depth)) {
+    throw InvalidArgument(points_file.string() +
+                          ": missing or without points in front of the cameras, and the views "
+                          "look nearly the same way; give --near and --far");
   }
   finish_scene(&scene, options);
   return scene;

@@ -3,23 +3,159 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 
 #include "mvibr/core/error.h"
+#include "mvibr/data/camera_path.h"
+#include "mvibr/data/downscale.h"
 
 namespace mvibr::data {
+
+namespace fs = std::filesystem;
 
 uint8_t background_level(Background background) {
   return background == Background::kWhite ? 255 : 0;
 }
 
-std::string images_folder(const ImportOptions& options) {
-  if (!options.images_folder.empty()) return options.images_folder;
-  return options.downsample > 1 ? "images_" + std::to_string(options.downsample) : "images";
+ImagesFolder choose_images_folder(const std::string& scene_directory, const ImportOptions& options,
+                                  int full_width) {
+  if (!options.images_folder.empty()) return {options.images_folder, 0};
+  const double wanted = options.target_width > 0 ? double(full_width) / options.target_width
+                                                 : double(options.downsample);
+  ImagesFolder best{"images", 1};
+  std::error_code error;
+  for (fs::directory_iterator it(scene_directory, error), end; !error && it != end;
+       it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind("images_", 0) != 0 || !it->is_directory(error)) continue;
+    const std::string digits = name.substr(7);
+    if (digits.empty() || digits.size() > 4 ||
+        digits.find_first_not_of("0123456789") != std::string::npos) {
+      continue;
+    }
+    const int factor = std::stoi(digits);
+    if (factor > best.factor && factor <= wanted) best = {name, factor};
+  }
+  return best;
+}
+
+FrameSize output_size(int full_width, int full_height, const ImportOptions& options,
+                      const std::string& where) {
+  FrameSize size{full_width, full_height};
+  if (options.target_width > 0) {
+    size.width = options.target_width;
+    size.height = int(std::lround(double(full_height) * options.target_width / full_width));
+  } else if (options.downsample > 1) {
+    size.width = int(std::lround(double(full_width) / options.downsample));
+    size.height = int(std::lround(double(full_height) / options.downsample));
+  }
+  if (size.width > full_width || size.height > full_height || size.width < 1 || size.height < 1) {
+    throw InvalidArgument(where + ": the frames are " + std::to_string(full_width) + "x" +
+                          std::to_string(full_height) + "; cannot make them " +
+                          std::to_string(size.width) + "x" + std::to_string(size.height) +
+                          " (--width enlarges nothing)");
+  }
+  return size;
+}
+
+void fit_view(View* view, FrameSize size, const std::string& where) {
+  PinholeCamera<double>& camera = view->camera;
+  if (camera.width == size.width && camera.height == size.height) return;
+  if (camera.width < size.width || camera.height < size.height) {
+    throw InvalidArgument(where + ": image is " + std::to_string(camera.width) + "x" +
+                          std::to_string(camera.height) + ", smaller than the " +
+                          std::to_string(size.width) + "x" + std::to_string(size.height) +
+                          " asked for (read a larger images folder)");
+  }
+  view->rgb = downscale_area(view->rgb, camera.width, camera.height, 3, size.width, size.height);
+  scale_intrinsics(&camera, size.width, size.height);
+}
+
+std::vector<Split> holdout_splits(const std::vector<std::string>& names,
+                                  const ImportOptions& options, const std::string& where) {
+  std::vector<Split> splits(names.size());
+  if (options.test_ids.empty()) {
+    for (size_t i = 0; i < names.size(); ++i) splits[i] = holdout_split(i, options.llffhold);
+    return splits;
+  }
+  std::vector<std::string> unmatched;
+  for (const std::string& id : options.test_ids) {
+    bool matched = false;
+    const bool is_index = !id.empty() && id.find_first_not_of("0123456789") == std::string::npos;
+    for (size_t i = 0; i < names.size(); ++i) {
+      const fs::path name(names[i]);
+      if ((is_index && id.size() < 10 && size_t(std::stoul(id)) == i) ||
+          name.filename().string() == id || name.stem().string() == id) {
+        splits[i] = Split::kTest;
+        matched = true;
+      }
+    }
+    if (!matched) unmatched.push_back(id);
+  }
+  if (!unmatched.empty()) {
+    std::string list;
+    for (size_t i = 0; i < unmatched.size() && i < 5; ++i) list += (i ? ", " : "") + unmatched[i];
+    if (unmatched.size() > 5) list += ", ... (" + std::to_string(unmatched.size()) + " in all)";
+    throw InvalidArgument(where + ": --test_ids names no view of " + std::to_string(names.size()) +
+                          " (ids are indices from 0 or image names): " + list);
+  }
+  return splits;
+}
+
+std::vector<size_t> existing_images(const std::vector<std::string>& paths, const std::string& base,
+                                    const ImportOptions& options, const std::string& where,
+                                    Scene* scene) {
+  std::vector<size_t> present;
+  std::vector<std::string> missing;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    std::error_code error;
+    if (fs::is_regular_file(paths[i], error)) {
+      present.push_back(i);
+    } else {
+      missing.push_back(fs::path(paths[i]).lexically_relative(base).string());
+    }
+  }
+  if (missing.empty()) return present;
+  std::string names;
+  for (size_t i = 0; i < missing.size() && i < 8; ++i) names += (i ? ", " : "") + missing[i];
+  if (missing.size() > 8) names += ", ...";
+  const std::string what = std::to_string(missing.size()) + " of " + std::to_string(paths.size()) +
+                           " frames of " + where + " have no image file in " + base + " (" + names +
+                           ")";
+  if (present.empty() || options.strict) {
+    throw InvalidArgument(what + (present.empty() ? "" : " (--strict)"));
+  }
+  scene->warnings.push_back(what + "; they are skipped (--strict makes this an error)");
+  return present;
+}
+
+bool bounds_from_cameras(Scene* scene) {
+  const std::optional<Vec3<double>> point = point_views_look_at(scene->views);
+  if (!point) return false;
+  double closest = INFINITY, farthest = 0;
+  for (const View& view : scene->views) {
+    const double depth = transform_point(view.camera.w2c, *point).z;
+    if (!(depth > 0)) return false;  // behind a camera: not what the views look at
+    closest = std::min(closest, depth);
+    farthest = std::max(farthest, depth);
+  }
+  for (View& view : scene->views) {
+    view.near_depth = 0.5 * closest;
+    view.far_depth = 1.5 * farthest;
+  }
+  char text[200];
+  std::snprintf(text, sizeof(text),
+                "the cameras: the point every view looks at is %.3g to %.3g ahead; near half the "
+                "nearer, far 1.5x the farther",
+                closest, farthest);
+  scene->depth_bounds_from = text;
+  return true;
 }
 
 void opengl_to_opencv(double c2w[12]) {
@@ -131,6 +267,12 @@ void finish_scene(Scene* scene, const ImportOptions& options) {
   for (View& view : scene->views) {
     if (options.near_depth) view.near_depth = *options.near_depth;
     if (options.far_depth) view.far_depth = *options.far_depth;
+  }
+  if (options.near_depth && options.far_depth) {
+    scene->depth_bounds_from = "--near and --far";
+  } else if (options.near_depth || options.far_depth) {
+    scene->depth_bounds_from += std::string("; ") + (options.near_depth ? "near" : "far") +
+                                " from --" + (options.near_depth ? "near" : "far");
   }
   validate_scene(*scene);  // before sorting times, which must not be NaN
   std::vector<double> times;

@@ -17,8 +17,46 @@ constexpr double kBoundsNearMargin = 0.9, kBoundsFarMargin = 1.6;
 
 uint8_t background_level(Background background);
 
-// LLFF, COLMAP: the folder of images to read (ImportOptions::downsample, images_folder).
-std::string images_folder(const ImportOptions& options);
+// LLFF, COLMAP: the folder of images to read and the downscale it holds (0: unknown, a folder
+// named by images_folder): images_folder, else images_<M> for the largest M no larger than the
+// factor wanted (downsample, or full_width / target_width) that `scene_directory` holds, else
+// images.
+struct ImagesFolder {
+  std::string name;
+  int factor = 1;
+};
+ImagesFolder choose_images_folder(const std::string& scene_directory, const ImportOptions& options,
+                                  int full_width);
+
+// The size the frames of a view full_width x full_height are written at (downsample or
+// target_width); InvalidArgument naming `where` when that would enlarge them.
+struct FrameSize {
+  int width, height;
+};
+FrameSize output_size(int full_width, int full_height, const ImportOptions& options,
+                      const std::string& where);
+
+// Brings a view (camera and rgb at the size read) to `size`: area-downscaled, intrinsics scaled;
+// InvalidArgument naming `where` when what was read is smaller.
+void fit_view(View* view, FrameSize size, const std::string& where);
+
+// The splits of views in a format without splits, by index and name: test_ids when given (every
+// id must name a view), else every llffhold-th view.
+std::vector<Split> holdout_splits(const std::vector<std::string>& names,
+                                  const ImportOptions& options, const std::string& where);
+
+// The indices of `paths` whose file exists. The missing ones are an InvalidArgument (strict) or
+// a warning on `scene` that counts them and names them relative to `base`; all missing is
+// always an error. `where`: what lists them.
+std::vector<size_t> existing_images(const std::vector<std::string>& paths, const std::string& base,
+                                    const ImportOptions& options, const std::string& where,
+                                    Scene* scene);
+
+// Depth bounds where the format has none: the camera-z depth d of the point every view looks at
+// (camera_path.h), near d / 2 and far 1.5 d of the nearest and farthest view (NeRF's 2 and 6
+// for cameras 4 from the object); scene->depth_bounds_from says so. False when the views look
+// nearly the same way (no such point).
+bool bounds_from_cameras(Scene* scene);
 
 // OpenGL / Blender camera axes (x right, y up, z backward) to OpenCV (x right, y down, z
 // forward): negates columns 1 and 2 of a row-major 3x4 camera-to-world pose.
@@ -60,7 +98,8 @@ std::string directory_name(const std::string& directory);
 // A whole text file; InvalidArgument naming it when it cannot be read.
 std::string read_text_file(const std::string& path);
 
-// Applies the near/far overrides, numbers the distinct times, validates.
+// Applies the near/far overrides (naming them in depth_bounds_from), numbers the distinct times,
+// validates.
 void finish_scene(Scene* scene, const ImportOptions& options);
 
 }  // namespace mvibr::data

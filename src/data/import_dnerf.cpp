@@ -6,7 +6,8 @@
 // Poses: OpenGL camera-to-world, as NeRF's; columns 1 and 2 are negated for OpenCV axes.
 // Intrinsics: fx = fy = focal, cx = W/2 - 0.5 (importers.h).
 // Pixels: RGBA composited over the chosen background (white by default).
-// Near/far: 2 and 6, D-NeRF's and NeRF's for these object scenes, unless overridden.
+// Near/far: from the cameras (import_common.h: about 2 and 6 for D-NeRF's and NeRF's cameras 4
+//   from the object), or D-NeRF's 2 and 6 when the views look nearly the same way.
 // Splits: i_val / i_test when the archive has them (the rest train), else every llffhold-th
 //   view is a test view.
 #include <algorithm>
@@ -79,10 +80,16 @@ Scene import_dnerf(const std::string& path, const ImportOptions& options) {
                           " values for " + std::to_string(count) + " images");
   }
 
-  std::vector<Split> splits(count);
   const bool listed = arrays.count("i_val") || arrays.count("i_test");
-  for (size_t i = 0; i < count; ++i)
-    splits[i] = listed ? Split::kTrain : holdout_split(i, options.llffhold);
+  if (listed && !options.test_ids.empty()) {
+    throw InvalidArgument(path +
+                          ": lists its own i_val / i_test; --test_ids is for scenes that "
+                          "do not");
+  }
+  std::vector<std::string> names;
+  for (size_t i = 0; i < count; ++i) names.push_back(std::to_string(i));
+  std::vector<Split> splits =
+      listed ? std::vector<Split>(count, Split::kTrain) : holdout_splits(names, options, path);
   const std::pair<const char*, Split> listings[] = {{"i_val", Split::kValidation},
                                                     {"i_test", Split::kTest}};
   for (const auto& [key, split] : listings) {
@@ -122,8 +129,6 @@ Scene import_dnerf(const std::string& path, const ImportOptions& options) {
     for (int k = 0; k < 12; ++k) c2w[k] = poses.at(i * pose_rows * 4 + size_t(k));
     opengl_to_opencv(c2w);
     set_pose(&camera, c2w, where);
-    view.near_depth = kNearDepth;
-    view.far_depth = kFarDepth;
     view.time = scene.dynamic ? times->second.at(i) : 0.0;
     view.split = splits[i];
     Image image;
@@ -136,7 +141,17 @@ Scene import_dnerf(const std::string& path, const ImportOptions& options) {
       image.pixels[k] = uint8_t(std::clamp(value, 0.0, 255.0));
     }
     view.rgb = composite_to_rgb(image, background);
+    if (options.downsample > 1 || options.target_width > 0) {
+      fit_view(&view, output_size(width, height, options, path), where);
+    }
     scene.views.push_back(std::move(view));
+  }
+  if (!bounds_from_cameras(&scene)) {
+    for (View& view : scene.views) {
+      view.near_depth = kNearDepth;
+      view.far_depth = kFarDepth;
+    }
+    scene.depth_bounds_from = "D-NeRF's 2 and 6 (the views look nearly the same way)";
   }
   finish_scene(&scene, options);
   return scene;

@@ -36,8 +36,8 @@ bool is_image_file(const fs::path& file) {
 }
 
 std::vector<std::string> sorted_image_files(const std::string& scene_directory,
+                                            const std::string& folder,
                                             const ImportOptions& options) {
-  const std::string folder = images_folder(options);
   const fs::path directory = fs::path(scene_directory) / folder;
   if (!fs::is_directory(directory)) {
     std::string present;
@@ -45,8 +45,13 @@ std::vector<std::string> sorted_image_files(const std::string& scene_directory,
       const std::string name = entry.path().filename().string();
       if (entry.is_directory() && name.compare(0, 6, "images") == 0) present += " " + name;
     }
-    throw InvalidArgument(directory.string() + ": no such image folder (present:" +
-                          (present.empty() ? " none" : present) + ")");
+    const bool chosen = !options.images_folder.empty() || options.downsample == 1;
+    throw InvalidArgument(
+        (chosen ? directory.string() + ": no such image folder"
+                : (fs::path(scene_directory) / ("images_" + std::to_string(options.downsample)))
+                          .string() +
+                      ": no such image folder, nor a larger images_<M> or images to downscale") +
+        " (present:" + (present.empty() ? " none" : present) + ")");
   }
   std::vector<std::string> files;
   for (const fs::directory_entry& entry : fs::directory_iterator(directory)) {
@@ -70,21 +75,27 @@ Scene import_llff(const std::string& scene_path, const ImportOptions& options) {
     throw InvalidArgument(bounds_file + ": expected shape (N, 17)");
   }
   const size_t count = table.shape[0];
-  const std::vector<std::string> files = sorted_image_files(path, options);
+  const double full_width = table.at(9), full_height = table.at(4);
+  if (!(full_width >= 1 && full_width <= 65536 && full_height >= 1 && full_height <= 65536)) {
+    throw InvalidArgument(bounds_file + " row 0: H and W must be sizes in pixels");
+  }
+  const ImagesFolder folder = choose_images_folder(path, options, int(full_width));
+  const std::vector<std::string> files = sorted_image_files(path, folder.name, options);
   if (files.size() != count) {
     throw InvalidArgument(bounds_file + ": has " + std::to_string(count) + " poses but " +
                           fs::path(files.empty() ? path : files[0]).parent_path().string() +
                           " has " + std::to_string(files.size()) + " images");
   }
 
-  std::vector<Split> splits(count);
-  for (size_t i = 0; i < count; ++i) splits[i] = holdout_split(i, options.llffhold);
+  const std::vector<Split> splits = holdout_splits(files, options, path);
   const std::vector<size_t> kept = first_views_per_split(splits, options.max_views_per_split);
 
   // Poses and bounds first, so that a bad row is reported before any image is decoded.
   Scene scene;
   scene.name = directory_name(path);
   scene.source_format = "llff";
+  scene.depth_bounds_from =
+      "LLFF's poses_bounds.npy (each view's COLMAP point depths), near x0.9, far x1.6";
   scene.views.resize(kept.size());
   std::vector<std::string> wheres;
   for (size_t k = 0; k < kept.size(); ++k) {
@@ -114,16 +125,16 @@ Scene import_llff(const std::string& scene_path, const ImportOptions& options) {
   std::vector<Image> images = load_rgb_images(kept_files, background_level(options.background));
   for (size_t k = 0; k < kept.size(); ++k) {
     const size_t i = kept[k];
-    const double full_height = table.at(i * 17 + 4), full_width = table.at(i * 17 + 9);
     const double focal = table.at(i * 17 + 14);
+    const double row_height = table.at(i * 17 + 4), row_width = table.at(i * 17 + 9);
     const Image& image = images[k];
     require_size(image, kept_files[k], images[0].width, images[0].height, "the first image's size");
-    const double scale_x = image.width / full_width, scale_y = image.height / full_height;
-    if (std::abs(full_height * scale_x - image.height) > 1.0) {
+    const double scale_x = image.width / row_width, scale_y = image.height / row_height;
+    if (std::abs(row_height * scale_x - image.height) > 1.0) {
       throw InvalidArgument(kept_files[k] + ": image is " + std::to_string(image.width) + "x" +
                             std::to_string(image.height) + ", not a downscale of the " +
-                            std::to_string(full_width) + "x" + std::to_string(full_height) +
-                            " of " + wheres[k]);
+                            std::to_string(row_width) + "x" + std::to_string(row_height) + " of " +
+                            wheres[k]);
     }
     View& view = scene.views[k];
     const fs::path file(kept_files[k]);
@@ -136,6 +147,11 @@ Scene import_llff(const std::string& scene_path, const ImportOptions& options) {
     camera.cx = 0.5 * image.width - 0.5;
     camera.cy = 0.5 * image.height - 0.5;
     view.rgb = std::move(images[k].pixels);
+    if (options.target_width > 0 ||
+        (options.downsample > 1 && folder.factor != options.downsample)) {
+      fit_view(&view, output_size(int(row_width), int(row_height), options, wheres[k]),
+               kept_files[k]);
+    }
   }
   finish_scene(&scene, options);
   return scene;

@@ -1,7 +1,10 @@
 // Choosing an importer: by name, or by the files a scene directory holds (importers.h).
 #include "mvibr/data/importers.h"
 
+#include <cctype>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "mvibr/core/error.h"
 
@@ -28,6 +31,27 @@ std::string detect_format(const std::string& path) {
   throw InvalidArgument(path +
                         ": cannot tell the scene format (looked for transforms*.json, "
                         "poses_bounds.npy, sparse/0/cameras.txt or cameras.txt, *.npz)");
+}
+
+std::vector<std::string> parse_test_ids(const std::string& list) {
+  std::string text = list;
+  if (fs::is_regular_file(list)) {
+    std::ifstream in(list);
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (in.bad()) throw InvalidArgument(list + ": cannot read (--test_ids)");
+  }
+  std::vector<std::string> ids;
+  std::string id;
+  for (const char c : text + ",") {
+    if (c == ',' || std::isspace(static_cast<unsigned char>(c))) {
+      if (!id.empty()) ids.push_back(id);
+      id.clear();
+    } else {
+      id += c;
+    }
+  }
+  if (ids.empty()) throw InvalidArgument("--test_ids: no ids in '" + list + "'");
+  return ids;
 }
 
 Scene import_scene(const std::string& format, const std::string& path,

@@ -36,6 +36,9 @@ SceneIndex read_scene_index(const std::string& path) {
   Scene& scene = index.scene;
   scene.name = file.string_attribute("name");
   scene.source_format = file.string_attribute("source_format");
+  if (file.has_attribute("depth_bounds_from")) {
+    scene.depth_bounds_from = file.string_attribute("depth_bounds_from");
+  }
   scene.dynamic = bounded_attribute(file, "dynamic", 0, 1) == 1;
   const int width = int(bounded_attribute(file, "width", 2, kMaxImageSide));
   const int height = int(bounded_attribute(file, "height", 2, kMaxImageSide));

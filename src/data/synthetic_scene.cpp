@@ -455,6 +455,7 @@ Scene make_synthetic_scene(const SyntheticSceneOptions& options) {
   scene.name = "synthetic";
   scene.source_format = "synthetic";
   scene.dynamic = options.n_time_steps > 1;
+  scene.depth_bounds_from = "the built-in scene's geometry";
   for (int k = 0; k < options.n_time_steps; ++k) {
     for (int i = 0; i < options.n_views; ++i) {
       View view;

@@ -115,6 +115,9 @@ void write_common_attributes(h5::File& file, const std::string& kind, const Scen
   file.set_attribute("prep_command", command_line);
   file.set_attribute("name", scene.name);
   file.set_attribute("source_format", scene.source_format);
+  if (!scene.depth_bounds_from.empty()) {
+    file.set_attribute("depth_bounds_from", scene.depth_bounds_from);
+  }
   file.set_attribute("dynamic", (long long)(scene.dynamic ? 1 : 0));
   file.set_attribute("width", (long long)scene.views.at(0).camera.width);
   file.set_attribute("height", (long long)scene.views.at(0).camera.height);

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mvibr/core/error.h"
+#include "mvibr/data/downscale.h"
 #include "mvibr/data/image_io.h"
 #include "mvibr/data/npy.h"
 #include "mvibr/data/npz.h"
@@ -365,9 +366,11 @@ TEST(ImportBlender, LegoCountsSizesSplitsAndIntrinsics) {
     EXPECT_DOUBLE_EQ(view.camera.fy, view.camera.fx);
     EXPECT_EQ(view.camera.cx, 199.5);
     EXPECT_EQ(view.camera.cy, 199.5);
-    EXPECT_EQ(view.near_depth, 2.0);
-    EXPECT_EQ(view.far_depth, 6.0);
+    // The cameras sit 4.03 from the point they all look at: about NeRF's 2 and 6.
+    EXPECT_NEAR(view.near_depth, 0.5 * 4.0311, 1e-3);
+    EXPECT_NEAR(view.far_depth, 1.5 * 4.0311, 1e-3);
   }
+  EXPECT_NE(scene.depth_bounds_from.find("the point every view looks at"), std::string::npos);
   // A corner pixel of an RGBA render is transparent: white by default.
   EXPECT_EQ(scene.views[0].rgb[0], 255);
 }
@@ -707,8 +710,18 @@ TEST(ImportErrors, BlenderScenesNameTheBadFile) {
   EXPECT_EQ(import_blender(dir.str(), ImportOptions{}).views.size(), 2u);
   const std::string json_file = dir / "transforms_train.json";
 
+  // A missing image: skipped with a warning that counts and names it, or refused with strict.
   fs::remove(dir / "train/r_1.png");
-  expect_invalid_naming([&] { import_blender(dir.str(), ImportOptions{}); }, "train/r_1.png");
+  const Scene without = import_blender(dir.str(), ImportOptions{});
+  EXPECT_EQ(without.views.size(), 1u);
+  ASSERT_FALSE(without.warnings.empty());
+  EXPECT_NE(without.warnings[0].find("1 of 2 frames of " + json_file + " have no image file in " +
+                                     dir.str() + " (train/r_1.png)"),
+            std::string::npos)
+      << without.warnings[0];
+  ImportOptions strict;
+  strict.strict = true;
+  expect_invalid_naming([&] { import_blender(dir.str(), strict); }, "train/r_1.png");
 
   const std::string png = read_bytes(dir / "train/r_0.png");
   write_text(dir / "train/r_1.png", png.substr(0, png.size() - 20));
@@ -776,6 +789,180 @@ TEST(ImportErrors, LlffAndDnerfNameTheBadFile) {
   const std::string npz = read_bytes(dnerf_npz);
   write_text(dir / "cut.npz", npz.substr(0, npz.size() * 3 / 4));
   expect_invalid_naming([&] { import_dnerf(dir / "cut.npz", ImportOptions{}); }, dir / "cut.npz");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Downscaling, depth bounds, missing frames and test ids: scenes as users bring them
+
+TEST(Downscale, AveragesTheAreaEachPixelCoversAndScalesIntrinsics) {
+  // 4x2 grey to 2x1: 2x2 blocks. 3x1 to 2x1: pixel 1 is shared half and half.
+  const std::vector<uint8_t> grey = {0, 10, 20, 30, 40, 50, 60, 71};
+  EXPECT_EQ(downscale_area(grey, 4, 2, 1, 2, 1), (std::vector<uint8_t>{25, 45}));  // 45.25
+  const std::vector<uint8_t> row = {30, 60, 90};
+  // Output 0 covers [0, 1.5): (30 + 0.5 * 60) / 1.5 = 40; output 1 (0.5 * 60 + 90) / 1.5 = 80.
+  EXPECT_EQ(downscale_area(row, 3, 1, 1, 2, 1), (std::vector<uint8_t>{40, 80}));
+  EXPECT_THROW(downscale_area(row, 3, 1, 1, 4, 1), InvalidArgument);
+  PinholeCamera<double> camera{};
+  camera.width = 400, camera.height = 300;
+  camera.fx = 500, camera.fy = 480, camera.cx = 199.5, camera.cy = 149.5;
+  scale_intrinsics(&camera, 100, 75);
+  EXPECT_DOUBLE_EQ(camera.fx, 125);
+  EXPECT_DOUBLE_EQ(camera.fy, 120);
+  EXPECT_DOUBLE_EQ(camera.cx, 49.5);  // still the centre: (199.5 + 0.5) / 4 - 0.5
+  EXPECT_DOUBLE_EQ(camera.cy, 37);
+  EXPECT_EQ(camera.width, 100);
+  EXPECT_EQ(camera.height, 75);
+}
+
+// fern ships images_8 only: --factor 16 reads it and halves it again, the intrinsics one
+// sixteenth of the full-size ones in poses_bounds.npy.
+TEST(ImportLlff, FactorWithoutItsFolderDownscalesTheNearestLargerOne) {
+  MVIBR_NEED_DATASET(fern_dir, "llff_fern");
+  ImportOptions options;
+  options.downsample = 16;
+  const Scene scene = import_llff(fern_dir, options);
+  const Scene eighth = import_llff(fern_dir, fern_options());
+  const NpyArray table = read_npy(fern_dir + "/poses_bounds.npy");
+  ASSERT_EQ(scene.views.size(), 20u);
+  for (size_t i = 0; i < scene.views.size(); ++i) {
+    const PinholeCamera<double>& c = scene.views[i].camera;
+    EXPECT_EQ(c.width, 252);
+    EXPECT_EQ(c.height, 189);
+    EXPECT_NEAR(c.fx, table.at(i * 17 + 14) / 16, 1e-9);
+    EXPECT_NEAR(c.fy, table.at(i * 17 + 14) / 16, 1e-9);
+    EXPECT_DOUBLE_EQ(c.cx, 125.5);
+    EXPECT_DOUBLE_EQ(c.cy, 94);
+  }
+  // Pixel (10, 7) of the 252x189 frame is the mean of the 2x2 block at (20, 14) of images_8.
+  for (int c = 0; c < 3; ++c) {
+    const auto at = [&](int x, int y) { return int(eighth.views[3].rgb[(y * 504 + x) * 3 + c]); };
+    const double mean = (at(20, 14) + at(21, 14) + at(20, 15) + at(21, 15)) / 4.0;
+    EXPECT_NEAR(scene.views[3].rgb[(7 * 252 + 10) * 3 + c], mean, 0.5 + 1e-9);
+  }
+}
+
+// An LLFF capture with full-size images only (images/): --factor 2 downscales them; with
+// images_2/ present it is read instead, as LLFF's own loader does.
+TEST(ImportLlff, FullSizeOnlyCapturesAreDownscaledAtImport) {
+  MVIBR_NEED_DATASET(fern_dir, "llff_fern");
+  TempDir dir;
+  // fern's images_8 as if they were full size: poses_bounds with H, W, focal of images_8.
+  NpyArray table = read_npy(fern_dir + "/poses_bounds.npy");
+  std::string bytes = read_bytes(fern_dir + "/poses_bounds.npy");
+  const size_t data_start = bytes.size() - table.count() * 8;
+  for (size_t i = 0; i < table.shape[0]; ++i) {
+    for (const size_t k : {4, 9, 14}) {
+      const double value = table.at(i * 17 + k) / 8;
+      std::memcpy(&bytes[data_start + (i * 17 + k) * 8], &value, 8);
+    }
+  }
+  write_text(dir / "poses_bounds.npy", bytes);
+  fs::create_directories(dir / "images");
+  for (const fs::directory_entry& e : fs::directory_iterator(fern_dir + "/images_8")) {
+    fs::copy_file(e.path(), dir / ("images/" + e.path().filename().string()));
+  }
+  ImportOptions half;
+  half.downsample = 2;
+  half.max_views_per_split = 2;
+  const Scene scene = import_llff(dir.str(), half);
+  ASSERT_EQ(scene.views.size(), 4u);
+  EXPECT_EQ(scene.views[0].camera.width, 252);
+  EXPECT_EQ(scene.views[0].camera.height, 189);
+  EXPECT_NEAR(scene.views[0].camera.fx, table.at(14) / 16, 1e-9);
+  EXPECT_EQ(scene.views[0].name, "images/image000.png");
+  ImportOptions wide = half;
+  wide.downsample = 1;
+  wide.target_width = 126;
+  const Scene narrow = import_llff(dir.str(), wide);
+  EXPECT_EQ(narrow.views[0].camera.width, 126);
+  EXPECT_EQ(narrow.views[0].camera.height, 95);  // 378 * 126 / 504 = 94.5, rounded
+  EXPECT_NEAR(narrow.views[0].camera.fx, table.at(14) / 32, 1e-9);
+  wide.target_width = 600;
+  expect_invalid_naming([&] { import_llff(dir.str(), wide); }, "cannot make them 600x450");
+  // images_2 present: read, not made.
+  fs::create_directories(dir / "images_2");
+  std::vector<uint8_t> grey(size_t(252) * 189 * 3, 77);
+  for (const fs::directory_entry& e : fs::directory_iterator(dir / "images")) {
+    write_png(dir / ("images_2/" + e.path().filename().string()), 252, 189, 3, grey.data());
+  }
+  const Scene read = import_llff(dir.str(), half);
+  EXPECT_EQ(read.views[0].name, "images_2/image000.png");
+  EXPECT_EQ(read.views[0].rgb[0], 77);
+}
+
+// instant-ngp's transforms.json as captures come: frames listed whose images are absent, names
+// with their extension, lens distortion, aabb_scale for the bounds, a downscale, test ids.
+TEST(ImportBlender, TransformsWithAbsentFramesDistortionBoundsAndFactor) {
+  TempDir dir;
+  const int width = 64, height = 48;
+  json transforms = {{"fl_x", 60.0}, {"fl_y", 62.0},
+                     {"cx", 32.0},   {"cy", 24.0},
+                     {"w", width},   {"h", height},
+                     {"k1", -0.1},   {"aabb_scale", 2},
+                     {"scale", 0.5}, {"offset", {0.5, 0.5, 0.5}}};
+  // Cameras 4 from the origin on the x and y axes, looking at it (OpenGL: backward is +z).
+  const std::vector<json> poses = {
+      {{1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 4}, {0, 0, 0, 1}},
+      {{0, 0, 1, 4}, {0, 1, 0, 0}, {-1, 0, 0, 0}, {0, 0, 0, 1}},
+      {{-1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, -1, -4}, {0, 0, 0, 1}},
+      {{0, 0, -1, -4}, {0, 1, 0, 0}, {1, 0, 0, 0}, {0, 0, 0, 1}},
+      {{1, 0, 0, 0}, {0, 0, -1, -4}, {0, 1, 0, 0}, {0, 0, 0, 1}},
+  };
+  for (size_t i = 0; i < poses.size(); ++i) {
+    const std::string name = "images/000" + std::to_string(i) + ".jpg";
+    transforms["frames"].push_back({{"file_path", name}, {"transform_matrix", poses[i]}});
+    if (i != 1 && i != 3) write_gradient_png(dir / name, width, height, 3);  // PNG bytes, .jpg name
+  }
+  write_text(dir / "transforms.json", transforms.dump());
+  ImportOptions options;
+  options.downsample = 2;
+  options.test_ids = {"0004"};
+  const Scene scene = import_blender(dir.str(), options);
+  ASSERT_EQ(scene.views.size(), 3u);
+  ASSERT_FALSE(scene.warnings.empty());
+  EXPECT_NE(scene.warnings[0].find("2 of 5 frames of " + (dir / "transforms.json") +
+                                   " have no image file in " + dir.str() +
+                                   " (images/0001.jpg, images/0003.jpg)"),
+            std::string::npos)
+      << scene.warnings[0];
+  EXPECT_EQ(scene.views[0].name, "images/0000.jpg");
+  EXPECT_EQ(scene.views[0].split, Split::kTrain);
+  EXPECT_EQ(scene.views[2].split, Split::kTest);  // frame 4, by its name
+  for (const View& view : scene.views) {
+    EXPECT_EQ(view.camera.width, 32);
+    EXPECT_EQ(view.camera.height, 24);
+    EXPECT_DOUBLE_EQ(view.camera.fx, 30);
+    EXPECT_DOUBLE_EQ(view.camera.fy, 31);
+    EXPECT_DOUBLE_EQ(view.camera.cx, 15.5);  // (32 - 0.5 + 0.5) / 2 - 0.5
+    EXPECT_DOUBLE_EQ(view.camera.cy, 11.5);
+    // The box: instant-ngp's unit cube at scale 0.5 is 2 across, aabb_scale 2 makes it 4, about
+    // the origin; seen from 4 away along an axis its corners are 2 to 6 deep.
+    EXPECT_NEAR(view.near_depth, 2, 1e-9) << view.name;
+    EXPECT_NEAR(view.far_depth, 6, 1e-9) << view.name;
+  }
+  EXPECT_NE(scene.depth_bounds_from.find("aabb_scale 2"), std::string::npos);
+  // Without aabb_scale: the point the cameras look at is 4 ahead, so 2 and 6 again.
+  transforms.erase("aabb_scale");
+  write_text(dir / "transforms.json", transforms.dump());
+  const Scene looked = import_blender(dir.str(), options);
+  for (const View& view : looked.views) {
+    EXPECT_NEAR(view.near_depth, 2, 1e-9);
+    EXPECT_NEAR(view.far_depth, 6, 1e-9);
+  }
+  options.strict = true;
+  expect_invalid_naming([&] { import_blender(dir.str(), options); }, "images/0001.jpg");
+  options.strict = false;
+  options.test_ids = {"7", "nothing"};
+  expect_invalid_naming([&] { import_blender(dir.str(), options); }, "names no view of 5");
+}
+
+TEST(ImportOptions, TestIdsComeAsAListOrAFile) {
+  TempDir dir;
+  EXPECT_EQ(parse_test_ids("3,7,frame_0002.png"),
+            (std::vector<std::string>{"3", "7", "frame_0002.png"}));
+  write_text(dir / "test_ids.txt", "1 2\n5,\n");
+  EXPECT_EQ(parse_test_ids(dir / "test_ids.txt"), (std::vector<std::string>{"1", "2", "5"}));
+  EXPECT_THROW(parse_test_ids(","), InvalidArgument);
 }
 
 }  // namespace

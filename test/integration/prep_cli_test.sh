@@ -35,6 +35,18 @@ expect_error "--shards" "$mvibr" prep --out "$work/bad2" --views 4 --shards 9
 expect_error "width" "$mvibr" prep --out "$work/bad3" --width 1
 expect_error "unrecognised option" "$mvibr" prep --out "$work/bad4" --frobnicate 3
 expect_error "mvibr prep needs --out" "$mvibr" prep
+expect_error "--factor must be at least 1, got -2" "$mvibr" prep --out "$work/bad5" --input "$work" \
+  --factor -2
+expect_error "--max_views must be at least 0, got -3" "$mvibr" prep --out "$work/bad5" \
+  --input "$work" --max_views -3
+expect_error "--shards must be at least 1, got 0" "$mvibr" prep --out "$work/bad5" --shards 0
+expect_error "--llffhold must be at least 0" "$mvibr" prep --out "$work/bad5" --llffhold -1
+expect_error "--compress must be 0 to 9, got 11" "$mvibr" prep --out "$work/bad5" --compress 11
+expect_error "--near must be positive" "$mvibr" prep --out "$work/bad5" --near -1
+expect_error "--near must be less than --far" "$mvibr" prep --out "$work/bad5" --near 3 --far 2
+expect_error "--test_ids, --factor and --strict are for imported scenes" "$mvibr" prep \
+  --out "$work/bad5" --factor 2
+[[ ! -e $work/bad5 ]] || fail "a refused prep wrote its output folder"
 cp "$work/synthetic/shard-00000-of-00003.h5" "$work/truncated.h5"
 truncate -s 2000 "$work/truncated.h5"
 expect_error "truncated.h5" "$mvibr" inspect "$work/truncated.h5"
@@ -50,6 +62,25 @@ dnerf=$dataset
 "$mvibr" prep --input "$lego" --out "$work/lego" --shards 2 \
   --max_views 6
 "$mvibr" inspect "$work/lego" | grep -q "views: 18 (train 6, val 6, test 6)" || fail "lego counts"
+"$mvibr" prep --input "$fern" --factor 16 --out "$work/fern16" | tee "$work/fern16.out"
+grep -q "20 views of 252x189" "$work/fern16.out" || fail "fern --factor 16 is not 252x189"
+grep -q "^depth bounds: near .* (from LLFF's poses_bounds.npy" "$work/fern16.out" ||
+  fail "prep does not say where the depth bounds came from"
+/usr/bin/python3 -c '
+import h5py, sys
+with h5py.File(sys.argv[1] + "/scene.h5", "r") as f:
+    assert f.attrs["depth_bounds_from"].decode().startswith("LLFF"), f.attrs["depth_bounds_from"]
+print("fern at 1/16: depth bounds stored with their source")
+' "$work/fern16"
+"$mvibr" inspect "$work/fern16" | grep -q "fx 203.8 fy 203.8 cx 125.5 cy 94" ||
+  fail "fern's intrinsics at 1/16: $("$mvibr" inspect "$work/fern16")"
+expect_error "--height is for the built-in scene" "$mvibr" prep --input "$fern" --out "$work/bad6" \
+  --height 100
+expect_error "--width and --factor: give one of them" "$mvibr" prep --input "$fern" \
+  --out "$work/bad6" --width 100 --factor 2
+expect_error "names no view of 20" "$mvibr" prep --input "$fern" --out "$work/bad6" --factor 8 \
+  --test_ids 3,99
+[[ ! -e $work/bad6 ]] || fail "a refused prep wrote its output folder"
 "$mvibr" prep --input "$fern" --factor 8 --out "$work/fern" --shards 2
 "$mvibr" inspect "$work/fern" | grep -q "views: 20 (train 17, val 0, test 3)" || fail "fern counts"
 /usr/bin/python3 "$source_dir/test/data/read_with_h5py.py" "$work/fern"

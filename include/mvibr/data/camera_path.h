@@ -6,6 +6,7 @@
 // (data/neighbours.h).
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "mvibr/data/scene.h"
@@ -39,6 +40,11 @@ std::vector<PathFrame> spiral_path(const Scene& scene, const SpiralOptions& opti
 // with close = the smallest near_depth and far = 5 / 1.6 x the largest far_depth (LLFF's 0.9x the
 // smallest bound and 5x the largest, given the margins 0.9 and 1.6 the importers put on bounds).
 double focus_depth(const Scene& scene);
+
+// The point nearest every view's optical axis (least squares): what an inward-looking capture
+// looks at. None when the axes are nearly parallel (forward-facing captures, mean sin^2 of their
+// angle to the mean axis under 0.03) or there are fewer than 2 views.
+std::optional<Vec3<double>> point_views_look_at(const std::vector<View>& views);
 
 struct OrbitOptions {
   int frames = 40;     // NeRF's 360-degree videos: 40 frames around

@@ -24,12 +24,22 @@ enum class Background { kWhite, kBlack };
 struct ImportOptions {
   // Behind transparent pixels; also fills undistorted pixels that fall off the image.
   Background background = Background::kWhite;
-  // LLFF, COLMAP: read images_<N>/ (images/ when 1), or images_folder when it is set.
+  // Every format: frames downscaled `downsample` times, or to `target_width` pixels across with
+  // the aspect kept (0: by downsample), by area averaging with the intrinsics scaled to match
+  // (downscale.h). LLFF and COLMAP read images_<M>/ for the largest M <= the factor wanted that
+  // exists (images/ when none does), or images_folder when it is set, and downscale the rest.
   int downsample = 1;
+  int target_width = 0;
   std::string images_folder;
   // Where a format has no split (LLFF, COLMAP, a lone transforms.json, .npz without i_test):
   // views 0, N, 2N, ... are test views, the rest train; 0 makes every view a train view.
   int llffhold = 8;
+  // Instead of llffhold: the test views, by index in the format's order or by image name (with
+  // or without its extension); every other view trains.
+  std::vector<std::string> test_ids;
+  // Frames whose image file is missing are an error; otherwise they are skipped with a warning
+  // that counts and names them.
+  bool strict = false;
   // Replace the format's near/far rule for every view.
   std::optional<double> near_depth, far_depth;
   // Blender: which transforms_<split>.json files to read (those present).
@@ -37,6 +47,10 @@ struct ImportOptions {
   // Keep only the first N views of each split (0: all), for quick looks and fast tests.
   int max_views_per_split = 0;
 };
+
+// The ids of --test_ids: a file of ids (whitespace or commas) when `list` names a file, else a
+// comma-separated list.
+std::vector<std::string> parse_test_ids(const std::string& list);
 
 // NeRF-synthetic / instant-ngp / D-NeRF transforms: `path` is a directory holding
 // transforms_<split>.json (or one transforms.json), or one such file.

@@ -33,6 +33,10 @@ struct Scene {
   std::string source_format;  // synthetic | blender | llff | colmap | dnerf
   bool dynamic = false;
   std::vector<View> views;
+  // Where the views' depth bounds came from ("LLFF's poses_bounds.npy", "--near/--far", ...).
+  std::string depth_bounds_from;
+  // What an importer skipped or assumed, one line each, for `mvibr prep` to print.
+  std::vector<std::string> warnings;
   // neighbours[i]: the views that serve as sources when view i is the target, best first
   // (filled by select_neighbours at prep; never contains i itself).
   std::vector<std::vector<int>> neighbours;
