@@ -25,12 +25,13 @@ std::string detect_format(const std::string& path) {
     }
     if (fs::exists(p / "poses_bounds.npy")) return "llff";
     for (const fs::path& model : {p / "sparse" / "0", p / "sparse", p}) {
-      if (fs::exists(model / "cameras.txt")) return "colmap";
+      if (fs::exists(model / "cameras.txt") || fs::exists(model / "cameras.bin")) return "colmap";
     }
   }
-  throw InvalidArgument(path +
-                        ": cannot tell the scene format (looked for transforms*.json, "
-                        "poses_bounds.npy, sparse/0/cameras.txt or cameras.txt, *.npz)");
+  throw InvalidArgument(
+      path +
+      ": cannot tell the scene format (looked for transforms*.json, "
+      "poses_bounds.npy, cameras.bin or cameras.txt in sparse/0, sparse or the folder, *.npz)");
 }
 
 std::vector<std::string> parse_test_ids(const std::string& list) {

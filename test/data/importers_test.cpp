@@ -670,6 +670,101 @@ TEST(ImportColmap, TinyTextModelPosesIntrinsicsAndBounds) {
   EXPECT_NEAR(scene.views[0].near_depth, 0.9 * (all[0] + 0.002 * (all[1] - all[0])), 1e-9);
 }
 
+// What COLMAP writes by default: the same model in cameras.bin, images.bin and points3D.bin,
+// written here field by field as COLMAP's reconstruction_io does, reads as the text one does.
+TEST(ImportColmap, BinaryModelsReadAsTheirTextTwins) {
+  TempDir dir;
+  const std::vector<PinholeCamera<double>> truth = {
+      look_at_camera<double>({3, -1, 2}, {0, 0, 0}, {0, 0, 1}, 50.0, 32, 24),
+      look_at_camera<double>({-2, -3, 1}, {0.1, 0, 0}, {0, 0, 1}, 50.0, 32, 24),
+      look_at_camera<double>({0.5, 3, 1.5}, {0, 0.2, 0}, {0, 0, 1}, 50.0, 32, 24)};
+  const char* names[] = {"c.png", "a.png", "b.png"};
+  std::string cameras_bin, images_bin, points_bin, images_txt;
+  const auto put = [](std::string* out, const auto value) {
+    out->append(reinterpret_cast<const char*>(&value), sizeof(value));
+  };
+  put(&cameras_bin, uint64_t(1));
+  put(&cameras_bin, uint32_t(1));  // camera id
+  put(&cameras_bin, int32_t(4));   // OPENCV
+  put(&cameras_bin, uint64_t(32));
+  put(&cameras_bin, uint64_t(24));
+  for (double p : {50.0, 51.0, 16.0, 12.0, 0.01, -0.002, 0.001, 0.0005}) put(&cameras_bin, p);
+  put(&images_bin, uint64_t(truth.size()));
+  for (size_t i = 0; i < truth.size(); ++i) {
+    const double* m = truth[i].w2c;
+    const double w = 0.5 * std::sqrt(1 + m[0] + m[5] + m[10]);
+    const double q[4] = {w, (m[9] - m[6]) / (4 * w), (m[2] - m[8]) / (4 * w),
+                         (m[4] - m[1]) / (4 * w)};
+    put(&images_bin, uint32_t(i + 1));
+    for (double x : q) put(&images_bin, x);
+    for (double x : {m[3], m[7], m[11]}) put(&images_bin, x);
+    put(&images_bin, uint32_t(1));
+    images_bin += std::string(names[i]) + '\0';
+    put(&images_bin, uint64_t(1));  // one 2D point
+    for (double x : {1.0, 2.0}) put(&images_bin, x);
+    put(&images_bin, uint64_t(7));
+    char line[512];
+    std::snprintf(line, sizeof line, "%zu %.17g %.17g %.17g %.17g %.17g %.17g %.17g 1 %s\n", i + 1,
+                  q[0], q[1], q[2], q[3], m[3], m[7], m[11], names[i]);
+    images_txt += std::string(line) + "1.0 2.0 7\n";
+    write_gradient_png(dir / ("text/images/" + std::string(names[i])), 32, 24, 3);
+    write_gradient_png(dir / ("binary/images/" + std::string(names[i])), 32, 24, 3);
+  }
+  put(&points_bin, uint64_t(2));
+  const double points[2][3] = {{0, 0, 0}, {0.2, 0.1, 0.3}};
+  const uint32_t tracks[2][4] = {{1, 0, 3, 0}, {1, 1, 0, 0}};
+  for (int k = 0; k < 2; ++k) {
+    put(&points_bin, uint64_t(k + 1));
+    for (double x : points[k]) put(&points_bin, x);
+    points_bin += std::string("\x0a\x14\x1e", 3);
+    put(&points_bin, 0.5);
+    put(&points_bin, uint64_t(k == 0 ? 2 : 1));
+    for (int e = 0; e < (k == 0 ? 4 : 2); ++e) put(&points_bin, tracks[k][e]);
+  }
+  write_text(dir / "text/sparse/0/cameras.txt",
+             "1 OPENCV 32 24 50 51 16 12 0.01 -0.002 0.001 0.0005\n");
+  write_text(dir / "text/sparse/0/images.txt", images_txt);
+  write_text(dir / "text/sparse/0/points3D.txt",
+             "1 0 0 0 10 20 30 0.5 1 0 3 0\n2 0.2 0.1 0.3 10 20 30 0.5 1 1\n");
+  write_text(dir / "binary/sparse/0/cameras.bin", cameras_bin);
+  write_text(dir / "binary/sparse/0/images.bin", images_bin);
+  write_text(dir / "binary/sparse/0/points3D.bin", points_bin);
+  ASSERT_EQ(detect_format(dir / "binary"), "colmap");
+  const Scene text = import_scene("auto", dir / "text", ImportOptions{});
+  const Scene binary = import_scene("auto", dir / "binary", ImportOptions{});
+  ASSERT_EQ(binary.views.size(), 3u);
+  for (size_t k = 0; k < 3; ++k) {
+    const View &a = text.views[k], &b = binary.views[k];
+    EXPECT_EQ(a.name, b.name);
+    EXPECT_EQ(a.split, b.split);
+    for (int j = 0; j < 12; ++j) EXPECT_EQ(a.camera.c2w[j], b.camera.c2w[j]) << k;
+    EXPECT_EQ(a.camera.fx, b.camera.fx);
+    EXPECT_EQ(a.camera.cx, b.camera.cx);
+    EXPECT_EQ(a.near_depth, b.near_depth);
+    EXPECT_EQ(a.far_depth, b.far_depth);
+    EXPECT_EQ(a.rgb, b.rgb);  // undistorted alike
+  }
+  EXPECT_NE(binary.views[1].near_depth, binary.views[0].near_depth);  // each its own points
+  // Damage: a cut file, an absurd count, an unknown model, bytes after the end.
+  write_text(dir / "binary/sparse/0/images.bin", images_bin.substr(0, images_bin.size() - 9));
+  expect_invalid_naming([&] { import_colmap(dir / "binary", ImportOptions{}); }, "images.bin");
+  std::string absurd = images_bin;
+  const uint64_t huge = uint64_t(1) << 60;
+  std::memcpy(&absurd[0], &huge, 8);
+  write_text(dir / "binary/sparse/0/images.bin", absurd);
+  expect_invalid_naming([&] { import_colmap(dir / "binary", ImportOptions{}); },
+                        "images.bin at byte 8: the image count");
+  write_text(dir / "binary/sparse/0/images.bin", images_bin + "x");
+  expect_invalid_naming([&] { import_colmap(dir / "binary", ImportOptions{}); },
+                        "1 bytes after the last record");
+  write_text(dir / "binary/sparse/0/images.bin", images_bin);
+  std::string fisheye = cameras_bin;
+  const int32_t model = 5;
+  std::memcpy(&fisheye[12], &model, 4);
+  write_text(dir / "binary/sparse/0/cameras.bin", fisheye);
+  expect_invalid_naming([&] { import_colmap(dir / "binary", ImportOptions{}); }, "OPENCV_FISHEYE");
+}
+
 TEST(ImportColmap, DistortedModelsAreUndistortedAndOthersRefused) {
   TempDir dir;
   write_gradient_png(dir / "images/a.png", 32, 24, 3);

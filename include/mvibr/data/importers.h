@@ -1,6 +1,6 @@
 // Importers: what users have (NeRF-synthetic / instant-ngp transforms*.json, LLFF
-// poses_bounds.npy, COLMAP text models, D-NeRF-style .npz) turned into a validated Scene with
-// OpenCV cameras, RGB pixels and per-view depth bounds. One function per format, a shared
+// poses_bounds.npy, COLMAP binary and text models, D-NeRF-style .npz) turned into a validated Scene
+// with OpenCV cameras, RGB pixels and per-view depth bounds. One function per format, a shared
 // options struct (each format reads the fields that apply to it), and a dispatcher for
 // `mvibr prep`. Conventions per format are documented at the top of each import_*.cpp.
 //
@@ -57,8 +57,8 @@ std::vector<std::string> parse_test_ids(const std::string& list);
 Scene import_blender(const std::string& path, const ImportOptions& options);
 // LLFF: `path` is the directory holding poses_bounds.npy and the images folders.
 Scene import_llff(const std::string& path, const ImportOptions& options);
-// COLMAP text model: `path` holds images/ and sparse/0/{cameras,images,points3D}.txt (or the
-// .txt files directly).
+// COLMAP model, binary or text: `path` holds images/ and sparse/0/{cameras,images,points3D}.bin
+// or .txt (or sparse/, or the files directly).
 Scene import_colmap(const std::string& path, const ImportOptions& options);
 // D-NeRF-style .npz: images, poses, focal, optional times / i_val / i_test.
 Scene import_dnerf(const std::string& path, const ImportOptions& options);
