@@ -9,7 +9,7 @@ packages=(
   libhdf5-openmpi-dev hdf5-tools
   libboost-program-options-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libdnnl-dev libopenblas-dev libstb-dev nlohmann-json3-dev
+  libdnnl-dev libopenblas-dev libstb-dev libjpeg62-turbo-dev libpng-dev nlohmann-json3-dev
   python3-torch python3-numpy python3-h5py
   python3-matplotlib python3-venv
   # The Slurm test (test/integration/slurm_test.sh) runs slurmctld, slurmd and munged on

@@ -6,6 +6,7 @@
 #include "mvibr/data/importers.h"
 
 #include <gtest/gtest.h>
+#include <jpeglib.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -157,6 +159,77 @@ TEST(ImageIo, MissingAndTruncatedFilesAreNamed) {
   expect_invalid_naming([&] { load_image(dir / "cut.png"); }, dir / "cut.png");
   write_text(dir / "junk.png", "not an image at all");
   expect_invalid_naming([&] { load_image(dir / "junk.png"); }, dir / "junk.png");
+}
+
+// A JPEG of `rgb` through libjpeg's encoder (the decoder under test is libjpeg's too, but a
+// damaged file is damaged for any decoder).
+void write_jpeg(const std::string& path, int width, int height, const std::vector<uint8_t>& rgb) {
+  jpeg_compress_struct info{};
+  jpeg_error_mgr errors{};
+  info.err = jpeg_std_error(&errors);
+  jpeg_create_compress(&info);
+  unsigned char* buffer = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&info, &buffer, &size);
+  info.image_width = JDIMENSION(width);
+  info.image_height = JDIMENSION(height);
+  info.input_components = 3;
+  info.in_color_space = JCS_RGB;
+  jpeg_set_defaults(&info);
+  jpeg_set_quality(&info, 95, TRUE);
+  jpeg_start_compress(&info, TRUE);
+  while (info.next_scanline < info.image_height) {
+    JSAMPROW row = const_cast<uint8_t*>(&rgb[size_t(info.next_scanline) * width * 3]);
+    jpeg_write_scanlines(&info, &row, 1);
+  }
+  jpeg_finish_compress(&info);
+  write_text(path, std::string(reinterpret_cast<char*>(buffer), size));
+  jpeg_destroy_compress(&info);
+  std::free(buffer);
+}
+
+// Damage a lenient decoder lets through: 8 zero bytes in a JPEG's entropy-coded data, a cut
+// JPEG, a PNG whose pixel data fails its CRC.
+TEST(ImageIo, DamagedJpegAndPngDataIsAnErrorNamingTheFile) {
+  TempDir dir;
+  const int width = 96, height = 64;
+  std::vector<uint8_t> rgb(size_t(width) * height * 3);
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      const uint8_t value[3] = {uint8_t(2 * x), uint8_t(3 * y), uint8_t(128 + x - y)};
+      std::memcpy(&rgb[(size_t(y) * width + x) * 3], value, 3);
+    }
+  }
+  write_jpeg(dir / "good.jpg", width, height, rgb);
+  const Image good = load_image(dir / "good.jpg");
+  ASSERT_EQ(good.width, width);
+  ASSERT_EQ(good.channels, 3);
+  int worst = 0;
+  for (size_t i = 0; i < rgb.size(); ++i)
+    worst = std::max(worst, std::abs(good.pixels[i] - rgb[i]));
+  EXPECT_LE(worst, 12) << "a quality-95 JPEG of a smooth image";
+  const std::string bytes = read_bytes(dir / "good.jpg");
+  // JPEG has no checksum: zeros that still decode as entropy-coded data go unseen by any decoder
+  // (most positions here), so the test zeroes the last 8 bytes before the end marker, which
+  // leaves the scan short of its blocks: libjpeg says "Corrupt JPEG data", as it did (through
+  // ImageMagick) on the damaged capture that stb_image decoded silently.
+  std::string zeroed = bytes;
+  std::memset(&zeroed[bytes.size() - 10], 0, 8);
+  write_text(dir / "zeroed.jpg", zeroed);
+  expect_invalid_naming([&] { load_image(dir / "zeroed.jpg"); }, dir / "zeroed.jpg: corrupt JPEG");
+  write_text(dir / "cut.jpg", bytes.substr(0, bytes.size() * 3 / 5));
+  expect_invalid_naming([&] { load_image(dir / "cut.jpg"); }, dir / "cut.jpg: corrupt JPEG");
+  // By content, not by name: a PNG called .jpg.
+  write_gradient_png(dir / "png.jpg", 16, 12, 3);
+  EXPECT_EQ(load_image(dir / "png.jpg").width, 16);
+  // One flipped bit inside the first IDAT chunk's data: its CRC no longer matches.
+  write_gradient_png(dir / "good.png", 64, 48, 3);
+  std::string png = read_bytes(dir / "good.png");
+  const size_t idat = png.find("IDAT");
+  ASSERT_NE(idat, std::string::npos);
+  png[idat + 4 + 10] = char(png[idat + 4 + 10] ^ 0x10);
+  write_text(dir / "flipped.png", png);
+  expect_invalid_naming([&] { load_image(dir / "flipped.png"); }, dir / "flipped.png: corrupt PNG");
 }
 
 std::string npy_bytes(const std::string& descr, const std::string& shape, const std::string& data) {

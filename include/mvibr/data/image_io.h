@@ -1,6 +1,5 @@
 // Reading and writing the 8-bit images that scenes are made of. PNG and JPEG only (what the
-// supported data sets ship): every format stb_image can decode is one more decoder to trust
-// with untrusted input.
+// supported data sets ship), decoded by libpng and libjpeg-turbo, which report damage.
 #pragma once
 
 #include <cstdint>
@@ -15,8 +14,10 @@ struct Image {
   std::vector<uint8_t> pixels;  // row-major [height][width][channels]
 };
 
-// Throws InvalidArgument naming the file and stb_image's reason when it is missing, unreadable,
-// truncated or not a PNG/JPEG, and refuses images of more than 2^28 pixels before decoding.
+// PNG or JPEG, told by their first bytes whatever the file's name. Throws InvalidArgument naming
+// the file and the decoder's reason when it is missing, unreadable, truncated, damaged (libjpeg's
+// corrupt-data warnings and libpng's CRC errors included) or neither format, and refuses images
+// of more than 2^28 pixels or 65536 a side before decoding.
 Image load_image(const std::string& path);
 
 // Written whole or not at all (core/durable_file.h). Throws RuntimeFailure naming the file when
