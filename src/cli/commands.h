@@ -1,6 +1,7 @@
 // The subcommands of `mvibr`. Each takes the arguments after its name and returns the exit code.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "mvibr/dist/communicator.h"
 #include "mvibr/dist/mpi_session.h"
 #include "mvibr/train/config.h"
+#include "mvibr/train/evaluate.h"
 
 namespace mvibr::cli {
 
@@ -51,6 +53,27 @@ int run_on_ranks(const std::string& command,
                  const std::function<int(dist::Communicator& world, const dist::Topology&)>& body);
 // Chooses the rank's GPU (local rank % devices) when `config` runs on one.
 void select_rank_device(const train::TrainConfig& config, const dist::Topology& topology);
+
+// Rank 0's progress through its share of an eval or a render, on stderr (stdout carries the
+// results): on a terminal one line redrawn in place at most 5 times a second, elsewhere (a log,
+// a pipe) a line at every tenth of the work; "view 3 of 20: 40960 of 129600 rays; 12% done,
+// eta 4m10s".
+class RenderProgressLine {
+ public:
+  RenderProgressLine(std::string what, int rank, int ranks);
+  ~RenderProgressLine();
+  RenderProgressLine(const RenderProgressLine&) = delete;
+  RenderProgressLine& operator=(const RenderProgressLine&) = delete;
+  train::RenderProgress callback();
+
+ private:
+  void update(size_t done, size_t items, int rays_done, int rays);
+  std::string what_;
+  int rank_, ranks_;
+  bool in_place_, drawn_ = false;
+  int printed_tenth_ = -1;
+  std::chrono::steady_clock::time_point start_, drawn_at_;
+};
 
 // One line per component: mvibr itself, the backends, and the libraries it was built with.
 std::string version_report();

@@ -162,8 +162,9 @@ int run_eval(const std::vector<std::string>& args) {
     RunSelection s;
     if (!parse_run_selection(args, "eval", &s)) return 0;
     select_rank_device(s.config, topology);
-    const train::EvalReport report =
-        train::evaluate_run(s.config, s.checkpoint, s.split, s.max_views, "", {}, &world);
+    RenderProgressLine progress("view", world.rank(), world.size());
+    const train::EvalReport report = train::evaluate_run(
+        s.config, s.checkpoint, s.split, s.max_views, "", {}, &world, progress.callback());
     if (topology.rank == 0) write_eval_report(s, report);
     return 0;
   });

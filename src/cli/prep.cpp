@@ -118,55 +118,61 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
   if (vm.count("near")) import.near_depth = near_depth;
   if (vm.count("far")) import.far_depth = far_depth;
   prep.command_line = command_line;
+  // Progress on scenes large enough to take a while: a line at every tenth of the images.
+  int printed_tenth = 0;
+  import.on_image_read = [&](size_t read, size_t total) { const int tenth = int(10 * read / total);
+  if (total < 100 || tenth == printed_tenth) return;
+  printed_tenth = tenth;
+  std::fprintf(stderr, "reading images: %zu of %zu\n", read, total);
+};
 
-  const bool built_in = input == "synthetic" || format == "synthetic";
-  if (!built_in) {
-    if (!vm["height"].defaulted()) {
-      throw InvalidArgument(
-          "--height is for the built-in scene; an imported one keeps its aspect "
-          "(--width or --factor)");
-    }
-    if (!vm["width"].defaulted()) {
-      at_least("width", synthetic.width, 1);
-      if (import.downsample > 1) throw InvalidArgument("--width and --factor: give one of them");
-      import.target_width = synthetic.width;
-    }
-    if (!test_ids.empty()) import.test_ids = data::parse_test_ids(test_ids);
-  } else if (!test_ids.empty() || import.downsample > 1 || import.strict) {
-    throw InvalidArgument("--test_ids, --factor and --strict are for imported scenes");
+const bool built_in = input == "synthetic" || format == "synthetic";
+if (!built_in) {
+  if (!vm["height"].defaulted()) {
+    throw InvalidArgument(
+        "--height is for the built-in scene; an imported one keeps its aspect "
+        "(--width or --factor)");
   }
-  if (!built_in && !std::filesystem::exists(input)) {
-    throw InvalidArgument(input + ": no such file or folder (--input)");
+  if (!vm["width"].defaulted()) {
+    at_least("width", synthetic.width, 1);
+    if (import.downsample > 1) throw InvalidArgument("--width and --factor: give one of them");
+    import.target_width = synthetic.width;
   }
-  const auto start = std::chrono::steady_clock::now();
-  data::Scene scene =
-      built_in ? data::make_synthetic_scene(synthetic) : data::import_scene(format, input, import);
-  data::select_neighbours(&scene, neighbours);
-  const data::PrepReport report = data::write_prepared_scene(scene, out, prep);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-
-  std::map<data::Split, int> splits;
-  for (const data::View& v : scene.views) ++splits[v.split];
-  const PinholeCamera<double>& c = scene.views[0].camera;
-  std::printf("prepared '%s' (%s%s): %d views of %dx%d (train %d, val %d, test %d)\n",
-              scene.name.c_str(), scene.source_format.c_str(), scene.dynamic ? ", dynamic" : "",
-              report.n_views, c.width, c.height, splits[data::Split::kTrain],
-              splits[data::Split::kValidation], splits[data::Split::kTest]);
-  double near_min = INFINITY, near_max = 0, far_min = INFINITY, far_max = 0;
-  for (const data::View& v : scene.views) {
-    near_min = std::min(near_min, v.near_depth), near_max = std::max(near_max, v.near_depth);
-    far_min = std::min(far_min, v.far_depth), far_max = std::max(far_max, v.far_depth);
-  }
-  std::printf(
-      "depth bounds: near %.4g to %.4g, far %.4g to %.4g (from %s; --near/--far override)\n",
-      near_min, near_max, far_min, far_max,
-      scene.depth_bounds_from.empty() ? "the scene" : scene.depth_bounds_from.c_str());
-  for (const std::string& warning : scene.warnings) std::printf("warning: %s\n", warning.c_str());
-  std::printf("%d shard(s), %lld frames written, duplication factor %.2f, %.2f s\n",
-              report.n_shards, report.frames_written, report.duplication_factor, seconds);
-  std::printf("wrote %s\n", (out + "/scene.h5").c_str());
-  return 0;
+  if (!test_ids.empty()) import.test_ids = data::parse_test_ids(test_ids);
+} else if (!test_ids.empty() || import.downsample > 1 || import.strict) {
+  throw InvalidArgument("--test_ids, --factor and --strict are for imported scenes");
 }
+if (!built_in && !std::filesystem::exists(input)) {
+  throw InvalidArgument(input + ": no such file or folder (--input)");
+}
+const auto start = std::chrono::steady_clock::now();
+data::Scene scene =
+    built_in ? data::make_synthetic_scene(synthetic) : data::import_scene(format, input, import);
+data::select_neighbours(&scene, neighbours);
+const data::PrepReport report = data::write_prepared_scene(scene, out, prep);
+const double seconds =
+    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+std::map<data::Split, int> splits;
+for (const data::View& v : scene.views) ++splits[v.split];
+const PinholeCamera<double>& c = scene.views[0].camera;
+std::printf("prepared '%s' (%s%s): %d views of %dx%d (train %d, val %d, test %d)\n",
+            scene.name.c_str(), scene.source_format.c_str(), scene.dynamic ? ", dynamic" : "",
+            report.n_views, c.width, c.height, splits[data::Split::kTrain],
+            splits[data::Split::kValidation], splits[data::Split::kTest]);
+double near_min = INFINITY, near_max = 0, far_min = INFINITY, far_max = 0;
+for (const data::View& v : scene.views) {
+  near_min = std::min(near_min, v.near_depth), near_max = std::max(near_max, v.near_depth);
+  far_min = std::min(far_min, v.far_depth), far_max = std::max(far_max, v.far_depth);
+}
+std::printf("depth bounds: near %.4g to %.4g, far %.4g to %.4g (from %s; --near/--far override)\n",
+            near_min, near_max, far_min, far_max,
+            scene.depth_bounds_from.empty() ? "the scene" : scene.depth_bounds_from.c_str());
+for (const std::string& warning : scene.warnings) std::printf("warning: %s\n", warning.c_str());
+std::printf("%d shard(s), %lld frames written, duplication factor %.2f, %.2f s\n", report.n_shards,
+            report.frames_written, report.duplication_factor, seconds);
+std::printf("wrote %s\n", (out + "/scene.h5").c_str());
+return 0;
+}  // namespace mvibr::cli
 
 }  // namespace mvibr::cli

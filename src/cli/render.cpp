@@ -41,13 +41,14 @@ int render_camera_path(const RunSelection& s, dist::Communicator& world) {
         s.path_views.empty() ? default_path_views(index.scene, s) : s.path_views;
     path = data::interpolated_path(index.scene, keys, s.frames);
   }
+  RenderProgressLine progress("frame", world.rank(), world.size());
   const train::PathReport report = train::render_path(
       s.config, s.checkpoint, path, (fs::path(s.run_dir) / "renders").string(), "path-" + s.path,
       [](const train::PathFrameRender& r) {
         std::printf("frame %d -> %s, %s\n", r.frame, r.rgb_png.c_str(), r.depth_png.c_str());
         std::fflush(stdout);
       },
-      &world);
+      &world, progress.callback());
   if (world.rank() != 0) return 0;
   std::printf(
       "rendered %zu frame(s) of the %s path at step %llu into %s (cameras.json lists "
@@ -65,6 +66,7 @@ int run_render(const std::vector<std::string>& args) {
     if (!parse_run_selection(args, "render", &s)) return 0;
     select_rank_device(s.config, topology);
     if (!s.path.empty()) return render_camera_path(s, world);
+    RenderProgressLine progress("view", world.rank(), world.size());
     const train::EvalReport report = train::evaluate_run(
         s.config, s.checkpoint, s.split, s.max_views, (fs::path(s.run_dir) / "renders").string(),
         [](const train::ViewMetrics& m) {
@@ -72,7 +74,7 @@ int run_render(const std::vector<std::string>& args) {
                       m.ssim, m.rgb_png.c_str(), m.depth_png.c_str());
           std::fflush(stdout);
         },
-        &world);
+        &world, progress.callback());
     if (topology.rank != 0) return 0;
     std::printf("rendered %zu %s view(s) at step %llu: mean psnr %.2f ssim %.4f\n",
                 report.views.size(), data::split_name(s.split), (unsigned long long)report.step,

@@ -305,7 +305,7 @@ Scene import_blender(const std::string& path, const ImportOptions& options) {
     paths.push_back(frame.image_path);
   }
   const uint8_t background = background_level(options.background);
-  std::vector<Image> images = load_rgb_images(paths, background);
+  std::vector<Image> images = load_rgb_images(paths, background, options);
 
   scene.name = directory_name(directory.string());
   scene.source_format = "blender";

@@ -431,7 +431,7 @@ Scene import_colmap(const std::string& path, const ImportOptions& options) {
   std::vector<std::string> files;
   for (size_t i : kept) files.push_back((fs::path(path) / folder.name / images[i].name).string());
   const uint8_t background = background_level(options.background);
-  std::vector<Image> pixels = load_rgb_images(files, background);
+  std::vector<Image> pixels = load_rgb_images(files, background, options);
 
   scene.name = directory_name(path);
   scene.source_format = "colmap";

@@ -210,7 +210,9 @@ std::vector<size_t> first_views_per_split(const std::vector<Split>& splits, int 
   return kept;
 }
 
-std::vector<Image> load_rgb_images(const std::vector<std::string>& paths, uint8_t background) {
+std::vector<Image> load_rgb_images(const std::vector<std::string>& paths, uint8_t background,
+                                   const ImportOptions& options) {
+  size_t read = 0;
   std::vector<Image> images(paths.size());
   std::vector<std::exception_ptr> failures(paths.size());
   // Exceptions must not leave an OpenMP region: each is kept and rethrown after it.
@@ -222,6 +224,10 @@ std::vector<Image> load_rgb_images(const std::vector<std::string>& paths, uint8_
       images[i].width = image.width;
       images[i].height = image.height;
       images[i].channels = 3;
+      if (options.on_image_read) {
+#pragma omp critical(mvibr_image_progress)
+        options.on_image_read(++read, paths.size());
+      }
     } catch (...) {
       failures[i] = std::current_exception();
     }

@@ -83,7 +83,9 @@ std::vector<T> select(const std::vector<T>& items, const std::vector<size_t>& in
 
 // Images read in parallel and composited to RGB (channels == 3). Every file is attempted; the
 // first failure in file order is rethrown.
-std::vector<Image> load_rgb_images(const std::vector<std::string>& paths, uint8_t background);
+// options.on_image_read hears of each image read.
+std::vector<Image> load_rgb_images(const std::vector<std::string>& paths, uint8_t background,
+                                   const ImportOptions& options);
 
 // Throws InvalidArgument naming `path` when `image` is not width x height.
 void require_size(const Image& image, const std::string& path, int width, int height,

@@ -122,7 +122,8 @@ Scene import_llff(const std::string& scene_path, const ImportOptions& options) {
   }
 
   const std::vector<std::string> kept_files = select(files, kept);
-  std::vector<Image> images = load_rgb_images(kept_files, background_level(options.background));
+  std::vector<Image> images =
+      load_rgb_images(kept_files, background_level(options.background), options);
   for (size_t k = 0; k < kept.size(); ++k) {
     const size_t i = kept[k];
     const double focal = table.at(i * 17 + 14);

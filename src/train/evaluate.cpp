@@ -142,13 +142,14 @@ std::vector<float> pixel_rows(int width, int first_row, int rows) {
   return pixels;
 }
 
-RenderedView render_view(IbrnetModel& model, const data::TrainingSample& sample, RandomKey key) {
+RenderedView render_view(IbrnetModel& model, const data::TrainingSample& sample, RandomKey key,
+                         const std::function<void(int, int)>& on_chunk) {
   const int width = sample.target.camera.width, height = sample.target.camera.height;
   const std::vector<float> pixels = pixel_rows(width, 0, height);
   RenderedView r;
   r.rgb.width = width;
   r.rgb.height = height;
-  model.render(sample, pixels, key, &r.rgb.pixels, &r.depth);
+  model.render(sample, pixels, key, &r.rgb.pixels, &r.depth, on_chunk);
   return r;
 }
 
@@ -222,8 +223,9 @@ TrainConfig evaluation_config(const TrainConfig& config) {
 }
 
 ViewMetrics evaluate_view(IbrnetModel& model, const data::TrainingSample& sample, RandomKey key,
-                          const std::string& png_dir) {
-  const RenderedView rendered = render_view(model, sample, key);
+                          const std::string& png_dir,
+                          const std::function<void(int, int)>& on_chunk) {
+  const RenderedView rendered = render_view(model, sample, key, on_chunk);
   const RgbImage truth = view_image(sample.target);
   ViewMetrics m;
   m.view = sample.target_view;
@@ -252,7 +254,7 @@ std::optional<data::TrainingSample> first_heldout_sample(const TrainConfig& conf
 EvalReport evaluate_run(const TrainConfig& config, const std::string& checkpoint, data::Split split,
                         int max_views, const std::string& png_root,
                         const std::function<void(const ViewMetrics&)>& on_view,
-                        dist::Communicator* comm) {
+                        dist::Communicator* comm, const RenderProgress& progress) {
   IbrnetModel model(evaluation_config(config));
   EvalReport report;
   report.step = nn::load_weights(checkpoint, &model.parameters());
@@ -282,8 +284,12 @@ EvalReport evaluate_run(const TrainConfig& config, const std::string& checkpoint
           config.datadir + ": the shards hold " + std::to_string(reader.samples_per_epoch()) + " " +
           data::split_name(split) + " views, scene.h5 lists " + std::to_string(in_split));
     }
-    for (size_t i = size_t(rank); i < n; i += size_t(ranks)) {
-      report.views[i] = evaluate_view(model, reader.next(), key, png_dir);
+    const size_t mine = (n - size_t(rank) + size_t(ranks) - 1) / size_t(ranks);
+    for (size_t i = size_t(rank), done = 0; i < n; i += size_t(ranks), ++done) {
+      const auto on_chunk = [&](int rays_done, int rays) {
+        if (progress) progress(done, mine, rays_done, rays);
+      };
+      report.views[i] = evaluate_view(model, reader.next(), key, png_dir, on_chunk);
       scores[3 * i] = report.views[i].view;
       scores[3 * i + 1] = report.views[i].psnr;
       scores[3 * i + 2] = report.views[i].ssim;
@@ -309,7 +315,7 @@ PathReport render_path(const TrainConfig& config, const std::string& checkpoint,
                        const std::vector<data::PathFrame>& path, const std::string& png_root,
                        const std::string& name,
                        const std::function<void(const PathFrameRender&)>& on_frame,
-                       dist::Communicator* comm) {
+                       dist::Communicator* comm, const RenderProgress& progress) {
   IbrnetModel model(evaluation_config(config));
   PathReport report;
   report.step = nn::load_weights(checkpoint, &model.parameters());
@@ -319,6 +325,9 @@ PathReport render_path(const TrainConfig& config, const std::string& checkpoint,
   const RandomKey key{config.seed, 0};  // as evaluate_run: det = true makes it irrelevant
   const int rank = comm != nullptr ? comm->rank() : 0, ranks = comm != nullptr ? comm->size() : 1;
   nlohmann::json cameras = nlohmann::json::array();
+  const size_t mine =
+      (path.size() - std::min(path.size(), size_t(rank)) + size_t(ranks) - 1) / size_t(ranks);
+  size_t done = 0;
   for (size_t f = 0; f < path.size(); ++f) {
     const data::PathFrame& frame = path[f];
     data::TrainingSample sample;
@@ -335,7 +344,11 @@ PathReport render_path(const TrainConfig& config, const std::string& checkpoint,
     const PathFrameRender r{int(f), sample.source_views, paths.rgb, paths.depth};
     if (int(f % size_t(ranks)) == rank) {
       for (int v : sample.source_views) sample.sources.push_back(lookup.view(v));
-      write_pngs(render_view(model, sample, key), sample.target, paths);
+      const auto on_chunk = [&](int rays_done, int rays) {
+        if (progress) progress(done, mine, rays_done, rays);
+      };
+      write_pngs(render_view(model, sample, key, on_chunk), sample.target, paths);
+      ++done;
       if (on_frame) on_frame(r);
     }
     const auto& c = frame.camera;

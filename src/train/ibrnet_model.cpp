@@ -404,7 +404,8 @@ StepResult IbrnetModel::train_step(const data::TrainingSample& sample, const Ray
 }
 
 void IbrnetModel::render(const data::TrainingSample& sample, const std::vector<float>& pixels,
-                         RandomKey key, std::vector<float>* rgb, std::vector<float>* depth) {
+                         RandomKey key, std::vector<float>* rgb, std::vector<float>* depth,
+                         const std::function<void(int, int)>& on_chunk) {
   State& s = *state_;
   const int total = int(pixels.size() / 2);
   rgb->resize(size_t(total) * 3);
@@ -415,6 +416,7 @@ void IbrnetModel::render(const data::TrainingSample& sample, const std::vector<f
     if (s.device) {
       s.device->render(sample.target, pixels.data() + 2 * size_t(first), n_rays, key,
                        uint32_t(first), rgb->data() + 3 * size_t(first), depth->data() + first);
+      if (on_chunk) on_chunk(first + n_rays, total);
       continue;
     }
     s.make_rays(sample.target, pixels.data() + 2 * size_t(first), n_rays);
@@ -428,6 +430,7 @@ void IbrnetModel::render(const data::TrainingSample& sample, const std::vector<f
     }
     std::copy(last->rgb_map.begin(), last->rgb_map.end(), rgb->begin() + 3 * size_t(first));
     std::copy(last->depth_map.begin(), last->depth_map.end(), depth->begin() + first);
+    if (on_chunk) on_chunk(first + n_rays, total);
   }
 }
 

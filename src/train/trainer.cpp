@@ -571,8 +571,13 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
       interval = IntervalTimes{};
       logged_step = done;
     }
-    if (heldout && (done % uint64_t(config.i_img) == 0 || done == uint64_t(config.n_iters))) {
+    if (heldout && done % uint64_t(config.i_img) == 0) {
       validation_model->parameters().values() = params.values();
+      progress.print("step " + std::to_string(done) + "/" + std::to_string(config.n_iters) +
+                     "  validating (every i_img = " + std::to_string(config.i_img) +
+                     " steps): rendering held-out view " + std::to_string(heldout->target_view) +
+                     ", " + std::to_string(heldout->target.camera.width) + "x" +
+                     std::to_string(heldout->target.camera.height) + " pixels\n");
       ViewMetrics m;
       RgbImage rendered;
       {

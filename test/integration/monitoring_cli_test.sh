@@ -48,7 +48,9 @@ grep -q $'\rstep [0-9]*/40  [0-9.]* steps/s  [0-9]* rays/s  eta [0-9a-z]*  loss 
 if grep -q "^step 20/40  loss" "$work/tty.log"; then fail "plain lines on a terminal"; fi
 # Validation lines stay, and the last progress line is redrawn under them and ended.
 grep -q $'\r\e\[Kstep 40/40  held-out view 0  psnr' "$work/tty.log" || fail "no held-out line"
-grep -q $'\rstep 40/40  .*\e\[K\r\e\[Kstep 40/40  held-out view 0  psnr [0-9.]*  ssim [0-9.]*\r\?\nstep 40/40  .*\e\[K\r\?\ntrained ' \
+grep -q $'\r\e\[Kstep 40/40  validating (every i_img = 20 steps): rendering held-out view 0' \
+  "$work/tty.log" || fail "no line before the validation"
+grep -q $'step 40/40  [0-9.]* steps/s.*\e\[K\r\e\[Kstep 40/40  held-out view 0  psnr [0-9.]*  ssim [0-9.]*\r\?\nstep 40/40  .*\e\[K\r\?\ntrained ' \
   "$work/tty.log" || fail "the last progress line is not redrawn after the held-out line"
 
 echo "== a slowed rank: the imbalance warning names it"

@@ -62,6 +62,12 @@ dnerf=$dataset
 "$mvibr" prep --input "$lego" --out "$work/lego" --shards 2 \
   --max_views 6
 "$mvibr" inspect "$work/lego" | grep -q "views: 18 (train 6, val 6, test 6)" || fail "lego counts"
+# All 400 frames, read with progress and written 100 wide.
+"$mvibr" prep --input "$lego" --out "$work/lego100" --width 100 >"$work/lego100.out" \
+  2>"$work/lego100.err"
+[[ $(grep -c "^reading images: [0-9]* of 400$" "$work/lego100.err") -eq 10 ]] ||
+  fail "no progress while reading 400 images: $(cat "$work/lego100.err")"
+grep -q "400 views of 100x100" "$work/lego100.out" || fail "lego --width 100: $(cat "$work/lego100.out")"
 "$mvibr" prep --input "$fern" --factor 16 --out "$work/fern16" | tee "$work/fern16.out"
 grep -q "20 views of 252x189" "$work/fern16.out" || fail "fern --factor 16 is not 252x189"
 grep -q "^depth bounds: near .* (from LLFF's poses_bounds.npy" "$work/fern16.out" ||

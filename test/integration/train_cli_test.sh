@@ -17,12 +17,21 @@ echo "== prep and train (test views 0 and 8)"
 "$mvibr" prep --out "$work/data" --shards 2 --views 12 --width 32 --height 24
 "$mvibr" train "${small[@]}" --expname run --n_iters 6 --i_img 3 --i_weights 6 | tee "$work/train"
 grep -q "held-out view 0  psnr" "$work/train" || fail "no held-out validation in the log"
+[[ $(grep -c "^step [36]/6  validating (every i_img = 3 steps): rendering held-out view 0, 32x24 pixels" \
+  "$work/train") -eq 2 ]] || fail "validation does not say what it does"
+"$mvibr" train "${small[@]}" --expname rare --n_iters 4 --i_img 5 >"$work/rare"
+if grep -q "validating\|held-out" "$work/rare"; then fail "validated off i_img at the end"; fi
 grep -q "held-out psnr" "$work/train" || fail "no held-out psnr in the summary"
 [[ $(grep -c heldout_psnr "$work/runs/run/metrics.jsonl") -eq 2 ]] ||
   fail "expected validation at steps 3 and 6 in metrics.jsonl"
 
 echo "== eval"
-"$mvibr" eval --run "$work/runs/run" >"$work/eval.json"
+"$mvibr" eval --run "$work/runs/run" --chunk_size 256 >"$work/eval.json" 2>"$work/eval.err"
+# Progress on stderr, stdout left to the JSON: 768 rays a view in chunks of 256.
+grep -q "^view 1 of 2: 256 of 768 rays; 17% done, eta" "$work/eval.err" ||
+  fail "no progress per chunk: $(cat "$work/eval.err")"
+grep -q "^view 2 of 2: 768 of 768 rays; 100% done, eta" "$work/eval.err" ||
+  fail "no progress to the end: $(cat "$work/eval.err")"
 cmp -s "$work/eval.json" "$work/runs/run/eval-6.json" || fail "eval-6.json differs from stdout"
 /usr/bin/python3 -c '
 import json, math, sys

@@ -11,6 +11,7 @@
 // cx = W/2 - 0.5 where a format implies a centred principal point.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,6 +47,8 @@ struct ImportOptions {
   std::vector<std::string> splits{"train", "val", "test"};
   // Keep only the first N views of each split (0: all), for quick looks and fast tests.
   int max_views_per_split = 0;
+  // Called as each image is read (images read, images to read), one call at a time.
+  std::function<void(size_t, size_t)> on_image_read;
 };
 
 // The ids of --test_ids: a file of ids (whitespace or commas) when `list` names a file, else a

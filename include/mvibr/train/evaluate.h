@@ -35,8 +35,10 @@ struct RenderedView {
 std::vector<float> pixel_rows(int width, int first_row, int rows);
 
 // Renders every pixel of the sample's target from its sources, at the integer pixel coordinates
-// (u, v) the training rays use, chunk_size rays at a time, without gradients.
-RenderedView render_view(IbrnetModel& model, const data::TrainingSample& sample, RandomKey key);
+// (u, v) the training rays use, chunk_size rays at a time, without gradients; `on_chunk(rays
+// done, rays)` after each chunk.
+RenderedView render_view(IbrnetModel& model, const data::TrainingSample& sample, RandomKey key,
+                         const std::function<void(int, int)>& on_chunk = {});
 
 // The view's own pixels as an RgbImage (uint8 / 255).
 RgbImage view_image(const data::View& view);
@@ -71,7 +73,12 @@ TrainConfig evaluation_config(const TrainConfig& config);
 // <png_dir>/<name>.png and <name>_depth.png (depth from near_depth black to far_depth white),
 // the name made file-safe (extension dropped, characters other than [A-Za-z0-9._-] become '_').
 ViewMetrics evaluate_view(IbrnetModel& model, const data::TrainingSample& sample, RandomKey key,
-                          const std::string& png_dir = "");
+                          const std::string& png_dir = "",
+                          const std::function<void(int, int)>& on_chunk = {});
+
+// How far this rank's share of an evaluation or a path has got, after every chunk: `done` of its
+// `items` views or frames finished, and `rays_done` of the `rays` of the one in progress.
+using RenderProgress = std::function<void(size_t done, size_t items, int rays_done, int rays)>;
 
 // The first held-out target of the data set with its nearest sources: of the test split, else of
 // the validation split; nullopt when it has neither.
@@ -93,7 +100,7 @@ struct EvalReport {
 EvalReport evaluate_run(const TrainConfig& config, const std::string& checkpoint, data::Split split,
                         int max_views, const std::string& png_root,
                         const std::function<void(const ViewMetrics&)>& on_view = {},
-                        dist::Communicator* comm = nullptr);
+                        dist::Communicator* comm = nullptr, const RenderProgress& progress = {});
 
 struct PathFrameRender {
   int frame = 0;
@@ -117,6 +124,6 @@ PathReport render_path(const TrainConfig& config, const std::string& checkpoint,
                        const std::vector<data::PathFrame>& path, const std::string& png_root,
                        const std::string& name,
                        const std::function<void(const PathFrameRender&)>& on_frame = {},
-                       dist::Communicator* comm = nullptr);
+                       dist::Communicator* comm = nullptr, const RenderProgress& progress = {});
 
 }  // namespace mvibr::train

@@ -124,9 +124,10 @@ class IbrnetModel {
   void set_loss_scale(double scale);
 
   // Renders rays without gradients, chunk_size rays at a time: rgb [R,3] and depth [R] of the
-  // fine pass (coarse when coarse_only).
+  // fine pass (coarse when coarse_only). `on_chunk(rays done, rays)` after each chunk.
   void render(const data::TrainingSample& sample, const std::vector<float>& pixels, RandomKey key,
-              std::vector<float>* rgb, std::vector<float>* depth);
+              std::vector<float>* rgb, std::vector<float>* depth,
+              const std::function<void(int, int)>& on_chunk = {});
 
  private:
   struct State;

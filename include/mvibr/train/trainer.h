@@ -47,7 +47,7 @@ struct TrainSummary {
   std::string run_dir;
   uint64_t first_step = 0, last_step = 0;  // steps taken by this call: (first_step, last_step]
   double last_loss = 0, last_psnr = 0;
-  // Of the last held-out validation (every i_img steps and at the end); NaN when none ran.
+  // Of the last held-out validation (every i_img steps); NaN when none ran.
   double heldout_psnr = std::numeric_limits<double>::quiet_NaN();
   double heldout_ssim = std::numeric_limits<double>::quiet_NaN();
   std::string last_checkpoint;
