@@ -56,37 +56,41 @@ __global__ void scale_kernel(size_t count, float factor, float* x) {
 
 void activation_forward(Activation activation, size_t count, float* x, StreamHandle stream) {
   if (count == 0 || activation == Activation::kNone) return;
-  activation_forward_kernel<<<blocks_for(count, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(
-      activation, count, x);
+  MVIBR_LAUNCH(activation_forward_kernel, blocks_for(count, kThreadsPerBlock), kThreadsPerBlock, 0,
+               stream)
+  (activation, count, x);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 
 void activation_backward(Activation activation, size_t count, const float* y, float* grad,
                          StreamHandle stream) {
   if (count == 0 || activation == Activation::kNone) return;
-  activation_backward_kernel<<<blocks_for(count, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(
-      activation, count, y, grad);
+  MVIBR_LAUNCH(activation_backward_kernel, blocks_for(count, kThreadsPerBlock), kThreadsPerBlock, 0,
+               stream)
+  (activation, count, y, grad);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 
 void sigmoid_forward(size_t count, float* x, StreamHandle stream) {
   if (count == 0) return;
-  sigmoid_forward_kernel<<<blocks_for(count, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(
-      count, x);
+  MVIBR_LAUNCH(sigmoid_forward_kernel, blocks_for(count, kThreadsPerBlock), kThreadsPerBlock, 0,
+               stream)
+  (count, x);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 
 void sigmoid_backward(size_t count, const float* y, float* grad, StreamHandle stream) {
   if (count == 0) return;
-  sigmoid_backward_kernel<<<blocks_for(count, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(
-      count, y, grad);
+  MVIBR_LAUNCH(sigmoid_backward_kernel, blocks_for(count, kThreadsPerBlock), kThreadsPerBlock, 0,
+               stream)
+  (count, y, grad);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 
 void scale(size_t count, float factor, float* x, StreamHandle stream) {
   if (count == 0) return;
-  scale_kernel<<<blocks_for(count, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(count, factor,
-                                                                                     x);
+  MVIBR_LAUNCH(scale_kernel, blocks_for(count, kThreadsPerBlock), kThreadsPerBlock, 0, stream)
+  (count, factor, x);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 

@@ -668,8 +668,8 @@ __global__ void feature_input_gradient_kernel(size_t rows, int n_views, int widt
 template <typename... Params, typename... Args>
 void launch(size_t threads, cudaStream_t stream, void (*kernel)(Params...), Args&&... args) {
   if (threads == 0) return;
-  kernel<<<blocks_for(threads, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(
-      std::forward<Args>(args)...);
+  MVIBR_LAUNCH(kernel, blocks_for(threads, kThreadsPerBlock), kThreadsPerBlock, 0, stream)
+  (std::forward<Args>(args)...);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 
@@ -1171,8 +1171,8 @@ void IbrnetAggregator::backward(Context& context, const float* params, float* gr
     const float* sharpness = params + im.sharpness_offset;
     launch(m, stream, sharpness_gradient_kernel, m, V, sharpness, im.ray_diff, mask, g.g_pool,
            g.g_pool_common, g.pooling_exp, g.pooling_weight, g.sharpness_parts);
-    add_sharpness_gradient_kernel<<<1, kReductionThreads, 0, stream>>>(
-        m, g.sharpness_parts, sharpness, grads + im.sharpness_offset);
+    MVIBR_LAUNCH(add_sharpness_gradient_kernel, 1, kReductionThreads, 0, stream)
+    (m, g.sharpness_parts, sharpness, grads + im.sharpness_offset);
     MVIBR_CUDA_CHECK_LAUNCH();
   }
 

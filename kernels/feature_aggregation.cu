@@ -75,8 +75,9 @@ void gather_samples(int n_rays, int n_samples, const float* origins, const float
   validate_source_views(views);
   if (n_rays <= 0 || n_samples <= 0) return;
   const size_t n_threads = size_t(n_rays) * n_samples * views.n_views * kWarpSize;
-  gather_samples_kernel<<<blocks_for(n_threads, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(
-      n_rays, n_samples, origins, directions, depths, target_center, views, out);
+  MVIBR_LAUNCH(gather_samples_kernel, blocks_for(n_threads, kThreadsPerBlock), kThreadsPerBlock, 0,
+               stream)
+  (n_rays, n_samples, origins, directions, depths, target_center, views, out);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 
@@ -124,9 +125,10 @@ void gather_samples_backward(int n_rays, int n_samples, const float* origins,
   validate_source_views(views);
   if (n_rays <= 0 || n_samples <= 0) return;
   const size_t n_threads = size_t(n_rays) * n_samples * views.n_views * kWarpSize;
-  gather_samples_backward_kernel<<<blocks_for(n_threads, kThreadsPerBlock), kThreadsPerBlock, 0,
-                                   stream>>>(n_rays, n_samples, origins, directions, depths, views,
-                                             grad_rgb_features, grad_images, grad_features);
+  MVIBR_LAUNCH(gather_samples_backward_kernel, blocks_for(n_threads, kThreadsPerBlock),
+               kThreadsPerBlock, 0, stream)
+  (n_rays, n_samples, origins, directions, depths, views, grad_rgb_features, grad_images,
+   grad_features);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 

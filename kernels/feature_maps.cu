@@ -151,9 +151,9 @@ void channels_last_to_planar(const float* in, int first, int count, const MapBat
   check_channels(maps, first, count);
   const size_t total = size_t(maps.batch) * size_t(count) * maps.plane_size();
   if (total == 0) return;
-  channels_last_to_planar_kernel<<<blocks_for(total, kThreadsPerBlock), kThreadsPerBlock, 0,
-                                   stream>>>(total, maps.plane_size(), maps.channels, first, count,
-                                             in, maps.data);
+  MVIBR_LAUNCH(channels_last_to_planar_kernel, blocks_for(total, kThreadsPerBlock),
+               kThreadsPerBlock, 0, stream)
+  (total, maps.plane_size(), maps.channels, first, count, in, maps.data);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 
@@ -162,9 +162,9 @@ void planar_to_channels_last(const MapBatch& maps, int first, int count, float* 
   check_channels(maps, first, count);
   const size_t total = size_t(maps.batch) * size_t(count) * maps.plane_size();
   if (total == 0) return;
-  planar_to_channels_last_kernel<<<blocks_for(total, kThreadsPerBlock), kThreadsPerBlock, 0,
-                                   stream>>>(total, maps.plane_size(), maps.channels, first, count,
-                                             maps.data, out);
+  MVIBR_LAUNCH(planar_to_channels_last_kernel, blocks_for(total, kThreadsPerBlock),
+               kThreadsPerBlock, 0, stream)
+  (total, maps.plane_size(), maps.channels, first, count, maps.data, out);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 
@@ -173,8 +173,9 @@ void skip_concat_forward(const MapBatch& decoder, const MapBatch& encoder, float
   const SkipShape shape = skip_shape(decoder, encoder);
   const size_t total = concat_size(decoder, encoder);
   if (total == 0) return;
-  skip_concat_forward_kernel<<<blocks_for(total, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(
-      total, shape, decoder.data, encoder.data, out);
+  MVIBR_LAUNCH(skip_concat_forward_kernel, blocks_for(total, kThreadsPerBlock), kThreadsPerBlock, 0,
+               stream)
+  (total, shape, decoder.data, encoder.data, out);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 
@@ -183,15 +184,16 @@ void skip_concat_backward(const float* grad_out, const MapBatch& decoder, const 
   const SkipShape shape = skip_shape(decoder, encoder);
   const size_t total = concat_size(decoder, encoder);
   if (total == 0) return;
-  skip_concat_backward_kernel<<<blocks_for(total, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(
-      total, shape, grad_out, grad_decoder, grad_encoder);
+  MVIBR_LAUNCH(skip_concat_backward_kernel, blocks_for(total, kThreadsPerBlock), kThreadsPerBlock,
+               0, stream)
+  (total, shape, grad_out, grad_decoder, grad_encoder);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 
 void add_into(size_t count, const float* values, float* target, StreamHandle stream) {
   if (count == 0) return;
-  add_into_kernel<<<blocks_for(count, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(
-      count, values, target);
+  MVIBR_LAUNCH(add_into_kernel, blocks_for(count, kThreadsPerBlock), kThreadsPerBlock, 0, stream)
+  (count, values, target);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 

@@ -135,9 +135,9 @@ void instance_norm_forward(Context& context, const InstanceNormShape& shape, con
   check(shape);
   const int planes = shape.batch * shape.channels;
   if (planes == 0) return;
-  instance_norm_forward_kernel<<<plane_blocks(planes), threads_for_plane(shape.plane_size), 0,
-                                 context.impl().stream>>>(
-      planes, shape.channels, size_t(shape.plane_size), x, gamma, beta, residual, activation, out);
+  MVIBR_LAUNCH(instance_norm_forward_kernel, plane_blocks(planes),
+               threads_for_plane(shape.plane_size), 0, context.impl().stream)
+  (planes, shape.channels, size_t(shape.plane_size), x, gamma, beta, residual, activation, out);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 
@@ -148,13 +148,13 @@ void instance_norm_backward(Context& context, const InstanceNormShape& shape, co
   if (planes == 0) return;
   Context::Impl& c = context.impl();
   double* sums = c.workspace_of<double>(2 * size_t(planes));
-  instance_norm_backward_kernel<<<plane_blocks(planes), threads_for_plane(shape.plane_size), 0,
-                                  c.stream>>>(planes, shape.channels, size_t(shape.plane_size), x,
-                                              gamma, grad, sums);
+  MVIBR_LAUNCH(instance_norm_backward_kernel, plane_blocks(planes),
+               threads_for_plane(shape.plane_size), 0, c.stream)
+  (planes, shape.channels, size_t(shape.plane_size), x, gamma, grad, sums);
   MVIBR_CUDA_CHECK_LAUNCH();
-  instance_norm_parameter_kernel<<<blocks_for(size_t(shape.channels), kMaxThreads), kMaxThreads, 0,
-                                   c.stream>>>(shape.batch, shape.channels, sums, grad_gamma,
-                                               grad_beta);
+  MVIBR_LAUNCH(instance_norm_parameter_kernel, blocks_for(size_t(shape.channels), kMaxThreads),
+               kMaxThreads, 0, c.stream)
+  (shape.batch, shape.channels, sums, grad_gamma, grad_beta);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 

@@ -140,8 +140,9 @@ void layer_norm_forward(Context& context, size_t rows, int dim, double eps, cons
                         const float* bias, const float* x, float* y, float* xhat, float* rstd) {
   check(rows, dim);
   if (rows == 0) return;
-  layer_norm_forward_kernel<<<row_blocks(rows), kThreadsPerBlock, 0, context.impl().stream>>>(
-      rows, dim, float(eps), weight, bias, x, y, xhat, rstd);
+  MVIBR_LAUNCH(layer_norm_forward_kernel, row_blocks(rows), kThreadsPerBlock, 0,
+               context.impl().stream)
+  (rows, dim, float(eps), weight, bias, x, y, xhat, rstd);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 
@@ -157,14 +158,16 @@ void layer_norm_backward(Context& context, size_t rows, int dim, const float* we
       unsigned(std::min<size_t>((rows + block.y - 1) / block.y,
                                 size_t(std::max(1u, unsigned(kTargetBlocks) / column_blocks))));
   float* partials = c.workspace_of<float>(size_t(chunks) * 2 * size_t(dim));
-  layer_norm_parameter_partials_kernel<<<dim3(column_blocks, chunks), block, 0, c.stream>>>(
-      rows, dim, xhat, grad_y, partials);
+  MVIBR_LAUNCH(layer_norm_parameter_partials_kernel, dim3(column_blocks, chunks), block, 0,
+               c.stream)
+  (rows, dim, xhat, grad_y, partials);
   MVIBR_CUDA_CHECK_LAUNCH();
-  layer_norm_add_partials_kernel<<<blocks_for(size_t(dim), kThreadsPerBlock), kThreadsPerBlock, 0,
-                                   c.stream>>>(dim, int(chunks), partials, grad_weight, grad_bias);
+  MVIBR_LAUNCH(layer_norm_add_partials_kernel, blocks_for(size_t(dim), kThreadsPerBlock),
+               kThreadsPerBlock, 0, c.stream)
+  (dim, int(chunks), partials, grad_weight, grad_bias);
   MVIBR_CUDA_CHECK_LAUNCH();
-  layer_norm_backward_kernel<<<row_blocks(rows), kThreadsPerBlock, 0, c.stream>>>(
-      rows, dim, weight, xhat, rstd, grad_y, grad_x);
+  MVIBR_LAUNCH(layer_norm_backward_kernel, row_blocks(rows), kThreadsPerBlock, 0, c.stream)
+  (rows, dim, weight, xhat, rstd, grad_y, grad_x);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 

@@ -121,8 +121,9 @@ void linear_forward(Context& context, const LinearShape& shape, const float* x, 
        shape.in, &zero, y, shape.out);
   if (!bias && activation == Activation::kNone) return;
   const size_t count = shape.rows * size_t(shape.out);
-  bias_activation_kernel<<<blocks_for(count, kThreadsPerBlock), kThreadsPerBlock, 0, c.stream>>>(
-      count, shape.out, bias, activation, y);
+  MVIBR_LAUNCH(bias_activation_kernel, blocks_for(count, kThreadsPerBlock), kThreadsPerBlock, 0,
+               c.stream)
+  (count, shape.out, bias, activation, y);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 
@@ -140,12 +141,13 @@ void linear_backward(Context& context, const LinearShape& shape, Activation acti
         row_chunks_needed, size_t(std::max(1u, unsigned(kTargetBlocks) / column_blocks))));
     float* partials =
         grad_bias ? c.workspace_of<float>(size_t(chunks) * size_t(shape.out)) : nullptr;
-    activation_bias_backward_kernel<<<dim3(column_blocks, chunks), block, 0, c.stream>>>(
-        shape.rows, shape.out, activation, y, grad_y, partials);
+    MVIBR_LAUNCH(activation_bias_backward_kernel, dim3(column_blocks, chunks), block, 0, c.stream)
+    (shape.rows, shape.out, activation, y, grad_y, partials);
     MVIBR_CUDA_CHECK_LAUNCH();
     if (grad_bias) {
-      add_partial_sums_kernel<<<blocks_for(size_t(shape.out), kThreadsPerBlock), kThreadsPerBlock,
-                                0, c.stream>>>(shape.out, int(chunks), partials, grad_bias);
+      MVIBR_LAUNCH(add_partial_sums_kernel, blocks_for(size_t(shape.out), kThreadsPerBlock),
+                   kThreadsPerBlock, 0, c.stream)
+      (shape.out, int(chunks), partials, grad_bias);
       MVIBR_CUDA_CHECK_LAUNCH();
     }
   }

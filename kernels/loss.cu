@@ -57,8 +57,8 @@ __global__ void __launch_bounds__(kLossThreads)
 // Launched even for zero rays: the outputs {0, 1e-6} are still written, as on the CPU.
 void masked_mse(int n_rays, const float* predicted, const float* target, const float* ray_mask,
                 float* loss_and_denominator, StreamHandle stream) {
-  masked_mse_kernel<<<1, kLossThreads, 0, stream>>>(n_rays, predicted, target, ray_mask,
-                                                    loss_and_denominator);
+  MVIBR_LAUNCH(masked_mse_kernel, 1, kLossThreads, 0, stream)
+  (n_rays, predicted, target, ray_mask, loss_and_denominator);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 
@@ -76,9 +76,9 @@ void masked_mse_backward(int n_rays, const float* predicted, const float* target
                          const float* ray_mask, const float* loss_and_denominator, float grad_loss,
                          float* grad_predicted, StreamHandle stream) {
   if (n_rays <= 0) return;
-  masked_mse_backward_kernel<<<blocks_for(size_t(n_rays), kThreadsPerBlock), kThreadsPerBlock, 0,
-                               stream>>>(n_rays, predicted, target, ray_mask, loss_and_denominator,
-                                         grad_loss, grad_predicted);
+  MVIBR_LAUNCH(masked_mse_backward_kernel, blocks_for(size_t(n_rays), kThreadsPerBlock),
+               kThreadsPerBlock, 0, stream)
+  (n_rays, predicted, target, ray_mask, loss_and_denominator, grad_loss, grad_predicted);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 

@@ -29,8 +29,9 @@ __global__ void generate_rays_kernel(PinholeCamera<float> camera, const float* p
 void generate_rays(const PinholeCamera<float>& camera, const float* pixels, int n_rays,
                    float* origins, float* directions, StreamHandle stream) {
   if (n_rays <= 0) return;
-  generate_rays_kernel<<<blocks_for(size_t(n_rays), kRayThreadsPerBlock), kRayThreadsPerBlock, 0,
-                         stream>>>(camera, pixels, n_rays, origins, directions);
+  MVIBR_LAUNCH(generate_rays_kernel, blocks_for(size_t(n_rays), kRayThreadsPerBlock),
+               kRayThreadsPerBlock, 0, stream)
+  (camera, pixels, n_rays, origins, directions);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 
@@ -52,10 +53,10 @@ void sample_coarse_depths(int n_rays, const DepthSampling& sampling, RandomKey k
   validate_depth_sampling(sampling);
   if (n_rays <= 0) return;
   const size_t n_depths = size_t(n_rays) * sampling.n_samples;
-  sample_coarse_depths_kernel<<<blocks_for(n_depths, kThreadsPerBlock), kThreadsPerBlock, 0,
-                                stream>>>(n_rays, sampling.n_samples, float(sampling.near_depth),
-                                          float(sampling.far_depth), sampling.inv_uniform,
-                                          sampling.deterministic, key, first_ray, depths);
+  MVIBR_LAUNCH(sample_coarse_depths_kernel, blocks_for(n_depths, kThreadsPerBlock),
+               kThreadsPerBlock, 0, stream)
+  (n_rays, sampling.n_samples, float(sampling.near_depth), float(sampling.far_depth),
+   sampling.inv_uniform, sampling.deterministic, key, first_ray, depths);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 
@@ -84,10 +85,10 @@ static void launch_importance_sampling(int n_rays, const ImportanceSampling& s,
                                        const float* coarse_depths, const float* coarse_weights,
                                        RandomKey key, uint32_t first_ray, float* merged_depths,
                                        StreamHandle stream) {
-  sample_importance_depths_kernel<kCapacity>
-      <<<blocks_for(size_t(n_rays), kRayThreadsPerBlock), kRayThreadsPerBlock, 0, stream>>>(
-          n_rays, s.n_coarse, s.n_importance, s.inv_uniform, s.deterministic, coarse_depths,
-          coarse_weights, key, first_ray, merged_depths);
+  MVIBR_LAUNCH(sample_importance_depths_kernel<kCapacity>,
+               blocks_for(size_t(n_rays), kRayThreadsPerBlock), kRayThreadsPerBlock, 0, stream)
+  (n_rays, s.n_coarse, s.n_importance, s.inv_uniform, s.deterministic, coarse_depths,
+   coarse_weights, key, first_ray, merged_depths);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 

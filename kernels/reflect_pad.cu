@@ -89,8 +89,9 @@ void reflect_pad_forward(int planes, int height, int width, int pad, const float
   check(planes, height, width, pad);
   const size_t count = size_t(planes) * size_t(height + 2 * pad) * size_t(width + 2 * pad);
   if (count == 0) return;
-  reflect_pad_forward_kernel<<<blocks_for(count, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(
-      count, height, width, pad, x, padded);
+  MVIBR_LAUNCH(reflect_pad_forward_kernel, blocks_for(count, kThreadsPerBlock), kThreadsPerBlock, 0,
+               stream)
+  (count, height, width, pad, x, padded);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 
@@ -99,8 +100,9 @@ void reflect_pad_backward(int planes, int height, int width, int pad, const floa
   check(planes, height, width, pad);
   const size_t count = size_t(planes) * size_t(height) * size_t(width);
   if (count == 0) return;
-  reflect_pad_backward_kernel<<<blocks_for(count, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(
-      count, height, width, pad, grad_padded, grad_x);
+  MVIBR_LAUNCH(reflect_pad_backward_kernel, blocks_for(count, kThreadsPerBlock), kThreadsPerBlock,
+               0, stream)
+  (count, height, width, pad, grad_padded, grad_x);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 

@@ -111,8 +111,9 @@ void upsample2x_forward(int planes, int height, int width, const float* x, float
   check(planes, height, width);
   const size_t count = size_t(planes) * 4 * size_t(height) * size_t(width);
   if (count == 0) return;
-  upsample2x_forward_kernel<<<blocks_for(count, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(
-      count, height, width, x, y);
+  MVIBR_LAUNCH(upsample2x_forward_kernel, blocks_for(count, kThreadsPerBlock), kThreadsPerBlock, 0,
+               stream)
+  (count, height, width, x, y);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 
@@ -121,8 +122,9 @@ void upsample2x_backward(int planes, int height, int width, const float* grad_y,
   check(planes, height, width);
   const size_t count = size_t(planes) * size_t(height) * size_t(width);
   if (count == 0) return;
-  upsample2x_backward_kernel<<<blocks_for(count, kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(
-      count, height, width, grad_y, grad_x);
+  MVIBR_LAUNCH(upsample2x_backward_kernel, blocks_for(count, kThreadsPerBlock), kThreadsPerBlock, 0,
+               stream)
+  (count, height, width, grad_y, grad_x);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 

@@ -38,9 +38,10 @@ void composite_rays(int n_rays, int n_samples, const float* sigma, const float* 
                     float* rgb_map, float* depth_map, float* acc_map, float* weights,
                     StreamHandle stream) {
   if (n_rays <= 0) return;
-  composite_rays_kernel<<<blocks_for(size_t(n_rays), kThreadsPerBlock), kThreadsPerBlock, 0,
-                          stream>>>(n_rays, n_samples, sigma, rgb, depths, directions, options,
-                                    rgb_map, depth_map, acc_map, weights);
+  MVIBR_LAUNCH(composite_rays_kernel, blocks_for(size_t(n_rays), kThreadsPerBlock),
+               kThreadsPerBlock, 0, stream)
+  (n_rays, n_samples, sigma, rgb, depths, directions, options, rgb_map, depth_map, acc_map,
+   weights);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 
@@ -67,10 +68,10 @@ void composite_rays_backward(int n_rays, int n_samples, const float* sigma, cons
                              const float* grad_acc_map, const float* grad_weights,
                              float* grad_sigma, float* grad_rgb, StreamHandle stream) {
   if (n_rays <= 0) return;
-  composite_rays_backward_kernel<<<blocks_for(size_t(n_rays), kThreadsPerBlock), kThreadsPerBlock,
-                                   0, stream>>>(n_rays, n_samples, sigma, rgb, depths, directions,
-                                                options, grad_rgb_map, grad_depth_map, grad_acc_map,
-                                                grad_weights, grad_sigma, grad_rgb);
+  MVIBR_LAUNCH(composite_rays_backward_kernel, blocks_for(size_t(n_rays), kThreadsPerBlock),
+               kThreadsPerBlock, 0, stream)
+  (n_rays, n_samples, sigma, rgb, depths, directions, options, grad_rgb_map, grad_depth_map,
+   grad_acc_map, grad_weights, grad_sigma, grad_rgb);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 
@@ -85,8 +86,9 @@ __global__ void ray_mask_kernel(int n_rays, int n_samples, int n_views, const fl
 void ray_mask(int n_rays, int n_samples, int n_views, const float* sample_mask, RayMaskRule rule,
               float* ray_mask, StreamHandle stream) {
   if (n_rays <= 0) return;
-  ray_mask_kernel<<<blocks_for(size_t(n_rays), kThreadsPerBlock), kThreadsPerBlock, 0, stream>>>(
-      n_rays, n_samples, n_views, sample_mask, rule, ray_mask);
+  MVIBR_LAUNCH(ray_mask_kernel, blocks_for(size_t(n_rays), kThreadsPerBlock), kThreadsPerBlock, 0,
+               stream)
+  (n_rays, n_samples, n_views, sample_mask, rule, ray_mask);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 

@@ -38,6 +38,15 @@ __device__ inline size_t grid_thread_count() {
 
 #define MVIBR_CUDA_CHECK(expr) ::mvibr::cuda_detail::check((expr), #expr, __FILE__, __LINE__)
 
+// Every kernel launch: MVIBR_LAUNCH(kernel, grid, block, shared_bytes, stream)(arguments...) is
+// kernel<<<grid, block, shared_bytes, stream>>>(arguments...) under nvcc, and the emulated
+// device's launch (test/emulated_cuda/) where the kernels are compiled as host C++ for tests.
+#if defined(MVIBR_EMULATED_CUDA)
+#define MVIBR_LAUNCH(kernel, ...) ::mvibr::emulated::Launch(kernel, __VA_ARGS__)
+#else
+#define MVIBR_LAUNCH(kernel, ...) kernel<<<__VA_ARGS__>>>
+#endif
+
 // After every launch: a bad configuration is reported here, a fault in the kernel at the next
 // synchronizing call.
 #define MVIBR_CUDA_CHECK_LAUNCH() MVIBR_CUDA_CHECK(cudaGetLastError())
