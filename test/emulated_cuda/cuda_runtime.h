@@ -13,12 +13,16 @@
 //   (an exception, a deadlocked barrier) is cudaErrorLaunchFailure with its reason on stderr.
 #pragma once
 
+#include <math.h>
+
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #define __global__
 #define __device__
@@ -120,6 +124,10 @@ void sync_block();
 void sync_warp(unsigned mask);
 uint64_t exchange(uint64_t mine, int source_lane, unsigned mask);
 unsigned ballot(bool predicate, unsigned mask);
+
+// Whether [pointer, pointer + bytes) lies inside one cudaMalloc'd allocation (the emulated
+// libraries check their operands with it).
+bool device_range(const void* pointer, size_t bytes);
 
 // Runs `body` as every thread of the grid; returns cudaSuccess or the error of the launch,
 // which also becomes the last error. `kernel` names the kernel in the coverage report.
@@ -248,6 +256,20 @@ T atomicCAS(T* address, T compare, T value) {
   const T old = *address;
   if (old == compare) *address = value;
   return old;
+}
+
+// CUDA's integer min and max for device code.
+inline int min(int a, int b) {
+  return a < b ? a : b;
+}
+inline int max(int a, int b) {
+  return a > b ? a : b;
+}
+inline unsigned min(unsigned a, unsigned b) {
+  return a < b ? a : b;
+}
+inline unsigned max(unsigned a, unsigned b) {
+  return a > b ? a : b;
 }
 
 // Round-to-nearest arithmetic that nvcc never contracts into FMAs: the emulated build compiles

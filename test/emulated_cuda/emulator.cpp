@@ -367,6 +367,11 @@ cudaError_t launch(const void* kernel, dim3 grid, dim3 block_dim, size_t shared_
   return cudaSuccess;
 }
 
+bool device_range(const void* pointer, size_t bytes) {
+  std::lock_guard<std::mutex> lock(state_mutex);
+  return in_device_memory(pointer, bytes);
+}
+
 std::vector<LaunchCount> launch_counts() {
   std::lock_guard<std::mutex> lock(state_mutex);
   std::vector<LaunchCount> counts;
