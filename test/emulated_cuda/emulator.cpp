@@ -253,14 +253,20 @@ std::string kernel_name(const void* kernel) {
 }
 
 // MVIBR_EMULATED_COVERAGE=FILE: every kernel launched by this process and how often, appended
-// at exit (one "count name" line each).
+// at exit, one line each: "count module offset name" (name "-" for a kernel of internal
+// linkage, which test/emulated_cuda/kernel_coverage.py names from the module's symbol table).
 struct CoverageAtExit {
   ~CoverageAtExit() {
     const char* file = std::getenv("MVIBR_EMULATED_COVERAGE");
     if (file == nullptr || *file == '\0' || launches.empty()) return;
     if (FILE* out = std::fopen(file, "a")) {
       for (const auto& [kernel, count] : launches) {
-        std::fprintf(out, "%zu %s\n", count, kernel_name(kernel).c_str());
+        Dl_info info{};
+        if (dladdr(kernel, &info) == 0) continue;
+        const uintptr_t offset =
+            reinterpret_cast<uintptr_t>(kernel) - reinterpret_cast<uintptr_t>(info.dli_fbase);
+        std::fprintf(out, "%zu %s 0x%zx %s\n", count, info.dli_fname, size_t(offset),
+                     info.dli_sname ? info.dli_sname : "-");
       }
       std::fclose(out);
     }

@@ -207,6 +207,20 @@ TEST_F(CudaLayers, LinearMatchesCpu) {
 
 // ---- Activations ----
 
+// The GPU step's gradient division: each element rounded once, as the CPU's x[i] *= factor.
+TEST_F(CudaLayers, ScaleRoundsEachElementAsTheCpu) {
+  for (size_t count : {size_t(1), size_t(1000003)}) {
+    const std::vector<float> x = random_floats(count, -3, 3, count + 5);
+    const float factor = float(1.0 / 3072.0 / 7.0);
+    std::vector<float> expected = x;
+    for (float& value : expected) value *= factor;
+    DeviceArray<float> device_x(x);
+    nn::cuda::scale(count, factor, device_x.data(), nullptr);
+    device_synchronize();
+    EXPECT_EQ(device_x.to_host(), expected) << "count " << count;
+  }
+}
+
 TEST_F(CudaLayers, ActivationsMatchCpu) {
   for (size_t count : {size_t(1), size_t(1000), size_t(1000003)}) {
     SCOPED_TRACE("count " + std::to_string(count));
