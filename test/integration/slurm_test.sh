@@ -70,10 +70,14 @@ wait_for_line() {
     sleep 0.1
   done
 }
+# Fails when job ID has ended for good; any other state (running, requeueing, a moment in which
+# scontrol answers nothing) counts as still going.
 job_still_going() {
-  case $(slurm_job_field "$1" JobState) in
-    PENDING | CONFIGURING | RUNNING) ;;
-    *) fail "job $1 ended: $(slurm_job_field "$1" JobState): $(cat "$work"/*-"$1".out)" ;;
+  local state
+  state=$(slurm_job_field "$1" JobState)
+  case $state in
+    COMPLETED | FAILED | TIMEOUT | CANCELLED | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE)
+      fail "job $1 ended: $state: $(cat "$work"/*-"$1".out)" ;;
   esac
 }
 # Requeued batch jobs are not eligible to start for about two minutes (Slurm's fixed delay);
@@ -186,10 +190,8 @@ limited=$(submit --job-name=limited --time=1 --signal=B:USR1@50 "$source_dir/slu
   --n_iters 100000)
 log=$work/limited-$limited.out
 while [[ $(slurm_job_field "$limited" Restarts) != 1 ]]; do
-  case $(slurm_job_field "$limited" JobState) in
-    PENDING | CONFIGURING | RUNNING | COMPLETING) sleep 0.2 ;;
-    *) fail "the job ended without a requeue: $(cat "$log")" ;;
-  esac
+  job_still_going "$limited"
+  sleep 0.2
 done
 scancel "$limited"
 for line in "train.sbatch: SIGUSR1 at" "requeueing job $limited"; do
