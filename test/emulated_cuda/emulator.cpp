@@ -529,6 +529,10 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   return valid_stream(stream) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
 }
 
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  return cudaStreamSynchronize(stream);  // work ran when issued: a stream is always drained
+}
+
 cudaError_t cudaEventCreate(cudaEvent_t* event) {
   return cudaEventCreateWithFlags(event, 0);
 }

@@ -1,0 +1,80 @@
+// The NCCL communicator on the emulated device at 2 ranks (mpirun -np 2): the unique id from rank
+// 0 over the MPI bootstrap, ncclCommInitRank on both, and every collective on device memory
+// against the same collective over MPI on the host.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "mvibr/core/device.h"
+#include "mvibr/dist/communicator.h"
+#include "mvibr/dist/mpi_session.h"
+#include "mvibr/dist/nccl_communicator.h"
+
+namespace mvibr::dist {
+namespace {
+
+MpiSession* session = nullptr;
+
+TEST(EmulatedNcclTwoRanks, CollectivesEqualMpis) {
+  const std::unique_ptr<Communicator> world = session->world();
+  ASSERT_EQ(world->size(), 2);
+  const int device = select_device(session->topology());
+  const std::unique_ptr<Communicator> nccl = make_nccl_communicator(*world, device);
+  EXPECT_EQ(nccl->backend(), "nccl");
+  EXPECT_EQ(nccl->rank(), world->rank());
+  const int rank = world->rank();
+  std::vector<float> values(1025);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.25f * float(i) * float(rank + 1) - 3.0f;
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMax}) {
+    std::vector<float> expected = values;
+    world->all_reduce(expected.data(), expected.size(), op);
+    DeviceArray<float> on_device(values);
+    nccl->all_reduce(on_device.data(), on_device.size(), op);
+    EXPECT_EQ(on_device.to_host(), expected) << "op " << int(op);
+  }
+  std::vector<double> doubles = {1e-300 * (rank + 1), -2.5, 3e300 / (rank + 1)};
+  std::vector<double> expected_doubles = doubles;
+  world->all_reduce(expected_doubles.data(), doubles.size(), ReduceOp::kSum);
+  DeviceArray<double> device_doubles(doubles);
+  nccl->all_reduce(device_doubles.data(), doubles.size(), ReduceOp::kSum);
+  EXPECT_EQ(device_doubles.to_host(), expected_doubles);
+  // bf16 sums: one addition of the two ranks' values, rounded to bf16.
+  std::vector<uint16_t> halves;
+  for (float v : values) halves.push_back(to_bf16(v));
+  std::vector<uint16_t> both(2 * halves.size());
+  world->all_gather(halves.data(), halves.size() * 2, both.data());
+  DeviceArray<uint16_t> device_halves(halves);
+  nccl->all_reduce_bf16_sum(device_halves.data(), halves.size());
+  const std::vector<uint16_t> summed = device_halves.to_host();
+  for (size_t i = 0; i < halves.size(); ++i) {
+    const float sum = from_bf16(both[i]) + from_bf16(both[halves.size() + i]);
+    ASSERT_EQ(summed[i], to_bf16(sum)) << i;
+  }
+  DeviceArray<float> source(values), gathered(2 * values.size());
+  nccl->all_gather(source.data(), values.size() * sizeof(float), gathered.data());
+  std::vector<float> expected_gather(2 * values.size());
+  world->all_gather(values.data(), values.size() * sizeof(float), expected_gather.data());
+  EXPECT_EQ(gathered.to_host(), expected_gather);
+  DeviceArray<float> broadcast(values);
+  nccl->broadcast(broadcast.data(), values.size() * sizeof(float), 1);
+  std::vector<float> expected_broadcast = values;
+  world->broadcast(expected_broadcast.data(), values.size() * sizeof(float), 1);
+  EXPECT_EQ(broadcast.to_host(), expected_broadcast);
+  nccl->barrier();
+}
+
+}  // namespace
+}  // namespace mvibr::dist
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  mvibr::dist::MpiSession mpi(&argc, &argv);
+  mvibr::dist::session = &mpi;
+  if (mpi.topology().rank != 0) {
+    delete ::testing::UnitTest::GetInstance()->listeners().Release(
+        ::testing::UnitTest::GetInstance()->listeners().default_result_printer());
+  }
+  return RUN_ALL_TESTS();
+}
