@@ -119,6 +119,17 @@ void write_checkpoint_file(const std::string& temporary, const std::string& path
 
 }  // namespace
 
+bool is_checkpoint_temporary(const std::string& file_name) {
+  const std::string marker = ".tmp-";
+  const size_t at = file_name.rfind(marker);
+  uint64_t step = 0;
+  if (at == std::string::npos || !parse_checkpoint_name(file_name.substr(0, at), &step)) {
+    return false;
+  }
+  const std::string pid = file_name.substr(at + marker.size());
+  return !pid.empty() && pid.find_first_not_of("0123456789") == std::string::npos;
+}
+
 std::string checkpoint_path(const std::string& run_dir, uint64_t step) {
   char name[40];
   std::snprintf(name, sizeof(name), "ckpt-%08llu.h5", static_cast<unsigned long long>(step));

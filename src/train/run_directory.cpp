@@ -20,6 +20,7 @@
 
 #include "mvibr/core/durable_file.h"
 #include "mvibr/core/error.h"
+#include "mvibr/nn/checkpoint.h"
 
 namespace mvibr::train {
 
@@ -38,14 +39,6 @@ bool all_digits(const std::string& s, size_t from, size_t to) {
   return true;
 }
 
-// "ckpt-<digits>.h5.tmp-<digits>": what nn::save_checkpoint writes before its rename.
-bool is_checkpoint_temporary(const std::string& name) {
-  const std::string prefix = "ckpt-", middle = ".h5.tmp-";
-  const size_t at = name.find(middle);
-  return name.rfind(prefix, 0) == 0 && at != std::string::npos &&
-         all_digits(name, prefix.size(), at) && all_digits(name, at + middle.size(), name.size());
-}
-
 std::string host_name() {
   char host[256] = {};
   if (::gethostname(host, sizeof(host) - 1) != 0) return "an unknown host";
@@ -59,7 +52,7 @@ void remove_stale_temporaries(const std::string& run_dir, std::ostream& log) {
   for (fs::directory_iterator it(fs::path(run_dir) / "checkpoints", error), end;
        !error && it != end; it.increment(error)) {
     const std::string name = it->path().filename().string();
-    if (!is_checkpoint_temporary(name) || !it->is_regular_file(error)) continue;
+    if (!nn::is_checkpoint_temporary(name) || !it->is_regular_file(error)) continue;
     const uintmax_t size = it->file_size(error);
     if (fs::remove(it->path(), error)) {
       removed.push_back(name);

@@ -120,6 +120,17 @@ size_t linear_thread(const ThreadPlace& p) {
   return p.thread.x + size_t(p.block_dim.x) * (p.thread.y + size_t(p.block_dim.y) * p.thread.z);
 }
 
+// Readies `fiber` to start the kernel body on `stack`, returning to the scheduler at its end.
+void prepare(Block& block, Fiber& fiber, char* stack) {
+  getcontext(&fiber.context);
+  fiber.context.uc_stack.ss_sp = stack;
+  fiber.context.uc_stack.ss_size = kStackBytes;
+  fiber.context.uc_link = &block.scheduler;
+  const uintptr_t address = reinterpret_cast<uintptr_t>(&fiber);
+  makecontext(&fiber.context, reinterpret_cast<void (*)()>(fiber_entry), 2, unsigned(address >> 32),
+              unsigned(address & 0xffffffffu));
+}
+
 void resume(Block& block, Fiber& fiber, char* stack) {
   block.running = &fiber;
   switch_to(&block.scheduler, &fiber.context, stack, kStackBytes);
@@ -130,16 +141,7 @@ void resume(Block& block, Fiber& fiber, char* stack) {
 void run_fibered(Block& block, size_t first_done) {
   const size_t n = block.fibers.size();
   while (stacks.size() < n) stacks.emplace_back(new char[kStackBytes]);
-  for (size_t i = first_done; i < n; ++i) {
-    Fiber& fiber = block.fibers[i];
-    getcontext(&fiber.context);
-    fiber.context.uc_stack.ss_sp = stacks[i].get();
-    fiber.context.uc_stack.ss_size = kStackBytes;
-    fiber.context.uc_link = &block.scheduler;
-    const uintptr_t address = reinterpret_cast<uintptr_t>(&fiber);
-    makecontext(&fiber.context, reinterpret_cast<void (*)()>(fiber_entry), 2,
-                unsigned(address >> 32), unsigned(address & 0xffffffffu));
-  }
+  for (size_t i = first_done; i < n; ++i) prepare(block, block.fibers[i], stacks[i].get());
   for (;;) {
     bool ran = false;
     for (size_t i = 0; i < n; ++i) {
@@ -217,13 +219,7 @@ void run_block(Block& block, const dim3& grid, const dim3& dim, const uint3& blo
   while (stacks.empty()) stacks.emplace_back(new char[kStackBytes]);
   {
     Fiber& first = block.fibers[0];
-    getcontext(&first.context);
-    first.context.uc_stack.ss_sp = stacks[0].get();
-    first.context.uc_stack.ss_size = kStackBytes;
-    first.context.uc_link = &block.scheduler;
-    const uintptr_t address = reinterpret_cast<uintptr_t>(&first);
-    makecontext(&first.context, reinterpret_cast<void (*)()>(fiber_entry), 2,
-                unsigned(address >> 32), unsigned(address & 0xffffffffu));
+    prepare(block, first, stacks[0].get());
     resume(block, first, stacks[0].get());
     if (first.error) std::rethrow_exception(first.error);
   }

@@ -1,5 +1,5 @@
-# Shared by the CLI integration tests (sourced): a scratch folder removed on exit, `fail`, and
-# `expect_error PATTERN COMMAND...`, which requires the command to fail with exactly one line on
+# Shared by the CLI integration tests (sourced): a scratch folder removed on exit, `fail`,
+# `same_parameters`, `need_dataset` and `expect_error PATTERN COMMAND...`, which requires the command to fail with exactly one line on
 # stderr containing PATTERN (the project's rule for bad input).
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -16,6 +16,21 @@ expect_error() {
   [[ $(wc -l <"$work/err") -eq 1 ]] || fail "not one line: $(cat "$work/err")"
   grep -q -- "$pattern" "$work/err" || fail "expected '$pattern' in: $(cat "$work/err")"
   echo "ok: $* -> $(cat "$work/err")"
+}
+
+# same_parameters A.h5 B.h5: two checkpoints of one step hold the same parameters, bit for bit.
+same_parameters() {
+  /usr/bin/python3 -c '
+import h5py, numpy, sys
+with h5py.File(sys.argv[1], "r") as a, h5py.File(sys.argv[2], "r") as b:
+    step = a.attrs["step"]
+    assert step == b.attrs["step"], (step, b.attrs["step"])
+    names = sorted(a["model"])
+    assert names and names == sorted(b["model"]), (names, sorted(b["model"]))
+    for name in names:
+        assert numpy.array_equal(a["model"][name][()], b["model"][name][()]), name
+print("the same parameters,", len(names), "tensors, bit for bit, at step", step)
+' "$1" "$2"
 }
 
 # need_dataset NAME: the folder of real data set NAME (listed in test/datasets.tsv) under

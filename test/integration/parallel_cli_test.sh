@@ -87,18 +87,6 @@ wait_steps() {
     sleep 0.1
   done
 }
-same_parameters() {
-  /usr/bin/python3 -c '
-import h5py, numpy, sys
-with h5py.File(sys.argv[1], "r") as a, h5py.File(sys.argv[2], "r") as b:
-    assert a.attrs["step"] == b.attrs["step"], (a.attrs["step"], b.attrs["step"])
-    names = sorted(a["model"])
-    assert names and names == sorted(b["model"])
-    for name in names:
-        assert numpy.array_equal(a["model"][name][()], b["model"][name][()]), name
-print("the same parameters as the uninterrupted run,", len(names), "tensors, bit for bit")
-' "$1" "$2"
-}
 
 # Starts a long 2-rank run, waits until it has taken 2 steps, sends SIGNAL to rank 1 and
 # requires the job to end non-zero (a job that hangs instead meets ctest's timeout).

@@ -100,19 +100,6 @@ start_now_after_requeue() {
   while (($(date +%s) <= revoked)); do sleep 0.05; done
   scontrol update JobId="$id" StartTime=now
 }
-same_parameters() {
-  /usr/bin/python3 -c '
-import h5py, numpy, sys
-with h5py.File(sys.argv[1], "r") as a, h5py.File(sys.argv[2], "r") as b:
-    step = a.attrs["step"]
-    assert step == b.attrs["step"], (step, b.attrs["step"])
-    names = sorted(a["model"])
-    assert names and names == sorted(b["model"]), (names, sorted(b["model"]))
-    for name in names:
-        assert numpy.array_equal(a["model"][name][()], b["model"][name][()]), name
-print("the same parameters,", len(names), "tensors, bit for bit, at step", step)
-' "$1" "$2"
-}
 
 echo "== train.sbatch, 2 tasks, srun --mpi=pmix"
 train=$(submit --job-name=train "$source_dir/slurm/train.sbatch" --n_iters 4)

@@ -31,6 +31,10 @@ struct TrainingState {
 
 inline constexpr long long kCheckpointFormatVersion = 1;
 
+// Whether a file name is a temporary that save_checkpoint writes before its rename
+// ("ckpt-00001000.h5.tmp-<pid>"): what a writer killed mid-write leaves behind.
+bool is_checkpoint_temporary(const std::string& file_name);
+
 // "<run_dir>/checkpoints/ckpt-00001000.h5" for step 1000.
 std::string checkpoint_path(const std::string& run_dir, uint64_t step);
 
