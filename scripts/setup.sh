@@ -8,6 +8,8 @@ packages=(
   libopenmpi-dev openmpi-bin
   libhdf5-openmpi-dev hdf5-tools
   libboost-program-options-dev
+  # Boost.Context: the emulated CUDA device's fibers (test/emulated_cuda/).
+  libboost-context-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libdnnl-dev libopenblas-dev libstb-dev libjpeg62-turbo-dev libpng-dev nlohmann-json3-dev
   python3-torch python3-numpy python3-h5py

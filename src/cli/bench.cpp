@@ -128,7 +128,11 @@ int run_allreduce(const std::vector<std::string>& args) {
   const auto world = mpi.world();
   const dist::Topology& t = mpi.topology();
   std::unique_ptr<dist::Communicator> nccl;
-  if (backend == "nccl") nccl = dist::make_nccl_communicator(*world, dist::select_device(t));
+  if (backend == "nccl") {
+    // A stalled peer ends the benchmark as it ends a training job (the watchdog_s default).
+    nccl = dist::make_nccl_communicator(*world, dist::select_device(t),
+                                        train::TrainConfig{}.watchdog_s);
+  }
   dist::Communicator* comm = nccl ? nccl.get() : world.get();
   const std::vector<dist::AllReduceResult> results = dist::benchmark_all_reduce(
       *comm, *world, min_bytes, max_bytes, warmup, iterations, nccl != nullptr);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdlib>
 #include <string>
 
 #include "mvibr/core/error.h"
@@ -18,6 +19,20 @@ inline void check(cudaError_t status, const char* call, const char* file, int li
   if (status == cudaSuccess) return;
   throw RuntimeFailure(std::string("CUDA error in ") + call + ": " + cudaGetErrorString(status) +
                        " (" + file + ":" + std::to_string(line) + ")");
+}
+
+// MVIBR_CUDA_SYNC=1 in the environment: read once per process.
+inline bool synchronous_launches() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("MVIBR_CUDA_SYNC");
+    return value != nullptr && std::string(value) == "1";
+  }();
+  return enabled;
+}
+
+inline void check_launch(const char* file, int line) {
+  check(cudaGetLastError(), "kernel launch", file, line);
+  if (synchronous_launches()) check(cudaDeviceSynchronize(), "kernel (MVIBR_CUDA_SYNC=1)", file, line);
 }
 
 // Blocks for a grid-stride loop over `threads` threads; the cap only bounds the grid, the loop
@@ -47,6 +62,6 @@ __device__ inline size_t grid_thread_count() {
 #define MVIBR_LAUNCH(kernel, ...) kernel<<<__VA_ARGS__>>>
 #endif
 
-// After every launch: a bad configuration is reported here, a fault in the kernel at the next
-// synchronizing call.
-#define MVIBR_CUDA_CHECK_LAUNCH() MVIBR_CUDA_CHECK(cudaGetLastError())
+// After every launch: a bad configuration is reported here; a fault in the kernel at the next
+// synchronizing call, or here too when MVIBR_CUDA_SYNC=1 (each launch then waits for its kernel).
+#define MVIBR_CUDA_CHECK_LAUNCH() ::mvibr::cuda_detail::check_launch(__FILE__, __LINE__)

@@ -50,7 +50,7 @@ int select_device(const Topology&) {
   return -1;
 }
 
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator&, int) {
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator&, int, double) {
   throw RuntimeFailure("this mvibr was built without CUDA and NCCL (configure with MVIBR_CUDA=ON)");
 }
 

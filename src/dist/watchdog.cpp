@@ -43,10 +43,17 @@ void Watchdog::loop() {
     std::snprintf(seconds, sizeof(seconds), "%g", timeout_.count());
     const std::string message =
         watched + " has not completed after " + seconds + " s: another rank has failed or stalls";
+    Communicator* const communicator = abort_on_stall_;
     lock.unlock();
+    if (communicator != nullptr) communicator->abort();
     on_stall_(message);
     lock.lock();
   }
+}
+
+void Watchdog::abort_on_stall(Communicator* communicator) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  abort_on_stall_ = communicator;
 }
 
 Watchdog::Scope::Scope(Watchdog* watchdog, std::string what) : watchdog_(watchdog) {

@@ -300,6 +300,8 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
   std::ostream null_log(&null_buffer);
   std::ostream& log = rank == 0 ? rank0_log : null_log;
 
+  // Declared before the watchdog, which aborts it on a stall: it outlives the watchdog's thread.
+  std::unique_ptr<dist::Communicator> nccl;
   std::unique_ptr<dist::Watchdog> watchdog;
   if (context.on_stall && ranks > 1) {
     const std::string who = "rank " + std::to_string(rank) +
@@ -338,7 +340,6 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
   }
   // GPU ranks all-reduce their gradients where they are, with NCCL on the device; the CPU ones,
   // and GPU ones asked for bf16 all-reduce (converted on the host), over MPI on the host.
-  std::unique_ptr<dist::Communicator> nccl;
   {
     dist::Watchdog::Scope watch(watchdog.get(), "the NCCL set-up at start");
     double device_ranks = model.on_device() ? 1 : 0;
@@ -350,7 +351,8 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
     }
     // One GPU rank too: its reduction is a copy, and single-GPU runs take the multi-GPU path.
     if (model.on_device() && config.allreduce_dtype == "fp32") {
-      nccl = dist::make_nccl_communicator(*comm, device);
+      nccl = dist::make_nccl_communicator(*comm, device, config.watchdog_s);
+      if (watchdog) watchdog->abort_on_stall(nccl.get());
     }
   }
   dist::GradientBuckets buckets(nccl ? *nccl : *comm, ready_order,
@@ -435,15 +437,21 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
     const double coarse_denominator = masked_mse_denominator(global[2]);
     const double fine_denominator = masked_mse_denominator(global[3]);
     const auto mark_ready = [&](ParameterRange r) { buckets.mark_ready(r.offset, r.count); };
-    if (nccl) {
-      buckets.begin(model.device_gradients());
-      model.end_step_on_device(coarse_denominator, fine_denominator, mark_ready);
-    } else {
-      buckets.begin(params.grads().data());
-      model.end_step(coarse_denominator, fine_denominator, mark_ready);
+    {
+      // Without overlap the buckets are reduced inline, in the backward pass: watched with it.
+      dist::Watchdog::Scope watch(config.overlap_allreduce ? nullptr : watchdog.get(),
+                                  "the backward pass and gradient all-reduce of " + step_name);
+      if (nccl) {
+        buckets.begin(model.device_gradients());
+        model.end_step_on_device(coarse_denominator, fine_denominator, mark_ready);
+      } else {
+        buckets.begin(params.grads().data());
+        model.end_step(coarse_denominator, fine_denominator, mark_ready);
+      }
     }
     {
-      dist::Watchdog::Scope watch(watchdog.get(), "the gradient all-reduce of " + step_name);
+      dist::Watchdog::Scope watch(config.overlap_allreduce ? watchdog.get() : nullptr,
+                                  "the gradient all-reduce of " + step_name);
       buckets.finish();
     }
     if (nccl) model.gradients_to_host();

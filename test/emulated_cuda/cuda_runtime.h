@@ -1,14 +1,17 @@
 // The emulated CUDA device: kernels/*.cu and src/cuda/ compiled as host C++ and run on the CPU
 // with CUDA's semantics, so that the GPU code runs in every CI (issue 18). This header stands in
 // for <cuda_runtime.h> in the emulated build (its folder comes first on the include path).
-// - A launch runs its blocks one after another; a block's threads are fibers (ucontext) on one
+// - A launch runs its blocks one after another; a block's threads are fibers (Boost.Context) on one
 //   OS thread, so __syncthreads is a real barrier, __shared__ is one copy per block (a function
 //   static on the running thread), warps of 32 exchange values in __shfl_*_sync, and atomics are
 //   plain read-modify-writes (nothing else runs meanwhile).
 // - A block whose thread 0 finishes without meeting a barrier or a warp exchange runs its other
 //   threads without fibers; a barrier met by another thread then is an error, not a guess.
 // - cudaMalloc'd memory is tracked: copies and memsets check their pointers, sizes and kinds.
-//   Streams and events are host-synchronous: work runs when issued, which is one valid order.
+//   Streams and events are host-synchronous: work runs when issued, which is one valid order;
+//   except work that waits for other processes (an NCCL collective, see enqueue_pending).
+// - A copy, memset or later launch marks memory written; the emulated libraries refuse to read
+//   memory nothing has written (uninitialised device memory).
 // - Errors are CUDA's codes, kept as the last error as the runtime does; a kernel that faults
 //   (an exception, a deadlocked barrier) is cudaErrorLaunchFailure with its reason on stderr.
 #pragma once
@@ -134,6 +137,24 @@ unsigned ballot(bool predicate, unsigned mask);
 // Whether [pointer, pointer + bytes) lies inside one cudaMalloc'd allocation (the emulated
 // libraries check their operands with it).
 bool device_range(const void* pointer, size_t bytes);
+
+// Whether the range lies in one allocation that something has written since it was allocated
+// (a copy or memset into it, or any kernel launched since, since kernels' stores are not seen);
+// and marks a range written (an emulated library's output).
+bool device_range_written(const void* pointer, size_t bytes);
+void mark_device_range_written(const void* pointer, size_t bytes);
+
+// Work on `stream` that completes when other processes join (an NCCL collective):
+// `work(false)` says whether it is done, `work(true)` waits until it is. Later work on the
+// stream, its synchronisation and cudaDeviceSynchronize wait for it; cudaStreamQuery reports
+// cudaErrorNotReady until it is done, as a GPU stream does while a collective waits for peers.
+void enqueue_pending(cudaStream_t stream, std::function<bool(bool wait)> work);
+
+// Fault injection and accounting for tests: the n-th cudaMalloc from now fails (0: none);
+// allocations and streams alive.
+void fail_allocation(size_t n);
+size_t live_allocations();
+size_t live_streams();
 
 // Runs `body` as every thread of the grid; returns cudaSuccess or the error of the launch,
 // which also becomes the last error. `kernel` names the kernel in the coverage report.

@@ -80,6 +80,8 @@ using cudnnTensorDescriptor_t = cudnnTensorStruct*;
 using cudnnFilterDescriptor_t = cudnnFilterStruct*;
 using cudnnConvolutionDescriptor_t = cudnnConvolutionStruct*;
 
+// The emulation reports version 0: `mvibr --version` then says no real cuDNN is linked.
+size_t cudnnGetVersion();
 cudnnStatus_t cudnnCreate(cudnnHandle_t* handle);
 cudnnStatus_t cudnnDestroy(cudnnHandle_t handle);
 cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t stream);

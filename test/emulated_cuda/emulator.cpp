@@ -4,9 +4,9 @@
 
 #include <cxxabi.h>
 #include <dlfcn.h>
-#include <ucontext.h>
 
 #include <algorithm>
+#include <boost/context/detail/fcontext.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -35,8 +35,10 @@ struct EmulatorError : std::runtime_error {
 
 enum class State { kRunnable, kAtBlockBarrier, kAtWarpBarrier, kDone };
 
+namespace fcontext = boost::context::detail;  // Boost.Context's switch: no system call
+
 struct Fiber {
-  ucontext_t context;
+  fcontext::fcontext_t context = nullptr;  // where it resumes
   ThreadPlace place;
   State state = State::kRunnable;
   unsigned warp_mask = 0;  // the lanes a warp barrier waits for
@@ -46,7 +48,7 @@ struct Fiber {
 
 struct Block {
   std::vector<Fiber> fibers;
-  ucontext_t scheduler;
+  fcontext::fcontext_t scheduler = nullptr;  // where a fiber yields to
   const std::function<void()>* body = nullptr;
   bool fibered = false;  // false: threads run directly, and must not synchronize
   bool yielded = false;  // some fiber met a barrier or an exchange
@@ -57,11 +59,25 @@ thread_local Block* current_block = nullptr;
 thread_local ThreadPlace direct_place;
 thread_local bool in_kernel = false;
 thread_local std::vector<std::unique_ptr<char[]>> stacks;  // reused across launches
+// The scheduler's stack (the launching thread's), for AddressSanitizer's fiber switches.
+thread_local const void* scheduler_stack = nullptr;
+thread_local size_t scheduler_stack_bytes = 0;
 
 cudaError_t last_error = cudaSuccess;
 std::map<const void*, size_t> launches;
-std::map<uintptr_t, size_t> allocations;  // device memory: base -> bytes
+// Device memory by base. `written`: a copy or memset wrote into it, or a kernel was launched
+// after it was allocated (kernels' stores are not seen, so any launch counts).
+struct Allocation {
+  size_t bytes = 0;
+  uint64_t launches_before = 0;
+  bool written = false;
+};
+std::map<uintptr_t, Allocation> allocations;
+uint64_t total_launches = 0;
+size_t failing_allocation = 0;  // fail the n-th cudaMalloc from now (0: none)
 std::set<const void*> streams, events;
+// Work issued on a stream that completes later (see enqueue_pending), by stream.
+std::map<const void*, std::vector<std::function<bool(bool)>>> pending_work;
 std::mutex state_mutex;  // the runtime's tables; kernels run on the launching thread
 
 cudaError_t fail(cudaError_t error) {
@@ -69,31 +85,40 @@ cudaError_t fail(cudaError_t error) {
   return error;
 }
 
-void fiber_entry(unsigned high, unsigned low) {
-  auto* fiber = reinterpret_cast<Fiber*>((uintptr_t(high) << 32) | uintptr_t(low));
-#if MVIBR_EMULATED_ASAN
-  __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
-#endif
-  try {
-    (*current_block->body)();
-  } catch (...) {
-    fiber->error = std::current_exception();
-  }
-  fiber->state = State::kDone;
-  // uc_link returns to the scheduler.
-}
-
-void switch_to(ucontext_t* from, ucontext_t* to, const void* stack, size_t stack_bytes) {
+// Switches to `to`, whose stack is [stack, stack + bytes) (null: the scheduler's); returns what
+// switched back. `finished`: the side that leaves never runs again (ASan drops its fake stack).
+fcontext::transfer_t jump(fcontext::fcontext_t to, const void* stack, size_t bytes,
+                          bool finished = false) {
 #if MVIBR_EMULATED_ASAN
   void* fake = nullptr;
-  __sanitizer_start_switch_fiber(&fake, stack, stack_bytes);
-  swapcontext(from, to);
+  __sanitizer_start_switch_fiber(finished ? nullptr : &fake, stack, bytes);
+  const fcontext::transfer_t back = fcontext::jump_fcontext(to, nullptr);
   __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+  return back;
 #else
   (void)stack;
-  (void)stack_bytes;
-  swapcontext(from, to);
+  (void)bytes;
+  (void)finished;
+  return fcontext::jump_fcontext(to, nullptr);
 #endif
+}
+
+// A fiber's first frame: runs the kernel body as the block's running thread, then returns to
+// the scheduler for good.
+void fiber_entry(fcontext::transfer_t from) {
+#if MVIBR_EMULATED_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, &scheduler_stack, &scheduler_stack_bytes);
+#endif
+  Block& block = *current_block;
+  block.scheduler = from.fctx;
+  Fiber& fiber = *block.running;
+  try {
+    (*block.body)();
+  } catch (...) {
+    fiber.error = std::current_exception();
+  }
+  fiber.state = State::kDone;
+  jump(block.scheduler, scheduler_stack, scheduler_stack_bytes, true);
 }
 
 // From a fiber back to its block's scheduler, waiting in `state`.
@@ -102,7 +127,7 @@ void yield(State state) {
   Fiber& fiber = *block.running;
   fiber.state = state;
   block.yielded = true;
-  switch_to(&fiber.context, &block.scheduler, nullptr, 0);
+  block.scheduler = jump(block.scheduler, scheduler_stack, scheduler_stack_bytes).fctx;
 }
 
 Fiber& running_fiber(const char* what) {
@@ -121,19 +146,13 @@ size_t linear_thread(const ThreadPlace& p) {
 }
 
 // Readies `fiber` to start the kernel body on `stack`, returning to the scheduler at its end.
-void prepare(Block& block, Fiber& fiber, char* stack) {
-  getcontext(&fiber.context);
-  fiber.context.uc_stack.ss_sp = stack;
-  fiber.context.uc_stack.ss_size = kStackBytes;
-  fiber.context.uc_link = &block.scheduler;
-  const uintptr_t address = reinterpret_cast<uintptr_t>(&fiber);
-  makecontext(&fiber.context, reinterpret_cast<void (*)()>(fiber_entry), 2, unsigned(address >> 32),
-              unsigned(address & 0xffffffffu));
+void prepare(Fiber& fiber, char* stack) {
+  fiber.context = fcontext::make_fcontext(stack + kStackBytes, kStackBytes, fiber_entry);
 }
 
 void resume(Block& block, Fiber& fiber, char* stack) {
   block.running = &fiber;
-  switch_to(&block.scheduler, &fiber.context, stack, kStackBytes);
+  fiber.context = jump(fiber.context, stack, kStackBytes).fctx;
   block.running = nullptr;
 }
 
@@ -141,7 +160,7 @@ void resume(Block& block, Fiber& fiber, char* stack) {
 void run_fibered(Block& block, size_t first_done) {
   const size_t n = block.fibers.size();
   while (stacks.size() < n) stacks.emplace_back(new char[kStackBytes]);
-  for (size_t i = first_done; i < n; ++i) prepare(block, block.fibers[i], stacks[i].get());
+  for (size_t i = first_done; i < n; ++i) prepare(block.fibers[i], stacks[i].get());
   for (;;) {
     bool ran = false;
     for (size_t i = 0; i < n; ++i) {
@@ -219,7 +238,7 @@ void run_block(Block& block, const dim3& grid, const dim3& dim, const uint3& blo
   while (stacks.empty()) stacks.emplace_back(new char[kStackBytes]);
   {
     Fiber& first = block.fibers[0];
-    prepare(block, first, stacks[0].get());
+    prepare(first, stacks[0].get());
     resume(block, first, stacks[0].get());
     if (first.error) std::rethrow_exception(first.error);
   }
@@ -270,12 +289,44 @@ struct CoverageAtExit {
 } coverage_at_exit;
 
 // The allocation that holds [pointer, pointer + bytes), if any.
-bool in_device_memory(const void* pointer, size_t bytes) {
+Allocation* allocation_of(const void* pointer, size_t bytes) {
   const uintptr_t p = reinterpret_cast<uintptr_t>(pointer);
   auto it = allocations.upper_bound(p);
-  if (it == allocations.begin()) return false;
+  if (it == allocations.begin()) return nullptr;
   --it;
-  return p >= it->first && bytes <= it->second && p - it->first <= it->second - bytes;
+  const size_t size = it->second.bytes;
+  return p >= it->first && bytes <= size && p - it->first <= size - bytes ? &it->second : nullptr;
+}
+
+bool in_device_memory(const void* pointer, size_t bytes) {
+  return allocation_of(pointer, bytes) != nullptr;
+}
+
+void mark_written(const void* pointer, size_t bytes) {
+  if (Allocation* a = allocation_of(pointer, bytes)) a->written = true;
+}
+
+// Waits for the work pending on `stream` (stream order: what comes after it waits). Called
+// without state_mutex held: the wait may block on other processes.
+void drain(cudaStream_t stream) {
+  std::vector<std::function<bool(bool)>> work;
+  {
+    std::lock_guard<std::mutex> lock(state_mutex);
+    const auto it = pending_work.find(stream);
+    if (it == pending_work.end()) return;
+    work = std::move(it->second);
+    pending_work.erase(it);
+  }
+  for (auto& item : work) item(true);
+}
+
+void drain_all() {
+  std::vector<const void*> busy;
+  {
+    std::lock_guard<std::mutex> lock(state_mutex);
+    for (const auto& entry : pending_work) busy.push_back(entry.first);
+  }
+  for (const void* stream : busy) drain(static_cast<cudaStream_t>(const_cast<void*>(stream)));
 }
 
 bool valid_stream(cudaStream_t stream) {
@@ -340,11 +391,13 @@ cudaError_t launch(const void* kernel, dim3 grid, dim3 block_dim, size_t shared_
   const bool shape_ok = grid.x >= 1 && grid.y >= 1 && grid.z >= 1 && grid.x <= 0x7fffffffu &&
                         grid.y <= 65535 && grid.z <= 65535 && threads >= 1 && threads <= 1024 &&
                         block_dim.z <= 64 && shared_bytes <= 48 * 1024;
+  drain(stream);
   {
     std::lock_guard<std::mutex> lock(state_mutex);
     if (!shape_ok) return fail(cudaErrorInvalidConfiguration);
     if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
     ++launches[kernel];
+    ++total_launches;
   }
   if (in_kernel) throw EmulatorError("a launch from inside a kernel (dynamic parallelism)");
   Block block;
@@ -372,6 +425,38 @@ cudaError_t launch(const void* kernel, dim3 grid, dim3 block_dim, size_t shared_
 bool device_range(const void* pointer, size_t bytes) {
   std::lock_guard<std::mutex> lock(state_mutex);
   return in_device_memory(pointer, bytes);
+}
+
+bool device_range_written(const void* pointer, size_t bytes) {
+  std::lock_guard<std::mutex> lock(state_mutex);
+  const Allocation* a = allocation_of(pointer, bytes);
+  return a != nullptr && (a->written || total_launches > a->launches_before);
+}
+
+void mark_device_range_written(const void* pointer, size_t bytes) {
+  std::lock_guard<std::mutex> lock(state_mutex);
+  mark_written(pointer, bytes);
+}
+
+void fail_allocation(size_t n) {
+  std::lock_guard<std::mutex> lock(state_mutex);
+  failing_allocation = n;
+}
+
+size_t live_allocations() {
+  std::lock_guard<std::mutex> lock(state_mutex);
+  return allocations.size();
+}
+
+size_t live_streams() {
+  std::lock_guard<std::mutex> lock(state_mutex);
+  return streams.size();
+}
+
+void enqueue_pending(cudaStream_t stream, std::function<bool(bool wait)> work) {
+  std::lock_guard<std::mutex> lock(state_mutex);
+  if (!valid_stream(stream)) throw EmulatorError("work enqueued on a stream that does not exist");
+  pending_work[stream].push_back(std::move(work));
 }
 
 std::vector<LaunchCount> launch_counts() {
@@ -417,10 +502,11 @@ cudaError_t cudaMalloc(void** pointer, size_t bytes) {
   *pointer = nullptr;
   if (bytes == 0) return cudaSuccess;
   // 256-byte aligned as cudaMalloc's; a block of its own, which AddressSanitizer guards.
+  std::lock_guard<std::mutex> lock(state_mutex);
+  if (failing_allocation != 0 && --failing_allocation == 0) return fail(cudaErrorMemoryAllocation);
   void* memory = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
   if (memory == nullptr) return fail(cudaErrorMemoryAllocation);
-  std::lock_guard<std::mutex> lock(state_mutex);
-  allocations[reinterpret_cast<uintptr_t>(memory)] = bytes;
+  allocations[reinterpret_cast<uintptr_t>(memory)] = {bytes, total_launches, false};
   *pointer = memory;
   return cudaSuccess;
 }
@@ -448,6 +534,7 @@ cudaError_t cudaFreeHost(void* pointer) {
 cudaError_t cudaMemcpyAsync(void* destination, const void* source, size_t bytes,
                             cudaMemcpyKind kind, cudaStream_t stream) {
   if (bytes == 0) return cudaSuccess;
+  drain(stream);
   {
     std::lock_guard<std::mutex> lock(state_mutex);
     if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
@@ -474,6 +561,7 @@ cudaError_t cudaMemcpyAsync(void* destination, const void* source, size_t bytes,
         return fail(cudaErrorInvalidMemcpyDirection);
     }
     if (!ok) return fail(cudaErrorInvalidValue);
+    mark_written(destination, bytes);
   }
   std::memmove(destination, source, bytes);
   return cudaSuccess;
@@ -485,10 +573,12 @@ cudaError_t cudaMemcpy(void* destination, const void* source, size_t bytes, cuda
 
 cudaError_t cudaMemsetAsync(void* destination, int value, size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return cudaSuccess;
+  drain(stream);
   {
     std::lock_guard<std::mutex> lock(state_mutex);
     if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
     if (!in_device_memory(destination, bytes)) return fail(cudaErrorInvalidValue);
+    mark_written(destination, bytes);
   }
   std::memset(destination, value, bytes);
   return cudaSuccess;
@@ -499,6 +589,7 @@ cudaError_t cudaMemset(void* destination, int value, size_t bytes) {
 }
 
 cudaError_t cudaDeviceSynchronize() {
+  drain_all();
   return last_error;  // the sticky error of a failed launch, as after a kernel fault
 }
 
@@ -514,6 +605,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  if (stream != nullptr) drain(stream);
   std::lock_guard<std::mutex> lock(state_mutex);
   if (stream == nullptr || streams.erase(stream) == 0) return fail(cudaErrorInvalidResourceHandle);
   delete reinterpret_cast<char*>(stream);
@@ -521,12 +613,22 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  drain(stream);
   std::lock_guard<std::mutex> lock(state_mutex);
   return valid_stream(stream) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
 }
 
+// Not ready while work enqueued by enqueue_pending is; everything else ran when issued.
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
-  return cudaStreamSynchronize(stream);  // work ran when issued: a stream is always drained
+  std::lock_guard<std::mutex> lock(state_mutex);
+  if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  const auto it = pending_work.find(stream);
+  if (it == pending_work.end()) return cudaSuccess;
+  auto& work = it->second;
+  while (!work.empty() && work.front()(false)) work.erase(work.begin());
+  if (!work.empty()) return cudaErrorNotReady;
+  pending_work.erase(it);
+  return cudaSuccess;
 }
 
 cudaError_t cudaEventCreate(cudaEvent_t* event) {
@@ -548,6 +650,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  drain(stream);
   std::lock_guard<std::mutex> lock(state_mutex);
   return events.count(event) && valid_stream(stream) ? cudaSuccess
                                                      : fail(cudaErrorInvalidResourceHandle);

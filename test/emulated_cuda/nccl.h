@@ -1,8 +1,12 @@
 // The emulated NCCL (see cuda_runtime.h): the calls mvibr makes, carried over MPI between the
 // processes of an mpirun (a one-rank communicator needs no MPI). ncclCommInitRank splits
-// MPI_COMM_WORLD by the unique id, so every rank must call it, as NCCL requires; collectives run
-// when issued (the emulated streams are host-synchronous) on device memory; sums and averages
-// add in rank order, bfloat16 rounding after each addition as a reduction in that type does.
+// MPI_COMM_WORLD by the unique id, so every rank must call it, as NCCL requires.
+// - A collective is posted as non-blocking MPI and completes on its stream when the peers join,
+//   as on a GPU: cudaStreamQuery says cudaErrorNotReady until then (so a stalled peer is seen
+//   as a wait, not a hang in the call); ncclCommAbort abandons what is in flight.
+// - Operands are checked: device memory, and a send buffer something has written.
+// - Sums and averages add in rank order, bfloat16 rounding after each addition as a reduction
+//   in that type does.
 #pragma once
 
 #include "cuda_runtime.h"
@@ -35,6 +39,8 @@ struct ncclUniqueId {
 struct ncclComm;
 using ncclComm_t = ncclComm*;
 
+// The emulation reports version 0, as the emulated cuDNN does.
+ncclResult_t ncclGetVersion(int* version);
 ncclResult_t ncclGetUniqueId(ncclUniqueId* id);
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank);
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
@@ -47,3 +53,8 @@ ncclResult_t ncclBroadcast(const void* send, void* receive, size_t count, ncclDa
                            int root, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclAllGather(const void* send, void* receive, size_t count, ncclDataType_t type,
                            ncclComm_t comm, cudaStream_t stream);
+
+namespace mvibr::emulated {
+// Communicators made and not yet destroyed or aborted (tests count leaks with it).
+int live_nccl_communicators();
+}  // namespace mvibr::emulated

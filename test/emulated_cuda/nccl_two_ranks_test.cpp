@@ -1,13 +1,17 @@
 // The NCCL communicator on the emulated device at 2 ranks (mpirun -np 2): the unique id from rank
 // 0 over the MPI bootstrap, ncclCommInitRank on both, and every collective on device memory
-// against the same collective over MPI on the host.
+// against the same collective over MPI on the host. A peer that does not join ends the wait at
+// the timeout with the communicator aborted, whatever the timing: rank 1 joins only after rank
+// 0 has given up (an MPI barrier between them).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "mvibr/core/device.h"
+#include "mvibr/core/error.h"
 #include "mvibr/dist/communicator.h"
 #include "mvibr/dist/mpi_session.h"
 #include "mvibr/dist/nccl_communicator.h"
@@ -21,7 +25,7 @@ TEST(EmulatedNcclTwoRanks, CollectivesEqualMpis) {
   const std::unique_ptr<Communicator> world = session->world();
   ASSERT_EQ(world->size(), 2);
   const int device = select_device(session->topology());
-  const std::unique_ptr<Communicator> nccl = make_nccl_communicator(*world, device);
+  const std::unique_ptr<Communicator> nccl = make_nccl_communicator(*world, device, 60);
   EXPECT_EQ(nccl->backend(), "nccl");
   EXPECT_EQ(nccl->rank(), world->rank());
   const int rank = world->rank();
@@ -63,6 +67,33 @@ TEST(EmulatedNcclTwoRanks, CollectivesEqualMpis) {
   world->broadcast(expected_broadcast.data(), values.size() * sizeof(float), 1);
   EXPECT_EQ(broadcast.to_host(), expected_broadcast);
   nccl->barrier();
+}
+
+TEST(EmulatedNcclTwoRanks, AStalledPeerEndsTheWaitAtTheTimeout) {
+  const std::unique_ptr<Communicator> world = session->world();
+  const int rank = world->rank();
+  // Rank 1's timeout only guards against a hang: it joins a collective that rank 0 has posted.
+  const std::unique_ptr<Communicator> nccl =
+      make_nccl_communicator(*world, select_device(session->topology()), rank == 0 ? 0.5 : 60);
+  DeviceArray<float> values(std::vector<float>(64, 1.0f));
+  if (rank == 0) {
+    try {
+      nccl->all_reduce(values.data(), values.size(), ReduceOp::kSum);
+      ADD_FAILURE() << "the all-reduce returned without its peer";
+    } catch (const RuntimeFailure& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "ncclAllReduce on rank 0 has not completed after 0.5 s: another rank has failed or "
+                "stalls; NCCL communicator aborted");
+    }
+    EXPECT_THROW(nccl->all_reduce(values.data(), values.size(), ReduceOp::kSum), RuntimeFailure);
+  }
+  world->barrier();  // rank 1 waits here until rank 0 has given up
+  if (rank == 1) {
+    // Rank 0's abandoned collective still matches: this one completes, with rank 0's values.
+    nccl->all_reduce(values.data(), values.size(), ReduceOp::kSum);
+    EXPECT_EQ(values.to_host(), std::vector<float>(64, 2.0f));
+  }
+  world->barrier();
 }
 
 }  // namespace

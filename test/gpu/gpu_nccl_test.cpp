@@ -1,9 +1,10 @@
 // The NCCL communicator on one GPU: a one-rank job (the MPI bootstrap replaced by the
 // single-process communicator), every collective on device memory against what one rank must
-// give. Skips without a device; in a build without CUDA it checks that asking for NCCL is a
-// clear error instead.
+// give, and a call after an abort. Asking for a device that does not exist (or for NCCL in a
+// build without CUDA) is a clear error.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "mvibr/core/device.h"
@@ -14,11 +15,11 @@
 namespace mvibr::dist {
 namespace {
 
-TEST(Nccl, WithoutADeviceAskingForItIsAClearError) {
-  if (cuda_device_count() > 0) GTEST_SKIP() << "this machine has a CUDA device";
+TEST(Nccl, AskingForAMissingDeviceIsAClearError) {
   auto bootstrap = single_process_communicator();
-  EXPECT_EQ(select_device(Topology{}), -1);
-  EXPECT_THROW(make_nccl_communicator(*bootstrap, 0), RuntimeFailure);
+  EXPECT_EQ(select_device(Topology{}), cuda_device_count() > 0 ? 0 : -1);
+  EXPECT_THROW(make_nccl_communicator(*bootstrap, cuda_device_count(), 10), RuntimeFailure);
+  EXPECT_THROW(make_nccl_communicator(*bootstrap, -1, 10), RuntimeFailure);
 }
 
 class NcclOneRank : public ::testing::Test {
@@ -28,7 +29,7 @@ class NcclOneRank : public ::testing::Test {
     bootstrap_ = single_process_communicator();
     const int device = select_device(Topology{});
     ASSERT_EQ(device, 0);
-    nccl_ = make_nccl_communicator(*bootstrap_, device);
+    nccl_ = make_nccl_communicator(*bootstrap_, device, 60);
   }
   std::unique_ptr<Communicator> bootstrap_, nccl_;
 };
@@ -64,6 +65,24 @@ TEST_F(NcclOneRank, CollectivesOnDeviceMemory) {
   nccl_->broadcast(source.data(), values.size() * sizeof(float), 0);
   EXPECT_EQ(source.to_host(), values);
   nccl_->barrier();
+}
+
+TEST_F(NcclOneRank, ACallAfterAnAbortThrowsNamingIt) {
+  DeviceArray<float> values(std::vector<float>(8, 1.0f));
+  device_synchronize();
+  nccl_->all_reduce(values.data(), values.size(), ReduceOp::kSum);
+  nccl_->abort();
+  try {
+    nccl_->all_reduce(values.data(), values.size(), ReduceOp::kSum);
+    ADD_FAILURE() << "an all-reduce on an aborted communicator returned";
+  } catch (const RuntimeFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("ncclAllReduce on rank 0: the NCCL communicator was "
+                                         "aborted"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(nccl_->barrier(), RuntimeFailure);
+  nccl_->abort();  // twice: nothing more to do
 }
 
 }  // namespace

@@ -158,7 +158,8 @@ double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
 
 // A power-of-two loss scale multiplies and divides exactly: the same bits as no scale, in the
 // loss and the aggregation networks' gradients. The feature network's are summed from the
-// gather backward's atomics, whose order differs from run to run: within 1e-6 there.
+// gather backward's atomics, whose order differs from run to run: within 4e-6 there (an H200
+// gave 1.3e-6, in the first convolution's and the norms' weights, summed over most pixels).
 TEST_F(GpuTrainStep, LossScaleIsDividedOutExactly) {
   std::vector<float> unscaled, scaled;
   const StepResult a = device_step("fp32", 1, &unscaled);
@@ -170,7 +171,7 @@ TEST_F(GpuTrainStep, LossScaleIsDividedOutExactly) {
     const std::vector<float> x(unscaled.begin() + first, unscaled.begin() + last),
         y(scaled.begin() + first, scaled.begin() + last);
     if (info.name.rfind("feature_net.", 0) == 0) {
-      EXPECT_LE(mvibr::testing::normwise_relative_error(y, x), 1e-6) << info.name;
+      EXPECT_LE(mvibr::testing::normwise_relative_error(y, x), 4e-6) << info.name;
     } else {
       EXPECT_EQ(x, y) << info.name;
     }

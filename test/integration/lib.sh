@@ -1,6 +1,10 @@
-# Shared by the CLI integration tests (sourced): a scratch folder removed on exit, `fail`,
-# `same_parameters`, `need_dataset` and `expect_error PATTERN COMMAND...`, which requires the command to fail with exactly one line on
-# stderr containing PATTERN (the project's rule for bad input).
+# Shared by the CLI integration tests (sourced):
+# - a scratch folder $work removed on exit, and `fail`;
+# - `expect_error PATTERN COMMAND...`: the command fails with exactly one line on stderr
+#   containing PATTERN (the project's rule for bad input);
+# - `same_parameters`, `need_dataset`;
+# - `rank_pid`, `wait_steps`, `job_ends_after`: a long training job and its ranks, run as
+#   "${mpirun[@]}" "$mvibr" train "${small[@]}" (globals the test sets).
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -46,4 +50,43 @@ need_dataset() {
   [[ ${CI:-} == true ]] && fail "$line"
   echo "SKIPPED: $line" >&2
   exit 77
+}
+
+# The pid of rank R of the training job of run NAME (Open MPI exports the rank).
+rank_pid() {
+  local pid
+  for pid in $(pgrep -f "$mvibr train .*--expname $2( |$)"); do
+    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
+      echo "$pid"
+      return
+    fi
+  done
+}
+# Waits until the job JOB (a pid) of run RUN has logged at least N steps; fails if it ends first.
+wait_steps() {
+  local metrics=$2/metrics.jsonl
+  until [[ -f $metrics ]] && (($(grep -c '"loss"' "$metrics") >= $3)); do
+    kill -0 "$1" 2>/dev/null || fail "the job of $2 ended before step $3"
+    sleep 0.1
+  done
+}
+
+# Starts a long 2-rank run, waits until it has taken 2 steps, sends SIGNAL to rank 1 and
+# requires the job to end non-zero (a job that hangs instead meets ctest's timeout).
+job_ends_after() {
+  local signal=$1 name=$2
+  shift 2
+  "${mpirun[@]}" "$mvibr" train "${small[@]}" --expname "$name" --n_iters 100000 "$@" \
+    >"$work/$name.out" 2>"$work/$name.err" &
+  local job=$!
+  wait_steps "$job" "$work/runs/$name" 2
+  local pid
+  pid=$(rank_pid 1 "$name")
+  [[ -n $pid ]] || fail "$name: rank 1 not found"
+  local start=$SECONDS
+  kill "-$signal" "$pid"
+  local code=0
+  wait "$job" || code=$?
+  [[ $code -ne 0 ]] || fail "$name: the job exited 0"
+  echo "ok: SIG$signal to rank 1 ended the job in $((SECONDS - start)) s with exit code $code"
 }

@@ -32,6 +32,9 @@ class Communicator {
   // Every rank's `bytes` of `send`, by rank, into `receive` (size() * bytes).
   virtual void all_gather(const void* send, size_t bytes, void* receive) = 0;
   virtual void barrier() = 0;
+  // Gives up what is in flight so that the job can end, from any thread (NCCL: ncclCommAbort);
+  // every later call throws. MPI's collectives end with MPI_Abort: nothing to do for them.
+  virtual void abort() {}
 };
 
 // float <-> bfloat16, rounding to nearest even (NaN stays NaN).

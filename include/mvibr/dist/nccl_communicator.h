@@ -15,13 +15,15 @@ namespace mvibr::dist {
 // GPUs share them round-robin), made current; -1 when the host has no CUDA device.
 int select_device(const Topology& topology);
 
-// A Communicator whose collectives run on NCCL over `device` memory: every pointer passed to it
-// is device memory, final when the call is made (the collectives run on a stream of their own
-// that waits for no other: the caller synchronises whatever wrote them). Calls block until the
-// collective is complete, polling NCCL's asynchronous error state while they wait; an NCCL
-// error aborts the communicator (ncclCommAbort) and throws RuntimeFailure, so a failing peer
-// never leaves this rank waiting. `bootstrap` (the MPI communicator of the same ranks) carries
-// the unique id. Throws RuntimeFailure in a build without CUDA or without a device.
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device);
+// A Communicator whose collectives run on NCCL over `device` memory.
+// - Every pointer passed to it is device memory, final when the call is made (the collectives run
+//   on a stream of their own that waits for no other: the caller synchronises what wrote them).
+// - A call blocks until the collective is complete, at most `timeout_seconds`: an NCCL error or
+//   the timeout aborts the communicator (ncclCommAbort) and throws RuntimeFailure naming the
+//   call, so a failed or stalled peer never leaves this rank waiting; later calls throw too.
+// - `bootstrap` (the MPI communicator of the same ranks) carries the unique id.
+// - Throws RuntimeFailure in a build without CUDA or without a device.
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device,
+                                                    double timeout_seconds);
 
 }  // namespace mvibr::dist

@@ -1,9 +1,9 @@
 // A training job must end, never hang. When a rank dies, the launcher (mpirun, srun) usually ends
 // the others; when a rank stalls instead (stopped, deadlocked, a wedged network), the others wait
 // in a collective forever. The watchdog is a thread that times what the main thread is waiting
-// for: a watched wait that lasts longer than the timeout calls the stall handler, which says
-// which rank waited for what since when, and ends the job (MPI_Abort; ncclCommAbort first on
-// NCCL runs).
+// for: a watched wait that lasts longer than the timeout aborts the communicator it is given
+// (ncclCommAbort on NCCL runs) and calls the stall handler, which says which rank waited for
+// what since when, and ends the job (MPI_Abort).
 #pragma once
 
 #include <chrono>
@@ -12,6 +12,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+
+#include "mvibr/dist/communicator.h"
 
 namespace mvibr::dist {
 
@@ -42,6 +44,10 @@ class Watchdog {
 
   double timeout_seconds() const { return timeout_.count(); }
 
+  // Aborted (Communicator::abort) before the stall handler runs; null: none. It must outlive the
+  // watchdog or be replaced first.
+  void abort_on_stall(Communicator* communicator);
+
  private:
   void loop();
 
@@ -51,6 +57,7 @@ class Watchdog {
   std::condition_variable changed_;
   std::string what_;  // empty: nothing watched
   std::chrono::steady_clock::time_point since_;
+  Communicator* abort_on_stall_ = nullptr;
   bool fired_ = false, stopping_ = false;
   std::thread thread_;
 };

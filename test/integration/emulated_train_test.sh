@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# `mvibr train --device cuda` on the emulated CUDA device (mvibr_emulated: the same CLI, its GPU
+# code on the CPU) against `mvibr train --device cpu`, at 1 rank and at 2 (NCCL over MPI):
+# - every step's loss within 1e-4 relative of the CPU's, the parameters after 3 steps within 1e-4
+#   of their norm (fp32 on both sides; the GPU's sums run in other orders, and Adam's first steps
+#   move each weight by about the learning rate whatever the gradient's size);
+# - a rank that is stopped (SIGSTOP) ends the NCCL job through the other's watchdog, with
+#   ncclCommAbort, whether the reductions overlap the backward pass or run inline.
+#   emulated_train_test.sh MVIBR MVIBR_EMULATED SOURCE_DIR MPIEXEC
+set -euo pipefail
+cpu_mvibr=$1
+gpu_mvibr=$2
+source_dir=$3
+mpiexec=$4
+source "$source_dir/test/integration/lib.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+mpirun=("$mpiexec" -np 2 --oversubscribe)
+
+small=(--config "$source_dir/configs/synthetic.txt" --datadir "$work/data" --basedir "$work/runs"
+  --N_rand 32 --N_samples 8 --N_importance 4 --num_source_views 3 --source_pool 4
+  --coarse_feat_dim 4 --fine_feat_dim 4 --i_print 1 --lrate_feature 1e-4)
+"$cpu_mvibr" prep --out "$work/data" --shards 2 --views 12 --width 32 --height 24 >/dev/null
+
+# compare CPU_RUN GPU_RUN: the bounds above, on metrics.jsonl and the last checkpoints.
+compare() {
+  /usr/bin/python3 - "$work/runs/$1" "$work/runs/$2" <<'PYTHON'
+import glob, h5py, json, numpy, sys
+def losses(run):
+    return [json.loads(l)["loss"] for l in open(run + "/metrics.jsonl") if '"loss"' in l]
+def parameters(run):
+    last = sorted(glob.glob(run + "/checkpoints/ckpt-*.h5"))[-1]
+    with h5py.File(last, "r") as f:
+        return numpy.concatenate([f["model"][n][()].ravel() for n in sorted(f["model"])])
+cpu, gpu = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(cpu) == len(gpu) == 3, (cpu, gpu)
+loss_error = max(abs(g - c) / abs(c) for c, g in zip(cpu, gpu))
+a, b = parameters(sys.argv[1]).astype(float), parameters(sys.argv[2]).astype(float)
+parameter_error = numpy.abs(a - b).max() / numpy.abs(a).max()
+print(f"losses {cpu} (cpu) vs {gpu} (gpu): worst {loss_error:.2e} relative; parameters after "
+      f"3 steps: {parameter_error:.2e} of their largest")
+assert loss_error <= 1e-4 and parameter_error <= 1e-4, "beyond the bounds"
+PYTHON
+}
+
+for ranks in 1 2; do
+  echo "== $ranks rank(s): the GPU step on the emulated device against the CPU step"
+  "$mpiexec" -np $ranks --oversubscribe "$cpu_mvibr" train "${small[@]}" --device cpu \
+    --expname "cpu-$ranks" --n_iters 3 >"$work/cpu-$ranks.out"
+  "$mpiexec" -np $ranks --oversubscribe "$gpu_mvibr" train "${small[@]}" --device cuda \
+    --expname "gpu-$ranks" --n_iters 3 >"$work/gpu-$ranks.out"
+  grep -q "GPU 0" "$work/gpu-$ranks.out" || fail "no device in: $(cat "$work/gpu-$ranks.out")"
+  grep -q "backend nccl" "$work/gpu-$ranks.out" || fail "not NCCL: $(cat "$work/gpu-$ranks.out")"
+  compare "cpu-$ranks" "gpu-$ranks"
+done
+
+mvibr=$gpu_mvibr
+small+=(--device cuda)
+for overlap in true false; do
+  echo "== a stopped rank ends the NCCL job (overlap_allreduce = $overlap)"
+  job_ends_after STOP "stopped-$overlap" --watchdog_s 5 --overlap_allreduce "$overlap"
+  grep -q "rank 0.* has not completed after 5 s: another rank has failed or stalls" \
+    "$work/stopped-$overlap.err" || fail "no stall message: $(cat "$work/stopped-$overlap.err")"
+  cat "$work/stopped-$overlap.err" | head -3
+done
+echo "emulated train tests passed"
