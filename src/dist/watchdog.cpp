@@ -41,11 +41,14 @@ void Watchdog::loop() {
     fired_ = true;
     char seconds[32];
     std::snprintf(seconds, sizeof(seconds), "%g", timeout_.count());
-    const std::string message =
+    std::string message =
         watched + " has not completed after " + seconds + " s: another rank has failed or stalls";
     Communicator* const communicator = abort_on_stall_;
     lock.unlock();
-    if (communicator != nullptr) communicator->abort();
+    if (communicator != nullptr) {
+      communicator->abort();
+      message += "; " + communicator->backend() + " communicator aborted";
+    }
     on_stall_(message);
     lock.lock();
   }

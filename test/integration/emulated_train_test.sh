@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # `mvibr train --device cuda` on the emulated CUDA device (mvibr_emulated: the same CLI, its GPU
 # code on the CPU) against `mvibr train --device cpu`, at 1 rank and at 2 (NCCL over MPI):
-# - every step's loss within 1e-4 relative of the CPU's, the parameters after 3 steps within 1e-4
-#   of their norm (fp32 on both sides; the GPU's sums run in other orders, and Adam's first steps
-#   move each weight by about the learning rate whatever the gradient's size);
-# - a rank that is stopped (SIGSTOP) ends the NCCL job through the other's watchdog, with
-#   ncclCommAbort, whether the reductions overlap the backward pass or run inline.
+# - every step's loss within 1e-4 relative of the CPU's, the parameters after 3 steps within 3e-4
+#   of the largest (fp32 on both sides, sums in other orders: measured 8e-6 and 7e-5; Adam's
+#   first steps move each weight by about the learning rate, 5e-4, whatever the gradient's size,
+#   so a wrong gradient sign shows as ~1e-3);
+# - a rank that is stopped (SIGSTOP) ends the NCCL job through the other's watchdog, which aborts
+#   the NCCL communicator first, whether the reductions overlap the backward pass or run inline.
 #   emulated_train_test.sh MVIBR MVIBR_EMULATED SOURCE_DIR MPIEXEC
 set -euo pipefail
 cpu_mvibr=$1
@@ -38,7 +39,7 @@ a, b = parameters(sys.argv[1]).astype(float), parameters(sys.argv[2]).astype(flo
 parameter_error = numpy.abs(a - b).max() / numpy.abs(a).max()
 print(f"losses {cpu} (cpu) vs {gpu} (gpu): worst {loss_error:.2e} relative; parameters after "
       f"3 steps: {parameter_error:.2e} of their largest")
-assert loss_error <= 1e-4 and parameter_error <= 1e-4, "beyond the bounds"
+assert loss_error <= 1e-4 and parameter_error <= 3e-4, "beyond the bounds"
 PYTHON
 }
 
@@ -58,8 +59,8 @@ small+=(--device cuda)
 for overlap in true false; do
   echo "== a stopped rank ends the NCCL job (overlap_allreduce = $overlap)"
   job_ends_after STOP "stopped-$overlap" --watchdog_s 5 --overlap_allreduce "$overlap"
-  grep -q "rank 0.* has not completed after 5 s: another rank has failed or stalls" \
+  grep -q "rank 0.* has not completed after 5 s: another rank has failed or stalls; nccl communicator aborted" \
     "$work/stopped-$overlap.err" || fail "no stall message: $(cat "$work/stopped-$overlap.err")"
-  cat "$work/stopped-$overlap.err" | head -3
+  head -1 "$work/stopped-$overlap.err"
 done
 echo "emulated train tests passed"
