@@ -735,6 +735,7 @@ class DeviceBuffer {
     }
     return static_cast<char*>(data_);
   }
+  size_t bytes() const { return bytes_; }
 
  private:
   void* data_ = nullptr;
@@ -936,6 +937,91 @@ struct IbrnetAggregator::Impl {
     return encoding_on_device;
   }
 
+  void check_sizes(int n_rays, int n_samples, int n_views) const {
+    if (n_rays < 0 || n_samples < 1 || n_samples > n_samples_max || n_views < 1) {
+      throw InvalidArgument("aggregator on the GPU: need n_rays >= 0, 1 <= n_samples <= " +
+                            std::to_string(n_samples_max) + " and n_views >= 1 (got " +
+                            std::to_string(n_rays) + ", " + std::to_string(n_samples) + ", " +
+                            std::to_string(n_views) + ")");
+    }
+  }
+
+  // The forward over the rays of `s` (inputs and outputs from their first), activations into `a`.
+  void run_forward(Context& context, const Sizes& s, const float* params, const float* rgb_features,
+                   const float* ray_diff, const float* mask, float* rgb, float* sigma,
+                   const ForwardArrays& a) {
+    const cudaStream_t stream = context.impl().stream;
+    const Widths& w = widths;
+    const float* encoding_table = encoding(stream);
+    const size_t n = s.rows, m = s.samples;
+    const int V = int(s.views);
+    constexpr Activation kNone = Activation::kNone, kElu = Activation::kElu;
+
+    // Direction features, added to colours and features.
+    dense_forward(context, layers.ray_dir_0, n, params, ray_diff, kElu, a.h_dir);
+    dense_forward(context, layers.ray_dir_2, n, params, a.h_dir, kElu, a.dir);
+    launch(n * w.feature, stream, add_kernel, n * w.feature, rgb_features, a.dir, a.feat);
+
+    // Pooling weights, the pooled mean and variance of the features, and base_fc: its weights
+    // split into the part for the mean and variance (once per sample, with the bias) and the part
+    // for the view's own features.
+    launch(m, stream, pooling_weights_kernel, m, V,
+           anti_alias_pooling ? params + sharpness_offset : nullptr, ray_diff, mask, a.pool,
+           a.pool_denominator);
+    launch(m * w.feature, stream, weighted_mean_variance_kernel, m, V, w.feature, a.feat, a.pool,
+           a.mean_var, 2 * w.feature);
+    dense_slice_forward(context, layers.base_0, m, 0, 2 * w.feature, true, params, a.mean_var,
+                        a.h_mean_var);
+    dense_slice_forward(context, layers.base_0, n, 2 * w.feature, w.feature, false, params, a.feat,
+                        a.h_base);
+    launch(n * w.base_hidden, stream, add_sample_part_elu_kernel, n, V, w.base_hidden, a.h_mean_var,
+           a.h_base);
+    dense_forward(context, layers.base_2, n, params, a.h_base, kElu, a.x_base);
+
+    // Visibility: a residual for the features and a first visibility from the pooled features,
+    // then the visibility and its weights, and the weighted mean and variance of x.
+    launch(n * w.x, stream, scale_rows_kernel, n, w.x, a.x_base, a.pool, a.x_pooled);
+    dense_forward(context, layers.vis_0, n, params, a.x_pooled, kElu, a.h_vis);
+    dense_forward(context, layers.vis_2, n, params, a.h_vis, kElu, a.x_vis);
+    launch(n * w.x, stream, visibility_residual_kernel, n, w.x, a.x_base, a.x_vis, mask, a.sig_vis,
+           a.x, a.x_vis_weighted);
+    dense_forward(context, layers.vis2_0, n, params, a.x_vis_weighted, kElu, a.h_vis2);
+    dense_forward(context, layers.vis2_2, n, params, a.h_vis2, kNone, a.vis2);
+    launch(m, stream, visibility_weights_kernel, m, V, mask, a.vis2, a.vis, a.vis_weight,
+           a.vis_denominator, a.geometry_in + 2 * w.x, w.geometry_in);
+    launch(m * w.x, stream, weighted_mean_variance_kernel, m, V, w.x, a.x, a.vis_weight,
+           a.geometry_in, w.geometry_in);
+    dense_forward(context, layers.geometry_0, m, params, a.geometry_in, kElu, a.h_geometry);
+    dense_forward(context, layers.geometry_2, m, params, a.h_geometry, kElu, a.geometry_out);
+
+    // The ray transformer over the samples of each ray, then density.
+    const MultiHeadAttention& attention = layers.ray_attention;
+    const AttentionShape shape{s.rays, int(s.len), w.heads, w.d_k, w.d_v, mask_keys};
+    launch(m, stream, tokens_kernel, m, int(s.len), V, w.token, mask, a.geometry_out, encoding_table,
+           a.n_valid, a.valid_tokens, a.tokens);
+    dense_forward(context, attention.w_qs(), m, params, a.tokens, kNone, a.q);
+    dense_forward(context, attention.w_ks(), m, params, a.tokens, kNone, a.k);
+    dense_forward(context, attention.w_vs(), m, params, a.tokens, kNone, a.v);
+    launch(m * w.heads, stream, attention_forward_kernel, shape, a.q, a.k, a.v, a.valid_tokens,
+           a.probs, a.heads);
+    dense_forward(context, attention.fc(), m, params, a.heads, kNone, a.attention_sum);
+    launch(m * w.token, stream, accumulate_kernel, m * w.token, a.tokens, a.attention_sum);
+    const LayerNorm& norm = attention.layer_norm();
+    layer_norm_forward(context, m, w.token, norm.eps(), params + norm.weight_offset(),
+                       params + norm.bias_offset(), a.attention_sum, a.attention_out, a.xhat, a.rstd);
+    dense_forward(context, layers.out_geometry_0, m, params, a.attention_out, kElu, a.h_sigma);
+    dense_forward(context, layers.out_geometry_2, m, params, a.h_sigma, Activation::kRelu,
+                  a.sigma_relu);
+    launch(m, stream, density_kernel, m, a.n_valid, a.sigma_relu, sigma);
+
+    // Colour: blending weights over views from x, the visibility and the direction difference.
+    launch(n * w.rgb_in, stream, colour_input_kernel, n, w.x, a.x, a.vis, ray_diff, a.rgb_in);
+    dense_forward(context, layers.rgb_0, n, params, a.rgb_in, kElu, a.h_rgb);
+    dense_forward(context, layers.rgb_2, n, params, a.h_rgb, kElu, a.h_rgb2);
+    dense_forward(context, layers.rgb_4, n, params, a.h_rgb2, kNone, a.blend);
+    launch(m, stream, blending_kernel, m, V, w.feature, mask, rgb_features, a.blend, rgb);
+  }
+
   nn::IbrnetAggregator::Layers layers;
   Widths widths;
   int n_samples_max;
@@ -943,15 +1029,16 @@ struct IbrnetAggregator::Impl {
   size_t sharpness_offset;
   std::vector<float> positional_encoding;  // [n_samples_max, token], the CPU's table in float
 
-  DeviceBuffer encoding_buffer, forward_buffer, backward_buffer;
+  // inference_buffer: one chunk's activations for infer(), reused chunk after chunk.
+  DeviceBuffer encoding_buffer, forward_buffer, backward_buffer, inference_buffer;
   const float* encoding_on_device = nullptr;
 
   // The last forward: its sizes, inputs and activations.
   bool has_forward = false;
   Sizes sizes;
-  const float* rgb_features = nullptr;
-  const float* ray_diff = nullptr;
-  const float* mask = nullptr;
+  const float* kept_rgb_features = nullptr;
+  const float* kept_ray_diff = nullptr;
+  const float* kept_mask = nullptr;
   std::optional<ForwardArrays> activations;
 };
 
@@ -964,12 +1051,7 @@ void IbrnetAggregator::forward(Context& context, int n_rays, int n_samples, int 
                                const float* params, const float* rgb_features,
                                const float* ray_diff, const float* mask, float* rgb, float* sigma) {
   Impl& im = *impl_;
-  if (n_rays < 0 || n_samples < 1 || n_samples > im.n_samples_max || n_views < 1) {
-    throw InvalidArgument("aggregator on the GPU: need n_rays >= 0, 1 <= n_samples <= " +
-                          std::to_string(im.n_samples_max) + " and n_views >= 1 (got " +
-                          std::to_string(n_rays) + ", " + std::to_string(n_samples) + ", " +
-                          std::to_string(n_views) + ")");
-  }
+  im.check_sizes(n_rays, n_samples, n_views);
   // Valid for a backward only once this forward has gone through: a throw on the way (an
   // allocation, a cuBLAS call) leaves no stale activations behind that look current.
   im.has_forward = false;
@@ -980,89 +1062,49 @@ void IbrnetAggregator::forward(Context& context, int n_rays, int n_samples, int 
   s.views = size_t(n_views);
   s.samples = s.rays * s.len;
   s.rows = s.samples * s.views;
-  im.rgb_features = rgb_features;
-  im.ray_diff = ray_diff;
-  im.mask = mask;
+  im.kept_rgb_features = rgb_features;
+  im.kept_ray_diff = ray_diff;
+  im.kept_mask = mask;
   if (s.rows == 0) {
     im.has_forward = true;
     return;
   }
 
   const cudaStream_t stream = context.impl().stream;
-  const Widths& w = im.widths;
-  const nn::IbrnetAggregator::Layers& layers = im.layers;
-  const float* encoding = im.encoding(stream);
-  im.activations.emplace(lay_out<ForwardArrays>(im.forward_buffer, stream, s, w));
-  const ForwardArrays& a = *im.activations;
-  const size_t n = s.rows, m = s.samples;
-  const int V = n_views;
-  constexpr Activation kNone = Activation::kNone, kElu = Activation::kElu;
-
-  // Direction features, added to colours and features.
-  dense_forward(context, layers.ray_dir_0, n, params, ray_diff, kElu, a.h_dir);
-  dense_forward(context, layers.ray_dir_2, n, params, a.h_dir, kElu, a.dir);
-  launch(n * w.feature, stream, add_kernel, n * w.feature, rgb_features, a.dir, a.feat);
-
-  // Pooling weights, the pooled mean and variance of the features, and base_fc: its weights
-  // split into the part for the mean and variance (once per sample, with the bias) and the part
-  // for the view's own features.
-  launch(m, stream, pooling_weights_kernel, m, V,
-         im.anti_alias_pooling ? params + im.sharpness_offset : nullptr, ray_diff, mask, a.pool,
-         a.pool_denominator);
-  launch(m * w.feature, stream, weighted_mean_variance_kernel, m, V, w.feature, a.feat, a.pool,
-         a.mean_var, 2 * w.feature);
-  dense_slice_forward(context, layers.base_0, m, 0, 2 * w.feature, true, params, a.mean_var,
-                      a.h_mean_var);
-  dense_slice_forward(context, layers.base_0, n, 2 * w.feature, w.feature, false, params, a.feat,
-                      a.h_base);
-  launch(n * w.base_hidden, stream, add_sample_part_elu_kernel, n, V, w.base_hidden, a.h_mean_var,
-         a.h_base);
-  dense_forward(context, layers.base_2, n, params, a.h_base, kElu, a.x_base);
-
-  // Visibility: a residual for the features and a first visibility from the pooled features,
-  // then the visibility and its weights, and the weighted mean and variance of x.
-  launch(n * w.x, stream, scale_rows_kernel, n, w.x, a.x_base, a.pool, a.x_pooled);
-  dense_forward(context, layers.vis_0, n, params, a.x_pooled, kElu, a.h_vis);
-  dense_forward(context, layers.vis_2, n, params, a.h_vis, kElu, a.x_vis);
-  launch(n * w.x, stream, visibility_residual_kernel, n, w.x, a.x_base, a.x_vis, mask, a.sig_vis,
-         a.x, a.x_vis_weighted);
-  dense_forward(context, layers.vis2_0, n, params, a.x_vis_weighted, kElu, a.h_vis2);
-  dense_forward(context, layers.vis2_2, n, params, a.h_vis2, kNone, a.vis2);
-  launch(m, stream, visibility_weights_kernel, m, V, mask, a.vis2, a.vis, a.vis_weight,
-         a.vis_denominator, a.geometry_in + 2 * w.x, w.geometry_in);
-  launch(m * w.x, stream, weighted_mean_variance_kernel, m, V, w.x, a.x, a.vis_weight,
-         a.geometry_in, w.geometry_in);
-  dense_forward(context, layers.geometry_0, m, params, a.geometry_in, kElu, a.h_geometry);
-  dense_forward(context, layers.geometry_2, m, params, a.h_geometry, kElu, a.geometry_out);
-
-  // The ray transformer over the samples of each ray, then density.
-  const MultiHeadAttention& attention = layers.ray_attention;
-  const AttentionShape shape{s.rays, n_samples, w.heads, w.d_k, w.d_v, im.mask_keys};
-  launch(m, stream, tokens_kernel, m, n_samples, V, w.token, mask, a.geometry_out, encoding,
-         a.n_valid, a.valid_tokens, a.tokens);
-  dense_forward(context, attention.w_qs(), m, params, a.tokens, kNone, a.q);
-  dense_forward(context, attention.w_ks(), m, params, a.tokens, kNone, a.k);
-  dense_forward(context, attention.w_vs(), m, params, a.tokens, kNone, a.v);
-  launch(m * w.heads, stream, attention_forward_kernel, shape, a.q, a.k, a.v, a.valid_tokens,
-         a.probs, a.heads);
-  dense_forward(context, attention.fc(), m, params, a.heads, kNone, a.attention_sum);
-  launch(m * w.token, stream, accumulate_kernel, m * w.token, a.tokens, a.attention_sum);
-  const LayerNorm& norm = attention.layer_norm();
-  layer_norm_forward(context, m, w.token, norm.eps(), params + norm.weight_offset(),
-                     params + norm.bias_offset(), a.attention_sum, a.attention_out, a.xhat, a.rstd);
-  dense_forward(context, layers.out_geometry_0, m, params, a.attention_out, kElu, a.h_sigma);
-  dense_forward(context, layers.out_geometry_2, m, params, a.h_sigma, Activation::kRelu,
-                a.sigma_relu);
-  launch(m, stream, density_kernel, m, a.n_valid, a.sigma_relu, sigma);
-
-  // Colour: blending weights over views from x, the visibility and the direction difference.
-  launch(n * w.rgb_in, stream, colour_input_kernel, n, w.x, a.x, a.vis, ray_diff, a.rgb_in);
-  dense_forward(context, layers.rgb_0, n, params, a.rgb_in, kElu, a.h_rgb);
-  dense_forward(context, layers.rgb_2, n, params, a.h_rgb, kElu, a.h_rgb2);
-  dense_forward(context, layers.rgb_4, n, params, a.h_rgb2, kNone, a.blend);
-  launch(m, stream, blending_kernel, m, V, w.feature, mask, rgb_features, a.blend, rgb);
+  im.activations.emplace(lay_out<ForwardArrays>(im.forward_buffer, stream, s, im.widths));
+  im.run_forward(context, s, params, rgb_features, ray_diff, mask, rgb, sigma, *im.activations);
   im.has_forward = true;
 }
+
+void IbrnetAggregator::infer(Context& context, int n_rays, int n_samples, int n_views,
+                             const float* params, const float* rgb_features, const float* ray_diff,
+                             const float* mask, float* rgb, float* sigma, size_t rows_per_chunk) {
+  Impl& im = *impl_;
+  im.check_sizes(n_rays, n_samples, n_views);
+  const cudaStream_t stream = context.impl().stream;
+  const size_t ray_rows = size_t(n_samples) * size_t(n_views);
+  const size_t chunk_rays = std::max<size_t>(1, rows_per_chunk / ray_rows);
+  const size_t feature_width = size_t(im.widths.feature);  // colour and features per row
+  for (size_t first = 0; first < size_t(n_rays); first += chunk_rays) {
+    Sizes s;
+    s.rays = std::min(chunk_rays, size_t(n_rays) - first);
+    s.len = size_t(n_samples);
+    s.views = size_t(n_views);
+    s.samples = s.rays * s.len;
+    s.rows = s.samples * s.views;
+    const size_t row = first * ray_rows, sample = first * size_t(n_samples);
+    const ForwardArrays a = lay_out<ForwardArrays>(im.inference_buffer, stream, s, im.widths);
+    im.run_forward(context, s, params, rgb_features + row * feature_width, ray_diff + row * 4,
+                   mask + row, rgb + sample * 3, sigma + sample, a);
+  }
+}
+
+size_t IbrnetAggregator::device_bytes() const {
+  const Impl& im = *impl_;
+  return im.encoding_buffer.bytes() + im.forward_buffer.bytes() + im.backward_buffer.bytes() +
+         im.inference_buffer.bytes();
+}
+
 
 // Mirrors forward from the outputs back, as backward_chunk does.
 void IbrnetAggregator::backward(Context& context, const float* params, float* grads,
@@ -1084,11 +1126,11 @@ void IbrnetAggregator::backward(Context& context, const float* params, float* gr
       lay_out<BackwardArrays>(im.backward_buffer, stream, s, w, im.anti_alias_pooling);
   const size_t n = s.rows, m = s.samples;
   const int V = int(s.views);
-  const float* mask = im.mask;
+  const float* mask = im.kept_mask;
   constexpr Activation kNone = Activation::kNone, kElu = Activation::kElu;
 
   // Colour: softmax over views (no gradient into masked logits), then rgb_fc.
-  launch(m, stream, blending_backward_kernel, m, V, w.feature, mask, im.rgb_features, a.blend,
+  launch(m, stream, blending_backward_kernel, m, V, w.feature, mask, im.kept_rgb_features, a.blend,
          grad_rgb, g.g_logit);
   // rgb_fc.4's bias gradient is exactly zero (it shifts all logits of a sample alike; see the
   // CPU network) and is left so.
@@ -1169,7 +1211,7 @@ void IbrnetAggregator::backward(Context& context, const float* params, float* gr
   // The pooling sharpness s, in double.
   if (im.anti_alias_pooling) {
     const float* sharpness = params + im.sharpness_offset;
-    launch(m, stream, sharpness_gradient_kernel, m, V, sharpness, im.ray_diff, mask, g.g_pool,
+    launch(m, stream, sharpness_gradient_kernel, m, V, sharpness, im.kept_ray_diff, mask, g.g_pool,
            g.g_pool_common, g.pooling_exp, g.pooling_weight, g.sharpness_parts);
     MVIBR_LAUNCH(add_sharpness_gradient_kernel, 1, kReductionThreads, 0, stream)
     (m, g.sharpness_parts, sharpness, grads + im.sharpness_offset);
@@ -1184,7 +1226,7 @@ void IbrnetAggregator::backward(Context& context, const float* params, float* gr
   }
   dense_backward(context, layers.ray_dir_2, n, params, grads, kElu, a.dir, g.g_feat, a.h_dir,
                  g.g_h_dir);
-  dense_backward(context, layers.ray_dir_0, n, params, grads, kElu, a.h_dir, g.g_h_dir, im.ray_diff,
+  dense_backward(context, layers.ray_dir_0, n, params, grads, kElu, a.h_dir, g.g_h_dir, im.kept_ray_diff,
                  nullptr);
 }
 

@@ -21,13 +21,10 @@ inline void check(cudaError_t status, const char* call, const char* file, int li
                        " (" + file + ":" + std::to_string(line) + ")");
 }
 
-// MVIBR_CUDA_SYNC=1 in the environment: read once per process.
+// MVIBR_CUDA_SYNC=1 in the environment (read at each launch: a few nanoseconds beside one).
 inline bool synchronous_launches() {
-  static const bool enabled = [] {
-    const char* value = std::getenv("MVIBR_CUDA_SYNC");
-    return value != nullptr && std::string(value) == "1";
-  }();
-  return enabled;
+  const char* value = std::getenv("MVIBR_CUDA_SYNC");
+  return value != nullptr && value[0] == '1' && value[1] == '\0';
 }
 
 inline void check_launch(const char* file, int line) {

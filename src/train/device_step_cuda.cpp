@@ -254,9 +254,17 @@ class CudaStep final : public DeviceStep {
                          p->depths.data(), center, v, gathered, context_.stream());
     lap(laps, &times->gather_forward);
     nn::cuda::IbrnetAggregator& net = use_fine ? *net_fine_ : net_coarse_;
-    net.forward(context_, n_rays, p->n_samples, v.n_views,
-                params_.data() + (use_fine ? fine_offset_ : coarse_offset_), p->rgb_features.data(),
-                p->ray_diff.data(), p->mask.data(), grown(p->rgb, rows * 3), grown(p->sigma, rows));
+    const float* params = params_.data() + (use_fine ? fine_offset_ : coarse_offset_);
+    float* rgb = grown(p->rgb, rows * 3);
+    float* sigma = grown(p->sigma, rows);
+    // Training keeps the activations for the backward; rendering needs none (chunks of them).
+    if (with_loss) {
+      net.forward(context_, n_rays, p->n_samples, v.n_views, params, p->rgb_features.data(),
+                  p->ray_diff.data(), p->mask.data(), rgb, sigma);
+    } else {
+      net.infer(context_, n_rays, p->n_samples, v.n_views, params, p->rgb_features.data(),
+                p->ray_diff.data(), p->mask.data(), rgb, sigma);
+    }
     lap(laps, &times->aggregator_forward);
     cuda::composite_rays(n_rays, p->n_samples, p->sigma.data(), p->rgb.data(), p->depths.data(),
                          directions_.data(), composite_options(config_),

@@ -12,8 +12,10 @@
 //   except work that waits for other processes (an NCCL collective, see enqueue_pending).
 // - A copy, memset or later launch marks memory written; the emulated libraries refuse to read
 //   memory nothing has written (uninitialised device memory).
-// - Errors are CUDA's codes, kept as the last error as the runtime does; a kernel that faults
-//   (an exception, a deadlocked barrier) is cudaErrorLaunchFailure with its reason on stderr.
+// - Errors are CUDA's codes, kept as the last error as the runtime does. A kernel that faults
+//   (an exception, a deadlocked barrier) says why on stderr and, as on a GPU, its launch
+//   succeeds: the next call that waits for the device returns cudaErrorLaunchFailure, and every
+//   call after it (sticky) until cudaDeviceReset.
 #pragma once
 
 #include <math.h>
@@ -100,6 +102,7 @@ cudaError_t cudaMemset(void* destination, int value, size_t bytes);
 cudaError_t cudaMemsetAsync(void* destination, int value, size_t bytes,
                             cudaStream_t stream = nullptr);
 cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaDeviceReset();
 cudaError_t cudaStreamCreate(cudaStream_t* stream);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);

@@ -64,6 +64,10 @@ thread_local const void* scheduler_stack = nullptr;
 thread_local size_t scheduler_stack_bytes = 0;
 
 cudaError_t last_error = cudaSuccess;
+// A kernel that faulted: as on a GPU its launch succeeds, the next call that waits for the device
+// sees the fault, and from then on every call does (sticky) until cudaDeviceReset.
+cudaError_t fault = cudaSuccess;
+bool fault_seen = false;
 std::map<const void*, size_t> launches;
 // Device memory by base. `written`: a copy or memset wrote into it, or a kernel was launched
 // after it was allocated (kernels' stores are not seen, so any launch counts).
@@ -83,6 +87,13 @@ std::mutex state_mutex;  // the runtime's tables; kernels run on the launching t
 cudaError_t fail(cudaError_t error) {
   last_error = error;
   return error;
+}
+
+// The fault, once a call has waited for the device (or earlier, `waits`); else success.
+cudaError_t device_fault(bool waits) {
+  if (fault == cudaSuccess || !(waits || fault_seen)) return cudaSuccess;
+  fault_seen = true;
+  return fail(fault);
 }
 
 // Switches to `to`, whose stack is [stack, stack + bytes) (null: the scheduler's); returns what
@@ -387,6 +398,7 @@ unsigned ballot(bool predicate, unsigned mask) {
 
 cudaError_t launch(const void* kernel, dim3 grid, dim3 block_dim, size_t shared_bytes,
                    cudaStream_t stream, const std::function<void()>& body) {
+  if (const cudaError_t f = device_fault(false)) return f;
   const size_t threads = size_t(block_dim.x) * block_dim.y * block_dim.z;
   const bool shape_ok = grid.x >= 1 && grid.y >= 1 && grid.z >= 1 && grid.x <= 0x7fffffffu &&
                         grid.y <= 65535 && grid.z <= 65535 && threads >= 1 && threads <= 1024 &&
@@ -415,7 +427,8 @@ cudaError_t launch(const void* kernel, dim3 grid, dim3 block_dim, size_t shared_
     current_block = nullptr;
     std::fprintf(stderr, "emulated CUDA: kernel %s failed: %s\n", kernel_name(kernel).c_str(),
                  e.what());
-    return fail(cudaErrorLaunchFailure);
+    fault = cudaErrorLaunchFailure;  // seen by the next call that waits for the device
+    return cudaSuccess;
   }
   in_kernel = false;
   current_block = nullptr;
@@ -500,12 +513,14 @@ cudaError_t cudaGetDevice(int* device) {
 
 cudaError_t cudaMalloc(void** pointer, size_t bytes) {
   *pointer = nullptr;
+  if (const cudaError_t f = device_fault(false)) return f;
   if (bytes == 0) return cudaSuccess;
   // 256-byte aligned as cudaMalloc's; a block of its own, which AddressSanitizer guards.
   std::lock_guard<std::mutex> lock(state_mutex);
   if (failing_allocation != 0 && --failing_allocation == 0) return fail(cudaErrorMemoryAllocation);
-  void* memory = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
-  if (memory == nullptr) return fail(cudaErrorMemoryAllocation);
+  // Exactly `bytes`: under AddressSanitizer the block's redzone starts at its end.
+  void* memory = nullptr;
+  if (posix_memalign(&memory, 256, bytes) != 0) return fail(cudaErrorMemoryAllocation);
   allocations[reinterpret_cast<uintptr_t>(memory)] = {bytes, total_launches, false};
   *pointer = memory;
   return cudaSuccess;
@@ -513,6 +528,7 @@ cudaError_t cudaMalloc(void** pointer, size_t bytes) {
 
 cudaError_t cudaFree(void* pointer) {
   if (pointer == nullptr) return cudaSuccess;
+  if (const cudaError_t f = device_fault(true)) return f;
   std::lock_guard<std::mutex> lock(state_mutex);
   const auto it = allocations.find(reinterpret_cast<uintptr_t>(pointer));
   if (it == allocations.end()) return fail(cudaErrorInvalidDevicePointer);
@@ -533,6 +549,7 @@ cudaError_t cudaFreeHost(void* pointer) {
 
 cudaError_t cudaMemcpyAsync(void* destination, const void* source, size_t bytes,
                             cudaMemcpyKind kind, cudaStream_t stream) {
+  if (const cudaError_t f = device_fault(false)) return f;
   if (bytes == 0) return cudaSuccess;
   drain(stream);
   {
@@ -568,10 +585,12 @@ cudaError_t cudaMemcpyAsync(void* destination, const void* source, size_t bytes,
 }
 
 cudaError_t cudaMemcpy(void* destination, const void* source, size_t bytes, cudaMemcpyKind kind) {
+  if (const cudaError_t f = device_fault(true)) return f;
   return cudaMemcpyAsync(destination, source, bytes, kind, nullptr);
 }
 
 cudaError_t cudaMemsetAsync(void* destination, int value, size_t bytes, cudaStream_t stream) {
+  if (const cudaError_t f = device_fault(false)) return f;
   if (bytes == 0) return cudaSuccess;
   drain(stream);
   {
@@ -590,7 +609,15 @@ cudaError_t cudaMemset(void* destination, int value, size_t bytes) {
 
 cudaError_t cudaDeviceSynchronize() {
   drain_all();
-  return last_error;  // the sticky error of a failed launch, as after a kernel fault
+  return device_fault(true);
+}
+
+// Clears the fault, so that a test can go on after provoking one (on a GPU the process would
+// have to end); memory and streams stay.
+cudaError_t cudaDeviceReset() {
+  fault = last_error = cudaSuccess;
+  fault_seen = false;
+  return cudaSuccess;
 }
 
 cudaError_t cudaStreamCreate(cudaStream_t* stream) {
@@ -614,12 +641,14 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   drain(stream);
+  if (const cudaError_t f = device_fault(true)) return f;
   std::lock_guard<std::mutex> lock(state_mutex);
   return valid_stream(stream) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
 }
 
 // Not ready while work enqueued by enqueue_pending is; everything else ran when issued.
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  if (const cudaError_t f = device_fault(true)) return f;
   std::lock_guard<std::mutex> lock(state_mutex);
   if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
   const auto it = pending_work.find(stream);
@@ -657,6 +686,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  if (const cudaError_t f = device_fault(true)) return f;
   std::lock_guard<std::mutex> lock(state_mutex);
   return events.count(event) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
 }
@@ -679,12 +709,14 @@ cudaError_t cudaEventElapsedTime(float* milliseconds, cudaEvent_t start, cudaEve
 }
 
 cudaError_t cudaGetLastError() {
+  if (const cudaError_t f = device_fault(false)) return f;  // sticky: not cleared
   const cudaError_t error = last_error;
   last_error = cudaSuccess;
   return error;
 }
 
 cudaError_t cudaPeekAtLastError() {
+  if (const cudaError_t f = device_fault(false)) return f;
   return last_error;
 }
 

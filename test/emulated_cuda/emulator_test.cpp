@@ -4,11 +4,15 @@
 // destroyed stream, copies outside device memory, a barrier that can never be passed.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <functional>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "../../src/cuda/check.h"
 #include "mvibr/core/device.h"
+#include "mvibr/core/error.h"
 
 namespace mvibr::emulated {
 namespace {
@@ -106,12 +110,54 @@ __global__ void divergent_barrier(int* out) {
   out[threadIdx.x] = 1;
 }
 
+// As on a GPU: the launch succeeds, the next wait for the device sees the fault, and every call
+// after it does, until cudaDeviceReset.
 TEST(EmulatedDevice, ABarrierNoThreadCanPassIsALaunchFailure) {
   DeviceArray<int> out(64);
-  MVIBR_LAUNCH(deadlock, 1, 32, 0, nullptr)(out.data());
-  EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
-  MVIBR_LAUNCH(divergent_barrier, 1, 32, 0, nullptr)(out.data());
-  EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
+  for (auto kernel : {deadlock, divergent_barrier}) {
+    MVIBR_LAUNCH(kernel, 1, 32, 0, nullptr)(out.data());
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+    EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
+    int host[64];
+    EXPECT_EQ(cudaMemcpy(host, out.data(), sizeof host, cudaMemcpyDeviceToHost),
+              cudaErrorLaunchFailure);
+    EXPECT_EQ(cudaDeviceReset(), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+}
+
+// MVIBR_CUDA_SYNC=1: the check after a launch waits for it and reports the fault there; without
+// it, the fault surfaces at the next check that waits, naming that check.
+TEST(EmulatedDevice, SynchronousLaunchesNameTheFaultingLaunch) {
+  DeviceArray<int> out(64);
+  const auto message = [](const std::function<void()>& run) {
+    try {
+      run();
+    } catch (const RuntimeFailure& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  ASSERT_EQ(unsetenv("MVIBR_CUDA_SYNC"), 0);
+  const std::string asynchronous = message([&] {
+    MVIBR_LAUNCH(deadlock, 1, 32, 0, nullptr)(out.data());
+    MVIBR_CUDA_CHECK_LAUNCH();
+    MVIBR_CUDA_CHECK(cudaDeviceSynchronize());
+  });
+  EXPECT_NE(asynchronous.find("CUDA error in cudaDeviceSynchronize()"), std::string::npos)
+      << asynchronous;
+  cudaDeviceReset();
+
+  ASSERT_EQ(setenv("MVIBR_CUDA_SYNC", "1", 1), 0);
+  const std::string synchronous = message([&] {
+    MVIBR_LAUNCH(deadlock, 1, 32, 0, nullptr)(out.data());
+    MVIBR_CUDA_CHECK_LAUNCH();
+  });
+  ASSERT_EQ(unsetenv("MVIBR_CUDA_SYNC"), 0);
+  EXPECT_NE(synchronous.find("CUDA error in kernel (MVIBR_CUDA_SYNC=1)"), std::string::npos)
+      << synchronous;
+  cudaDeviceReset();
 }
 
 __global__ void nothing() {}

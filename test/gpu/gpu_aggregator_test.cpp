@@ -301,6 +301,35 @@ TEST_F(CudaAggregator, BackwardAccumulatesIntoTheGradients) {
             8 * std::sqrt(rows) * std::ldexp(1.0, -24));
 }
 
+// Rendering: infer() in chunks of 2 rays gives the forward's outputs (each row's GEMM sums are
+// the same sums; within 1e-6 where a library picks another algorithm for fewer rows) holding a
+// chunk's activations, not the batch's, and leaves the last forward ready for its backward.
+TEST_F(CudaAggregator, InferenceInChunksKeepsNoActivations) {
+  const auto network = make_network(8, true, AttentionMask::kQueries, 0.3, 980);
+  const Inputs in = make_inputs(12, 13, 5, 8, 990);
+  nn::cuda::IbrnetAggregator trained(*network->net), rendered(*network->net);
+  DeviceProblem device(*network, in);
+  const GpuOutputs expected = run_gpu(context(), trained, in, device);
+  DeviceArray<float> rgb(in.grad_rgb.size()), sigma(in.grad_sigma.size());
+  const size_t chunk_rows = 2 * size_t(in.S) * size_t(in.V);
+  rendered.infer(context(), in.R, in.S, in.V, device.params.data(), device.rgb_features.data(),
+                 device.ray_diff.data(), device.mask.data(), rgb.data(), sigma.data(), chunk_rows);
+  device_synchronize();
+  EXPECT_LE(relative_error(to_double(rgb.to_host()), to_double(expected.rgb), 0), 1e-6);
+  EXPECT_LE(relative_error(to_double(sigma.to_host()), to_double(expected.sigma), 0), 1e-6);
+  // 12 rays' activations and gradients against 2 rays' activations: 6x fewer forward bytes alone.
+  EXPECT_LT(5 * rendered.device_bytes(), trained.device_bytes())
+      << rendered.device_bytes() << " bytes rendering, " << trained.device_bytes() << " training";
+  // infer() between a forward and its backward changes nothing of the backward.
+  trained.infer(context(), in.R, in.S, in.V, device.params.data(), device.rgb_features.data(),
+                device.ray_diff.data(), device.mask.data(), rgb.data(), sigma.data(), chunk_rows);
+  device.grads.zero();
+  trained.backward(context(), device.params.data(), device.grads.data(), device.grad_rgb.data(),
+                   device.grad_sigma.data(), nullptr);
+  device_synchronize();
+  EXPECT_EQ(device.grads.to_host(), expected.grads);
+}
+
 TEST_F(CudaAggregator, RejectsWhatTheCpuNetworkRejects) {
   nn::ParameterSet set;
   nn::AggregatorOptions options;
@@ -318,6 +347,9 @@ TEST_F(CudaAggregator, RejectsWhatTheCpuNetworkRejects) {
                              nullptr, nullptr),
                  InvalidArgument)
         << bad.R << " rays, " << bad.S << " samples, " << bad.V << " views";
+    EXPECT_THROW(gpu.infer(context(), bad.R, bad.S, bad.V, nullptr, nullptr, nullptr, nullptr,
+                           nullptr, nullptr),
+                 InvalidArgument);
   }
   // No rays: nothing to compute, forward and backward included.
   EXPECT_NO_THROW(

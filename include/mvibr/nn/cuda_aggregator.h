@@ -8,8 +8,8 @@
 // Unlike the CPU network, it does not work in chunks: every dense layer is one cuBLAS GEMM over
 // all rows of the batch (R*S*V rows for the per-view MLPs, R*S for the per-sample ones), and the
 // activations the backward needs (about 2 KiB per (ray, sample, view) row, 1.3 GiB at 512 rays x
-// 128 samples x 10 views) are always kept, in device buffers that grow on demand and are reused
-// by later calls. Everything else (direction features, pooling weights, weighted means and
+// 128 samples x 10 views) are kept by forward(), in device buffers that grow on demand and are
+// reused by later calls; infer() keeps none beyond one bounded chunk. Everything else (direction features, pooling weights, weighted means and
 // variances over views, visibility, the ray transformer's attention, the blending softmax) runs
 // in the hand-written kernels of kernels/aggregator.cu. Parameter gradients are reduced in fixed
 // order, without atomics, so the same inputs give the same bits on every run.
@@ -48,6 +48,17 @@ class IbrnetAggregator {
   // features. May run more than once per forward. Throws InvalidArgument before any forward.
   void backward(Context& context, const float* params, float* grads, const float* grad_rgb,
                 const float* grad_sigma, float* grad_rgb_features);
+
+  // The forward's rgb and sigma when no backward follows (validation, rendering): rays in
+  // chunks whose activations, for at most `rows_per_chunk` (ray, sample, view) rows (at least
+  // one ray), reuse one buffer of their own. The last forward stays valid for its backward.
+  static constexpr size_t kInferenceRows = size_t(1) << 18;  // ~0.5 GiB of activations
+  void infer(Context& context, int n_rays, int n_samples, int n_views, const float* params,
+             const float* rgb_features, const float* ray_diff, const float* mask, float* rgb,
+             float* sigma, size_t rows_per_chunk = kInferenceRows);
+
+  // Device memory held by this network's buffers.
+  size_t device_bytes() const;
 
  private:
   struct Impl;  // in kernels/aggregator.cu
