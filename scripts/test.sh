@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Set up, build (CUDA compiled and linked when nvcc is present) and run the whole test suite.
+# Set up, build (CUDA compiled and linked when nvcc is present) and run the whole test suite,
+# then the emulated GPU suite under AddressSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh "$@"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ctest --test-dir build --output-on-failure -j "$(nproc)"
+# The emulated GPU suite once more under AddressSanitizer (build-asan/).
+bash scripts/emulated_asan.sh

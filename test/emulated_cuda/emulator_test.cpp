@@ -189,5 +189,22 @@ TEST(EmulatedDevice, BadLaunchesStreamsAndCopiesAreErrors) {
   cudaGetLastError();
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+// Under AddressSanitizer (MVIBR_EMULATED_ASAN) every cudaMalloc is a heap block of exactly its
+// size: a kernel that writes one element past it is stopped there.
+__global__ void write_one_past(int* out) {
+  out[threadIdx.x] = 1;
+}
+
+TEST(EmulatedDeviceDeathTest, AWriteOnePastAnAllocationIsCaught) {
+  EXPECT_DEATH(
+      {
+        DeviceArray<int> five(5);
+        MVIBR_LAUNCH(write_one_past, 1, 6, 0, nullptr)(five.data());
+      },
+      "heap-buffer-overflow");
+}
+#endif
+
 }  // namespace
 }  // namespace mvibr::emulated
