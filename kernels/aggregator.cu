@@ -997,8 +997,8 @@ struct IbrnetAggregator::Impl {
     // The ray transformer over the samples of each ray, then density.
     const MultiHeadAttention& attention = layers.ray_attention;
     const AttentionShape shape{s.rays, int(s.len), w.heads, w.d_k, w.d_v, mask_keys};
-    launch(m, stream, tokens_kernel, m, int(s.len), V, w.token, mask, a.geometry_out, encoding_table,
-           a.n_valid, a.valid_tokens, a.tokens);
+    launch(m, stream, tokens_kernel, m, int(s.len), V, w.token, mask, a.geometry_out,
+           encoding_table, a.n_valid, a.valid_tokens, a.tokens);
     dense_forward(context, attention.w_qs(), m, params, a.tokens, kNone, a.q);
     dense_forward(context, attention.w_ks(), m, params, a.tokens, kNone, a.k);
     dense_forward(context, attention.w_vs(), m, params, a.tokens, kNone, a.v);
@@ -1008,7 +1008,8 @@ struct IbrnetAggregator::Impl {
     launch(m * w.token, stream, accumulate_kernel, m * w.token, a.tokens, a.attention_sum);
     const LayerNorm& norm = attention.layer_norm();
     layer_norm_forward(context, m, w.token, norm.eps(), params + norm.weight_offset(),
-                       params + norm.bias_offset(), a.attention_sum, a.attention_out, a.xhat, a.rstd);
+                       params + norm.bias_offset(), a.attention_sum, a.attention_out, a.xhat,
+                       a.rstd);
     dense_forward(context, layers.out_geometry_0, m, params, a.attention_out, kElu, a.h_sigma);
     dense_forward(context, layers.out_geometry_2, m, params, a.h_sigma, Activation::kRelu,
                   a.sigma_relu);
@@ -1104,7 +1105,6 @@ size_t IbrnetAggregator::device_bytes() const {
   return im.encoding_buffer.bytes() + im.forward_buffer.bytes() + im.backward_buffer.bytes() +
          im.inference_buffer.bytes();
 }
-
 
 // Mirrors forward from the outputs back, as backward_chunk does.
 void IbrnetAggregator::backward(Context& context, const float* params, float* grads,
@@ -1226,8 +1226,8 @@ void IbrnetAggregator::backward(Context& context, const float* params, float* gr
   }
   dense_backward(context, layers.ray_dir_2, n, params, grads, kElu, a.dir, g.g_feat, a.h_dir,
                  g.g_h_dir);
-  dense_backward(context, layers.ray_dir_0, n, params, grads, kElu, a.h_dir, g.g_h_dir, im.kept_ray_diff,
-                 nullptr);
+  dense_backward(context, layers.ray_dir_0, n, params, grads, kElu, a.h_dir, g.g_h_dir,
+                 im.kept_ray_diff, nullptr);
 }
 
 }  // namespace mvibr::nn::cuda

@@ -29,7 +29,8 @@ inline bool synchronous_launches() {
 
 inline void check_launch(const char* file, int line) {
   check(cudaGetLastError(), "kernel launch", file, line);
-  if (synchronous_launches()) check(cudaDeviceSynchronize(), "kernel (MVIBR_CUDA_SYNC=1)", file, line);
+  if (synchronous_launches())
+    check(cudaDeviceSynchronize(), "kernel (MVIBR_CUDA_SYNC=1)", file, line);
 }
 
 // Blocks for a grid-stride loop over `threads` threads; the cap only bounds the grid, the loop

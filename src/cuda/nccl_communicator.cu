@@ -37,7 +37,9 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(Communicator& bootstrap, int device, double timeout_seconds)
-      : rank_(bootstrap.rank()), size_(bootstrap.size()), device_(device),
+      : rank_(bootstrap.rank()),
+        size_(bootstrap.size()),
+        device_(device),
         timeout_(timeout_seconds) {
     try {
       MVIBR_CUDA_CHECK(cudaSetDevice(device_));
@@ -180,7 +182,7 @@ int select_device(const Topology& topology) {
 }
 
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device,
-                                                    double timeout_seconds) {
+                                                     double timeout_seconds) {
   if (device < 0 || device >= cuda_device_count()) {
     throw RuntimeFailure("NCCL needs a CUDA device; rank " + std::to_string(bootstrap.rank()) +
                          " has device " + std::to_string(device) + " of " +

@@ -83,11 +83,13 @@ ncclResult_t issue(ncclComm_t comm, cudaStream_t stream, const void* send, size_
                    std::function<void(const std::vector<char>&)> finish) {
   if (send_bytes > size_t(INT32_MAX)) return ncclInvalidArgument;
   auto operation = std::make_shared<InFlight>();
-  operation->sent.assign(static_cast<const char*>(send), static_cast<const char*>(send) + send_bytes);
+  operation->sent.assign(static_cast<const char*>(send),
+                         static_cast<const char*>(send) + send_bytes);
   operation->received.resize(receive_bytes);
   operation->finish = std::move(finish);
   operation->aborted = comm->aborted;
-  if (post(operation->sent.data(), operation->received.data(), &operation->request) != MPI_SUCCESS) {
+  if (post(operation->sent.data(), operation->received.data(), &operation->request) !=
+      MPI_SUCCESS) {
     return ncclSystemError;
   }
   mvibr::emulated::enqueue_pending(stream, [operation](bool wait) {
@@ -113,16 +115,18 @@ ncclResult_t issue(ncclComm_t comm, cudaStream_t stream, const void* send, size_
 ncclResult_t gather(ncclComm_t comm, cudaStream_t stream, const void* send, size_t bytes,
                     std::function<void(const std::vector<char>&)> finish) {
   if (comm->size == 1) {
-    finish(std::vector<char>(static_cast<const char*>(send), static_cast<const char*>(send) + bytes));
+    finish(
+        std::vector<char>(static_cast<const char*>(send), static_cast<const char*>(send) + bytes));
     return ncclSuccess;
   }
   MPI_Comm mpi = comm->mpi;
-  return issue(comm, stream, send, bytes, bytes * size_t(comm->size),
-               [bytes, mpi](const void* sent, void* received, MPI_Request* request) {
-                 return MPI_Iallgather(sent, int(bytes), MPI_BYTE, received, int(bytes), MPI_BYTE,
-                                       mpi, request);
-               },
-               std::move(finish));
+  return issue(
+      comm, stream, send, bytes, bytes * size_t(comm->size),
+      [bytes, mpi](const void* sent, void* received, MPI_Request* request) {
+        return MPI_Iallgather(sent, int(bytes), MPI_BYTE, received, int(bytes), MPI_BYTE, mpi,
+                              request);
+      },
+      std::move(finish));
 }
 
 template <typename T>
@@ -150,8 +154,10 @@ bool valid(ncclComm_t comm, const void* pointer, size_t bytes) {
 // GPU it sends garbage, which compute-sanitizer's initcheck reports).
 bool written(const void* pointer, size_t bytes) {
   if (bytes == 0 || mvibr::emulated::device_range_written(pointer, bytes)) return true;
-  std::fprintf(stderr, "emulated NCCL: a collective sends %zu bytes of device memory that nothing "
-               "has written\n", bytes);
+  std::fprintf(stderr,
+               "emulated NCCL: a collective sends %zu bytes of device memory that nothing "
+               "has written\n",
+               bytes);
   return false;
 }
 
@@ -221,7 +227,8 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == nullptr) return ncclInvalidArgument;
   *comm->aborted = true;  // collectives in flight end, their streams drain
   delete comm;
-  --live_communicators;  // no collective with peers that may be gone: the MPI communicator is dropped
+  --live_communicators;  // no collective with peers that may be gone: the MPI communicator is
+                         // dropped
   return ncclSuccess;
 }
 
@@ -307,16 +314,18 @@ ncclResult_t ncclBroadcast(const void* send, void* receive, size_t count, ncclDa
     std::memcpy(receive, data.data(), data.size());
   };
   if (comm->size == 1) {
-    deliver(std::vector<char>(static_cast<const char*>(send), static_cast<const char*>(send) + bytes));
+    deliver(
+        std::vector<char>(static_cast<const char*>(send), static_cast<const char*>(send) + bytes));
     return ncclSuccess;
   }
   MPI_Comm mpi = comm->mpi;
-  return issue(comm, stream, sends ? send : nullptr, sends ? bytes : 0, bytes,
-               [=](const void* sent, void* received, MPI_Request* request) {
-                 if (sends) std::memcpy(received, sent, bytes);
-                 return MPI_Ibcast(received, int(bytes), MPI_BYTE, root, mpi, request);
-               },
-               deliver);
+  return issue(
+      comm, stream, sends ? send : nullptr, sends ? bytes : 0, bytes,
+      [=](const void* sent, void* received, MPI_Request* request) {
+        if (sends) std::memcpy(received, sent, bytes);
+        return MPI_Ibcast(received, int(bytes), MPI_BYTE, root, mpi, request);
+      },
+      deliver);
 }
 
 ncclResult_t ncclAllGather(const void* send, void* receive, size_t count, ncclDataType_t type,

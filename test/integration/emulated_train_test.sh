@@ -14,13 +14,8 @@ gpu_mvibr=$2
 source_dir=$3
 mpiexec=$4
 source "$source_dir/test/integration/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-mpirun=("$mpiexec" -np 2 --oversubscribe)
-
-small=(--config "$source_dir/configs/synthetic.txt" --datadir "$work/data" --basedir "$work/runs"
-  --N_rand 32 --N_samples 8 --N_importance 4 --num_source_views 3 --source_pool 4
-  --coarse_feat_dim 4 --fine_feat_dim 4 --i_print 1 --lrate_feature 1e-4)
-"$cpu_mvibr" prep --out "$work/data" --shards 2 --views 12 --width 32 --height 24 >/dev/null
+small_job "$cpu_mvibr"
+small+=(--lrate_feature 1e-4)
 
 # compare CPU_RUN GPU_RUN: the bounds above, on metrics.jsonl and the last checkpoints.
 compare() {

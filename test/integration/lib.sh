@@ -3,6 +3,7 @@
 # - `expect_error PATTERN COMMAND...`: the command fails with exactly one line on stderr
 #   containing PATTERN (the project's rule for bad input);
 # - `same_parameters`, `need_dataset`;
+# - `small_job MVIBR`: a tiny training job on 12 prepared views (globals $mpirun, $small);
 # - `rank_pid`, `wait_steps`, `job_ends_after`: a long training job and its ranks, run as
 #   "${mpirun[@]}" "$mvibr" train "${small[@]}" (globals the test sets).
 work=$(mktemp -d)
@@ -50,6 +51,17 @@ need_dataset() {
   [[ ${CI:-} == true ]] && fail "$line"
   echo "SKIPPED: $line" >&2
   exit 77
+}
+
+# A 2-rank launcher in $mpirun, a tiny run's options in $small (needs $source_dir and $mpiexec)
+# and its data, 12 views in 2 shards, prepared by MVIBR under $work/data.
+small_job() {
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+  mpirun=("$mpiexec" -np 2 --oversubscribe)
+  small=(--config "$source_dir/configs/synthetic.txt" --datadir "$work/data" --basedir "$work/runs"
+    --N_rand 32 --N_samples 8 --N_importance 4 --num_source_views 3 --source_pool 4
+    --coarse_feat_dim 4 --fine_feat_dim 4 --i_print 1)
+  "$1" prep --out "$work/data" --shards 2 --views 12 --width 32 --height 24 >/dev/null
 }
 
 # The pid of rank R of the training job of run NAME (Open MPI exports the rank).

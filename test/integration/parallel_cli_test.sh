@@ -11,13 +11,7 @@ mvibr=$1
 source_dir=$2
 mpiexec=$3
 source "$source_dir/test/integration/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-mpirun=("$mpiexec" -np 2 --oversubscribe)
-
-small=(--config "$source_dir/configs/synthetic.txt" --datadir "$work/data" --basedir "$work/runs"
-  --N_rand 32 --N_samples 8 --N_importance 4 --num_source_views 3 --source_pool 4
-  --coarse_feat_dim 4 --fine_feat_dim 4 --i_print 1)
-"$mvibr" prep --out "$work/data" --shards 2 --views 12 --width 32 --height 24 >/dev/null
+small_job "$mvibr"
 
 echo "== 2 ranks train"
 "${mpirun[@]}" "$mvibr" train "${small[@]}" --expname two --n_iters 4 --i_img 4 | tee "$work/two"

@@ -24,6 +24,6 @@ int select_device(const Topology& topology);
 // - `bootstrap` (the MPI communicator of the same ranks) carries the unique id.
 // - Throws RuntimeFailure in a build without CUDA or without a device.
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device,
-                                                    double timeout_seconds);
+                                                     double timeout_seconds);
 
 }  // namespace mvibr::dist

@@ -9,10 +9,11 @@
 // all rows of the batch (R*S*V rows for the per-view MLPs, R*S for the per-sample ones), and the
 // activations the backward needs (about 2 KiB per (ray, sample, view) row, 1.3 GiB at 512 rays x
 // 128 samples x 10 views) are kept by forward(), in device buffers that grow on demand and are
-// reused by later calls; infer() keeps none beyond one bounded chunk. Everything else (direction features, pooling weights, weighted means and
-// variances over views, visibility, the ray transformer's attention, the blending softmax) runs
-// in the hand-written kernels of kernels/aggregator.cu. Parameter gradients are reduced in fixed
-// order, without atomics, so the same inputs give the same bits on every run.
+// reused by later calls; infer() keeps none beyond one bounded chunk. Everything else (direction
+// features, pooling weights, weighted means and variances over views, visibility, the ray
+// transformer's attention, the blending softmax) runs in the hand-written kernels of
+// kernels/aggregator.cu. Parameter gradients are reduced in fixed order, without atomics, so the
+// same inputs give the same bits on every run.
 //
 // Exists only in a build with the CUDA backend (MVIBR_HAVE_CUDA, library mvibr_cuda).
 #pragma once
