@@ -266,17 +266,17 @@ int run_train_bench(const std::vector<std::string>& args) {
   j["threads_per_rank"] = omp_get_max_threads();
   // The trainer's choices: GPU ranks reduce gradients with NCCL unless they travel as bf16.
   const bool on_device = train::runs_on_device(config);
-  j["backend"] = on_device && config.allreduce_dtype == "fp32" ? "nccl"
-                 : t.size > 1                                  ? comm->backend()
-                                                               : "none";
+  j["backend"] = on_device && config.allreduce_dtype == train::AllreduceDtype::kFp32 ? "nccl"
+                 : t.size > 1 ? comm->backend()
+                              : "none";
   j["device"] = on_device ? "cuda " + cuda_device_description(0) : "cpu";
-  j["precision"] = config.precision;
+  j["precision"] = name_of(config.precision);
   j["config"] = {{"N_rand", config.N_rand},
                  {"accumulation_steps", config.accumulation_steps},
                  {"N_samples", config.N_samples},
                  {"N_importance", config.N_importance},
                  {"num_source_views", config.num_source_views},
-                 {"feature_net", config.feature_net},
+                 {"feature_net", name_of(config.feature_net)},
                  {"coarse_feat_dim", config.coarse_feat_dim},
                  {"fine_feat_dim", config.fine_feat_dim},
                  {"datadir", config.datadir}};

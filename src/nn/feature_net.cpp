@@ -190,18 +190,16 @@ std::string stage_name(int stage, int block) {
 
 }  // namespace
 
-ResUNetOptions ResUNetOptions::preset(const std::string& name) {
+ResUNetOptions ResUNetOptions::preset(ResUNetPreset preset) {
   ResUNetOptions options;
-  if (name == "ibrnet") return options;
-  if (name == "small") {
+  if (preset == ResUNetPreset::kSmall) {
     options.widths = {16, 32, 64};
     options.blocks = {1, 1, 1};
     options.decoder_widths = {32, 16};
     options.coarse_out_ch = 16;
     options.fine_out_ch = 16;
-    return options;
   }
-  throw InvalidArgument("unknown feature network preset '" + name + "' (ibrnet or small)");
+  return options;
 }
 
 int ResUNet::add_unit(const std::string& conv_name, int in_channels, int out_channels, int kernel,

@@ -1,10 +1,16 @@
-// Training configuration by Boost.Program_options (see config.h). One table of options serves
-// the config file, the command line, --help and to_text, so they cannot drift apart.
+// The training configuration's one table of keys (see config.h).
+// - Each row: the key, its group in --help, the TrainConfig member, the help, the check its value
+//   must pass, and whether to_text (checkpoints, the cross-rank comparison) carries it.
+// - Parsing is Boost.Program_options over the rows; defaults are TrainConfig's initialisers.
+// - Enumerated keys travel as text through Program_options and are named through EnumNames.
 #include "mvibr/train/config.h"
 
 #include <boost/program_options.hpp>
+#include <functional>
 #include <iostream>
+#include <map>
 #include <sstream>
+#include <variant>
 
 #include "mvibr/core/config_file.h"
 #include "mvibr/core/error.h"
@@ -15,107 +21,299 @@ namespace mvibr::train {
 
 namespace {
 
-// Boolean keys read `key = true|false|1|0` in files and `--key` or `--key true` on the command
-// line, as IBRNet's configargparse flags are written.
-po::typed_value<bool>* flag(bool* target) {
-  return po::value(target)->implicit_value(true)->default_value(*target);
+// An enumerated member, set from and printed as its names.
+struct EnumMember {
+  std::function<bool(TrainConfig&, const std::string&)> set;  // false: not one of the names
+  std::function<std::string(const TrainConfig&)> get;
+  std::string names;    // "a | b | c", for --help
+  std::string choices;  // "a, b or c", for errors
+};
+
+template <typename E>
+EnumMember enum_member(E TrainConfig::*member) {
+  std::string names;
+  for (const auto& entry : EnumNames<E>::values)
+    names += (names.empty() ? "" : " | ") + std::string(entry.second);
+  return {[member](TrainConfig& c, const std::string& text) {
+            const std::optional<E> value = parse_name<E>(text);
+            if (value) c.*member = *value;
+            return value.has_value();
+          },
+          [member](const TrainConfig& c) { return std::string(name_of(c.*member)); }, names,
+          names_of<E>()};
 }
+
+using Member = std::variant<std::string TrainConfig::*, int TrainConfig::*, uint64_t TrainConfig::*,
+                            double TrainConfig::*, bool TrainConfig::*, EnumMember>;
+
+// What a key's value must satisfy (null: anything its type parses to) and the words for it.
+struct Check {
+  bool (*holds)(const TrainConfig&) = nullptr;
+  const char* requirement = "";
+};
+
+struct Key {
+  const char* name;
+  const char* group;
+  Member member;
+  const char* help;
+  Check check = {};
+  bool in_text = true;  // false: where a run starts, not what it trains
+};
+
+using C = TrainConfig;
+
+const std::vector<Key>& keys() {
+  static const std::vector<Key> table = {
+      {"expname",
+       "run",
+       &C::expname,
+       "experiment name; the run directory is basedir/expname",
+       {[](const C& c) { return !c.expname.empty() && c.expname.find('/') == std::string::npos; },
+        "must be a non-empty name without '/'"}},
+      {"basedir", "run", &C::basedir, "where runs are kept"},
+      {"datadir",
+       "run",
+       &C::datadir,
+       "a folder written by `mvibr prep` (required)",
+       {[](const C& c) { return !c.datadir.empty(); },
+        "is required (a folder written by mvibr prep)"}},
+      {"seed", "run", &C::seed, "seed of initialisation and sampling"},
+      {"n_iters",
+       "run",
+       &C::n_iters,
+       "training steps",
+       {[](const C& c) { return c.n_iters >= 0; }, "must be >= 0"}},
+      {"i_print",
+       "run",
+       &C::i_print,
+       "steps between log lines",
+       {[](const C& c) { return c.i_print >= 1; }, "must be >= 1"}},
+      {"i_img",
+       "run",
+       &C::i_img,
+       "steps between validation images",
+       {[](const C& c) { return c.i_img >= 1; }, "must be >= 1"}},
+      {"i_weights",
+       "run",
+       &C::i_weights,
+       "steps between checkpoints",
+       {[](const C& c) { return c.i_weights >= 1; }, "must be >= 1"}},
+      {"keep_checkpoints",
+       "run",
+       &C::keep_checkpoints,
+       "checkpoints kept in the run directory",
+       {[](const C& c) { return c.keep_checkpoints >= 1; }, "must be >= 1"}},
+      {"ckpt_path", "run", &C::ckpt_path, "resume from this checkpoint", {}, false},
+      {"no_reload", "run", &C::no_reload, "start fresh even if the run has checkpoints", {}, false},
+      {"init_ckpt",
+       "run",
+       &C::init_ckpt,
+       "a new run's initial weights (fresh optimiser, step 0); unused once the run has "
+       "checkpoints",
+       {},
+       false},
+
+      {"N_rand",
+       "data",
+       &C::N_rand,
+       "rays per step per rank",
+       {[](const C& c) { return c.N_rand >= 1; }, "must be >= 1"}},
+      {"chunk_size",
+       "data",
+       &C::chunk_size,
+       "rays per chunk when rendering",
+       {[](const C& c) { return c.chunk_size >= 1; }, "must be >= 1"}},
+      {"num_source_views",
+       "data",
+       &C::num_source_views,
+       "source views per target",
+       {[](const C& c) { return c.num_source_views >= 1; }, "must be >= 1"}},
+      {"source_pool",
+       "data",
+       &C::source_pool,
+       "sources are drawn from this many nearest views",
+       {[](const C& c) { return c.source_pool >= c.num_source_views; },
+        "must be >= num_source_views"}},
+      {"sample_mode", "data", enum_member(&C::sample_mode), "where target pixels are drawn"},
+      {"center_ratio",
+       "data",
+       &C::center_ratio,
+       "center sampling: the central fraction of the image",
+       {[](const C& c) { return c.center_ratio > 0 && c.center_ratio <= 1; }, "must be in (0, 1]"}},
+      {"queue_depth",
+       "data",
+       &C::queue_depth,
+       "samples the reader prefetches",
+       {[](const C& c) { return c.queue_depth >= 1; }, "must be >= 1"}},
+
+      {"feature_net", "model", enum_member(&C::feature_net), "the feature network's size"},
+      {"coarse_feat_dim",
+       "model",
+       &C::coarse_feat_dim,
+       "coarse feature channels",
+       {[](const C& c) { return c.coarse_feat_dim >= 1; }, "must be >= 1"}},
+      {"fine_feat_dim",
+       "model",
+       &C::fine_feat_dim,
+       "fine feature channels",
+       {[](const C& c) { return c.fine_feat_dim >= 1; }, "must be >= 1"}},
+      {"coarse_only", "model", &C::coarse_only, "no fine network"},
+      {"anti_alias_pooling", "model", &C::anti_alias_pooling, "IBRNet's anti-alias pooling"},
+      {"N_samples",
+       "model",
+       &C::N_samples,
+       "coarse samples per ray",
+       {[](const C& c) {
+          return c.N_samples >= 1 && (c.coarse_only || c.N_importance == 0 || c.N_samples >= 3);
+        },
+        "must be >= 1, and >= 3 for importance sampling"}},
+      {"N_importance",
+       "model",
+       &C::N_importance,
+       "importance samples per ray",
+       {[](const C& c) { return c.N_importance >= 0; }, "must be >= 0"}},
+      {"inv_uniform", "model", &C::inv_uniform, "sample uniformly in inverse depth"},
+      {"det", "model", &C::det, "deterministic samples"},
+      {"white_bkgd", "model", &C::white_bkgd, "composite on white"},
+      {"delta", "model", enum_member(&C::delta),
+       "sample spacing: IBRNet's unit or NeRF's interval"},
+      {"device", "model", enum_member(&C::device),
+       "where the step runs (auto: a GPU when there is one)"},
+      {"precision",
+       "model",
+       enum_member(&C::precision),
+       "the GPU step's GEMMs (fp32 weights, activations and gradients)",
+       {[](const C& c) { return c.precision == Precision::kFp32 || c.device != Device::kCpu; },
+        "needs the GPU step; device = cpu is fp32 only"}},
+      {"loss_scale",
+       "model",
+       &C::loss_scale,
+       "fp16: the initial dynamic loss scale",
+       {[](const C& c) { return c.loss_scale > 0; }, "must be > 0"}},
+      {"loss_scale_window",
+       "model",
+       &C::loss_scale_window,
+       "fp16: finite steps in a row before the loss scale doubles",
+       {[](const C& c) { return c.loss_scale_window >= 1; }, "must be >= 1"}},
+
+      {"lrate_feature",
+       "optimisation",
+       &C::lrate_feature,
+       "learning rate of the feature network",
+       {[](const C& c) { return c.lrate_feature >= 0; }, "must be >= 0"}},
+      {"lrate_mlp",
+       "optimisation",
+       &C::lrate_mlp,
+       "learning rate of the aggregation networks",
+       {[](const C& c) { return c.lrate_mlp >= 0; }, "must be >= 0"}},
+      {"lrate_decay_factor",
+       "optimisation",
+       &C::lrate_decay_factor,
+       "learning-rate decay factor",
+       {[](const C& c) { return c.lrate_decay_factor > 0; }, "must be > 0"}},
+      {"lrate_decay_steps",
+       "optimisation",
+       &C::lrate_decay_steps,
+       "steps between decays",
+       {[](const C& c) { return c.lrate_decay_steps >= 1; }, "must be >= 1"}},
+      {"grad_clip",
+       "optimisation",
+       &C::grad_clip,
+       "max global gradient norm (0: off)",
+       {[](const C& c) { return c.grad_clip >= 0; }, "must be >= 0"}},
+
+      {"accumulation_steps",
+       "data-parallel",
+       &C::accumulation_steps,
+       "micro-steps of N_rand rays per rank before each update",
+       {[](const C& c) { return c.accumulation_steps >= 1; }, "must be >= 1"}},
+      {"lr_scaling", "data-parallel", enum_member(&C::lr_scaling),
+       "learning rates times 1, the ranks, or their square root"},
+      {"bucket_mb",
+       "data-parallel",
+       &C::bucket_mb,
+       "gradient all-reduce bucket size in MB",
+       {[](const C& c) { return c.bucket_mb > 0; }, "must be > 0"}},
+      {"overlap_allreduce", "data-parallel", &C::overlap_allreduce,
+       "all-reduce gradient buckets during the backward pass"},
+      {"allreduce_dtype", "data-parallel", enum_member(&C::allreduce_dtype),
+       "gradients travel as float or bfloat16 (half the bytes)"},
+      {"watchdog_s",
+       "data-parallel",
+       &C::watchdog_s,
+       "seconds a rank may wait for the others before the job is ended",
+       {[](const C& c) { return c.watchdog_s > 0; }, "must be > 0"}},
+      {"nan_policy", "data-parallel", enum_member(&C::nan_policy),
+       "on a non-finite loss or gradient: skip the update, or checkpoint the last good state and "
+       "stop"},
+      {"allow_shared_shards", "data-parallel", &C::allow_shared_shards,
+       "let ranks share shards when there are fewer shards than ranks"},
+  };
+  return table;
+}
+
+const char* const kGroups[] = {"run", "data", "model", "optimisation", "data-parallel"};
 
 // `resume` is the design's spelling of where a run starts (--resume auto | none | PATH); parsing
 // turns it into ckpt_path and no_reload, IBRNet's keys.
 constexpr const char* kResumeFromNewest = "auto";
 
-po::options_description options(TrainConfig* c, std::string* resume) {
-  po::options_description run("run");
-  run.add_options()("expname", po::value(&c->expname)->default_value(c->expname),
-                    "experiment name; the run directory is basedir/expname")(
-      "basedir", po::value(&c->basedir)->default_value(c->basedir), "where runs are kept")(
-      "datadir", po::value(&c->datadir), "a folder written by `mvibr prep` (required)")(
-      "seed", po::value(&c->seed)->default_value(c->seed), "seed of initialisation and sampling")(
-      "n_iters", po::value(&c->n_iters)->default_value(c->n_iters), "training steps")(
-      "i_print", po::value(&c->i_print)->default_value(c->i_print), "steps between log lines")(
-      "i_img", po::value(&c->i_img)->default_value(c->i_img), "steps between validation images")(
-      "i_weights", po::value(&c->i_weights)->default_value(c->i_weights),
-      "steps between checkpoints")(
-      "keep_checkpoints", po::value(&c->keep_checkpoints)->default_value(c->keep_checkpoints),
-      "checkpoints kept in the run directory")("ckpt_path", po::value(&c->ckpt_path),
-                                               "resume from this checkpoint")(
-      "no_reload", flag(&c->no_reload), "start fresh even if the run has checkpoints")(
-      "resume", po::value(resume)->default_value(*resume),
-      "auto | none | PATH: from the run's newest checkpoint, afresh (no_reload), or from PATH "
-      "(ckpt_path)")(
-      "init_ckpt", po::value(&c->init_ckpt),
-      "a new run's initial weights (fresh optimiser, step 0); unused once the run has "
-      "checkpoints");
-  po::options_description data("data");
-  data.add_options()("N_rand", po::value(&c->N_rand)->default_value(c->N_rand),
-                     "rays per step per rank")(
-      "chunk_size", po::value(&c->chunk_size)->default_value(c->chunk_size),
-      "rays per chunk when rendering")(
-      "num_source_views", po::value(&c->num_source_views)->default_value(c->num_source_views),
-      "source views per target")("source_pool",
-                                 po::value(&c->source_pool)->default_value(c->source_pool),
-                                 "sources are drawn from this many nearest views")(
-      "sample_mode", po::value(&c->sample_mode)->default_value(c->sample_mode),
-      "uniform | center: where target pixels are drawn")(
-      "center_ratio", po::value(&c->center_ratio)->default_value(c->center_ratio),
-      "center sampling: the central fraction of the image")(
-      "queue_depth", po::value(&c->queue_depth)->default_value(c->queue_depth),
-      "samples the reader prefetches");
-  po::options_description model("model");
-  model.add_options()("feature_net", po::value(&c->feature_net)->default_value(c->feature_net),
-                      "ibrnet | small")(
-      "coarse_feat_dim", po::value(&c->coarse_feat_dim)->default_value(c->coarse_feat_dim),
-      "coarse feature channels")(
-      "fine_feat_dim", po::value(&c->fine_feat_dim)->default_value(c->fine_feat_dim),
-      "fine feature channels")("coarse_only", flag(&c->coarse_only), "no fine network")(
-      "anti_alias_pooling", flag(&c->anti_alias_pooling), "IBRNet's anti-alias pooling")(
-      "N_samples", po::value(&c->N_samples)->default_value(c->N_samples), "coarse samples per ray")(
-      "N_importance", po::value(&c->N_importance)->default_value(c->N_importance),
-      "importance samples per ray")("inv_uniform", flag(&c->inv_uniform),
-                                    "sample uniformly in inverse depth")(
-      "det", flag(&c->det), "deterministic samples")("white_bkgd", flag(&c->white_bkgd),
-                                                     "composite on white")(
-      "delta", po::value(&c->delta)->default_value(c->delta), "unit (IBRNet) | interval (NeRF)")(
-      "device", po::value(&c->device)->default_value(c->device),
-      "auto | cpu | cuda: where the step runs (auto: a GPU when there is one)")(
-      "precision", po::value(&c->precision)->default_value(c->precision),
-      "fp32 | bf16 | fp16: the GPU step's GEMMs (fp32 weights, activations and gradients)")(
-      "loss_scale", po::value(&c->loss_scale)->default_value(c->loss_scale),
-      "fp16: the initial dynamic loss scale")(
-      "loss_scale_window", po::value(&c->loss_scale_window)->default_value(c->loss_scale_window),
-      "fp16: finite steps in a row before the loss scale doubles");
-  po::options_description optimisation("optimisation");
-  optimisation.add_options()("lrate_feature",
-                             po::value(&c->lrate_feature)->default_value(c->lrate_feature),
-                             "learning rate of the feature network")(
-      "lrate_mlp", po::value(&c->lrate_mlp)->default_value(c->lrate_mlp),
-      "learning rate of the aggregation networks")(
-      "lrate_decay_factor", po::value(&c->lrate_decay_factor)->default_value(c->lrate_decay_factor),
-      "learning-rate decay factor")(
-      "lrate_decay_steps", po::value(&c->lrate_decay_steps)->default_value(c->lrate_decay_steps),
-      "steps between decays")("grad_clip", po::value(&c->grad_clip)->default_value(c->grad_clip),
-                              "max global gradient norm (0: off)");
-  po::options_description distributed("data-parallel (mpirun / srun: one rank per core or GPU)");
-  distributed.add_options()("accumulation_steps",
-                            po::value(&c->accumulation_steps)->default_value(c->accumulation_steps),
-                            "micro-steps of N_rand rays per rank before each update")(
-      "lr_scaling", po::value(&c->lr_scaling)->default_value(c->lr_scaling),
-      "none | linear | sqrt: learning rates times ranks, or its square root")(
-      "bucket_mb", po::value(&c->bucket_mb)->default_value(c->bucket_mb),
-      "gradient all-reduce bucket size in MB")(
-      "overlap_allreduce", flag(&c->overlap_allreduce),
-      "all-reduce gradient buckets during the backward pass")(
-      "allreduce_dtype", po::value(&c->allreduce_dtype)->default_value(c->allreduce_dtype),
-      "fp32 | bf16: gradients travel as float or bfloat16 (half the bytes)")(
-      "watchdog_s", po::value(&c->watchdog_s)->default_value(c->watchdog_s),
-      "seconds a rank may wait for the others before the job is ended")(
-      "nan_policy", po::value(&c->nan_policy)->default_value(c->nan_policy),
-      "skip | stop: on a non-finite loss or gradient, skip the update, or checkpoint the last "
-      "good state and stop")("allow_shared_shards", flag(&c->allow_shared_shards),
-                             "let ranks share shards when there are fewer shards than ranks");
+// The text of a member's value, as to_text writes it and parsing reads it back.
+std::string text_of(const Member& member, const TrainConfig& c) {
+  std::ostringstream out;
+  out.precision(17);
+  std::visit(
+      [&](const auto& m) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(m)>, EnumMember>) {
+          out << m.get(c);
+        } else {
+          out << c.*m;
+        }
+      },
+      member);
+  return out.str();
+}
+
+// The Program_options of every row into `c` (enumerated ones into `enum_texts`, by row), under
+// their groups, with TrainConfig's defaults.
+po::options_description options(TrainConfig* c, std::vector<std::string>* enum_texts,
+                                std::string* resume) {
+  const TrainConfig defaults;
+  enum_texts->resize(keys().size());
+  std::map<std::string, po::options_description> groups;
+  for (const char* group : kGroups) groups.emplace(group, po::options_description(group));
+  for (size_t i = 0; i < keys().size(); ++i) {
+    const Key& key = keys()[i];
+    const std::string initial = text_of(key.member, defaults);
+    const po::value_semantic* semantic = std::visit(
+        [&](const auto& m) -> const po::value_semantic* {
+          using M = std::decay_t<decltype(m)>;
+          if constexpr (std::is_same_v<M, EnumMember>) {
+            (*enum_texts)[i] = initial;
+            return po::value(&(*enum_texts)[i])->default_value(initial, initial);
+          } else if constexpr (std::is_same_v<M, bool TrainConfig::*>) {
+            // `key = true|false|1|0` in files and `--key` or `--key true` on the command line,
+            // as IBRNet's configargparse flags are written.
+            return po::value(&(c->*m))->implicit_value(true)->default_value(defaults.*m);
+          } else {
+            auto* value = po::value(&(c->*m));
+            return initial.empty() ? value : value->default_value(defaults.*m, initial);
+          }
+        },
+        key.member);
+    std::string help = key.help;
+    if (const auto* e = std::get_if<EnumMember>(&key.member)) help = e->names + ": " + help;
+    groups.at(key.group).add_options()(key.name, semantic, help.c_str());
+    if (std::string(key.name) == "init_ckpt") {
+      groups.at("run").add_options()(
+          "resume", po::value(resume)->default_value(*resume),
+          "auto | none | PATH: from the run's newest checkpoint, afresh (no_reload), or from PATH "
+          "(ckpt_path)");
+    }
+  }
   po::options_description all;
-  all.add(run).add(data).add(model).add(optimisation).add(distributed);
+  for (const char* group : kGroups) all.add(groups.at(group));
   return all;
 }
 
@@ -123,60 +321,12 @@ void check(bool ok, const std::string& key, const std::string& what) {
   if (!ok) throw InvalidArgument("config key '" + key + "': " + what);
 }
 
-void validate(const TrainConfig& c) {
-  check(!c.datadir.empty(), "datadir", "is required (a folder written by mvibr prep)");
-  check(!c.expname.empty() && c.expname.find('/') == std::string::npos, "expname",
-        "must be a non-empty name without '/'");
-  check(c.n_iters >= 0, "n_iters", "must be >= 0");
-  check(c.i_print >= 1 && c.i_img >= 1 && c.i_weights >= 1, "i_print/i_img/i_weights",
-        "must be >= 1");
-  check(c.keep_checkpoints >= 1, "keep_checkpoints", "must be >= 1");
-  check(c.N_rand >= 1, "N_rand", "must be >= 1");
-  check(c.chunk_size >= 1, "chunk_size", "must be >= 1");
-  check(c.num_source_views >= 1, "num_source_views", "must be >= 1");
-  check(c.source_pool >= c.num_source_views, "source_pool", "must be >= num_source_views");
-  check(c.sample_mode == "uniform" || c.sample_mode == "center", "sample_mode",
-        "must be uniform or center, got '" + c.sample_mode + "'");
-  check(c.center_ratio > 0 && c.center_ratio <= 1, "center_ratio", "must be in (0, 1]");
-  check(c.queue_depth >= 1, "queue_depth", "must be >= 1");
-  check(c.feature_net == "ibrnet" || c.feature_net == "small", "feature_net",
-        "must be ibrnet or small, got '" + c.feature_net + "'");
-  check(c.coarse_feat_dim >= 1 && c.fine_feat_dim >= 1, "coarse_feat_dim/fine_feat_dim",
-        "must be >= 1");
-  check(c.N_samples >= 1, "N_samples", "must be >= 1");
-  check(c.N_importance >= 0, "N_importance", "must be >= 0");
-  check(c.coarse_only || c.N_importance == 0 || c.N_samples >= 3, "N_samples",
-        "must be >= 3 for importance sampling");
-  check(c.delta == "unit" || c.delta == "interval", "delta",
-        "must be unit or interval, got '" + c.delta + "'");
-  check(c.device == "auto" || c.device == "cpu" || c.device == "cuda", "device",
-        "must be auto, cpu or cuda, got '" + c.device + "'");
-  check(c.precision == "fp32" || c.precision == "bf16" || c.precision == "fp16", "precision",
-        "must be fp32, bf16 or fp16, got '" + c.precision + "'");
-  check(c.precision == "fp32" || c.device != "cpu", "precision",
-        c.precision + " needs the GPU step; device = cpu is fp32 only");
-  check(c.loss_scale > 0, "loss_scale", "must be > 0");
-  check(c.loss_scale_window >= 1, "loss_scale_window", "must be >= 1");
-  check(c.lrate_feature >= 0 && c.lrate_mlp >= 0, "lrate_feature/lrate_mlp", "must be >= 0");
-  check(c.lrate_decay_factor > 0 && c.lrate_decay_steps >= 1,
-        "lrate_decay_factor/lrate_decay_steps", "must be positive");
-  check(c.grad_clip >= 0, "grad_clip", "must be >= 0");
-  check(c.accumulation_steps >= 1, "accumulation_steps", "must be >= 1");
-  check(c.lr_scaling == "none" || c.lr_scaling == "linear" || c.lr_scaling == "sqrt", "lr_scaling",
-        "must be none, linear or sqrt, got '" + c.lr_scaling + "'");
-  check(c.bucket_mb > 0, "bucket_mb", "must be > 0");
-  check(c.watchdog_s > 0, "watchdog_s", "must be > 0");
-  check(c.allreduce_dtype == "fp32" || c.allreduce_dtype == "bf16", "allreduce_dtype",
-        "must be fp32 or bf16, got '" + c.allreduce_dtype + "'");
-  check(c.nan_policy == "skip" || c.nan_policy == "stop", "nan_policy",
-        "must be skip or stop, got '" + c.nan_policy + "'");
-}
-
 }  // namespace
 
 bool parse_train_config(const std::vector<std::string>& args, TrainConfig* config) {
   std::string resume = kResumeFromNewest;
-  po::options_description all = options(config, &resume);
+  std::vector<std::string> enum_texts;
+  po::options_description all = options(config, &enum_texts, &resume);
   std::string file;
   po::options_description general("general");
   general.add_options()("help,h", "print this help")(
@@ -199,6 +349,12 @@ bool parse_train_config(const std::vector<std::string>& args, TrainConfig* confi
   } catch (const po::error& e) {
     throw InvalidArgument(e.what());
   }
+  for (size_t i = 0; i < keys().size(); ++i) {
+    if (const auto* e = std::get_if<EnumMember>(&keys()[i].member)) {
+      check(e->set(*config, enum_texts[i]), keys()[i].name,
+            "must be " + e->choices + ", got '" + enum_texts[i] + "'");
+    }
+  }
   if (resume == "none") {
     check(config->ckpt_path.empty(), "resume", "is none, but ckpt_path names a checkpoint");
     config->no_reload = true;
@@ -207,43 +363,34 @@ bool parse_train_config(const std::vector<std::string>& args, TrainConfig* confi
           "names " + resume + ", but ckpt_path names " + config->ckpt_path);
     config->ckpt_path = resume;
   }
-  validate(*config);
+  for (const Key& key : keys()) {
+    if (key.check.holds) check(key.check.holds(*config), key.name, key.check.requirement);
+  }
   return true;
 }
 
 std::string train_config_help() {
   TrainConfig defaults;
+  std::vector<std::string> enum_texts;
   std::string resume = kResumeFromNewest;
   std::ostringstream out;
-  out << "usage: mvibr train --config FILE [--key value ...]\n\n" << options(&defaults, &resume);
+  out << "usage: mvibr train --config FILE [--key value ...]\n\n"
+      << options(&defaults, &enum_texts, &resume);
   return out.str();
 }
 
+std::vector<ConfigKeyName> train_config_keys() {
+  std::vector<ConfigKeyName> names;
+  for (const Key& key : keys()) names.push_back({key.name, key.in_text});
+  return names;
+}
+
 std::string TrainConfig::to_text() const {
-  std::ostringstream out;
-  out.precision(17);
-  out << "expname = " << expname << "\nbasedir = " << basedir << "\ndatadir = " << datadir
-      << "\nseed = " << seed << "\nn_iters = " << n_iters << "\ni_print = " << i_print
-      << "\ni_img = " << i_img << "\ni_weights = " << i_weights
-      << "\nkeep_checkpoints = " << keep_checkpoints << "\nN_rand = " << N_rand
-      << "\nchunk_size = " << chunk_size << "\nnum_source_views = " << num_source_views
-      << "\nsource_pool = " << source_pool << "\nsample_mode = " << sample_mode
-      << "\ncenter_ratio = " << center_ratio << "\nqueue_depth = " << queue_depth
-      << "\nfeature_net = " << feature_net << "\ncoarse_feat_dim = " << coarse_feat_dim
-      << "\nfine_feat_dim = " << fine_feat_dim << "\ncoarse_only = " << coarse_only
-      << "\nanti_alias_pooling = " << anti_alias_pooling << "\nN_samples = " << N_samples
-      << "\nN_importance = " << N_importance << "\ninv_uniform = " << inv_uniform
-      << "\ndet = " << det << "\nwhite_bkgd = " << white_bkgd << "\ndelta = " << delta
-      << "\ndevice = " << device << "\nprecision = " << precision << "\nloss_scale = " << loss_scale
-      << "\nloss_scale_window = " << loss_scale_window << "\nlrate_feature = " << lrate_feature
-      << "\nlrate_mlp = " << lrate_mlp << "\nlrate_decay_factor = " << lrate_decay_factor
-      << "\nlrate_decay_steps = " << lrate_decay_steps << "\ngrad_clip = " << grad_clip
-      << "\naccumulation_steps = " << accumulation_steps << "\nlr_scaling = " << lr_scaling
-      << "\nbucket_mb = " << bucket_mb << "\noverlap_allreduce = " << overlap_allreduce
-      << "\nallreduce_dtype = " << allreduce_dtype << "\nwatchdog_s = " << watchdog_s
-      << "\nnan_policy = " << nan_policy << "\nallow_shared_shards = " << allow_shared_shards
-      << "\n";
-  return out.str();
+  std::string text;
+  for (const Key& key : keys()) {
+    if (key.in_text) text += std::string(key.name) + " = " + text_of(key.member, *this) + "\n";
+  }
+  return text;
 }
 
 }  // namespace mvibr::train

@@ -30,13 +30,12 @@ namespace mvibr::train {
 
 // The compositing the config asks for (delta, white_bkgd), for both steps.
 inline CompositeOptions composite_options(const TrainConfig& c) {
-  return {c.delta == "interval" ? DeltaMode::kInterval : DeltaMode::kUnit, c.white_bkgd};
+  return {c.delta, c.white_bkgd};
 }
 
-// Whether the config's `device` (auto | cpu | cuda) selects the CUDA step: `cuda` throws
-// InvalidArgument unless the CUDA backend is built and a device is present; `auto` takes the
-// device when there is one.
-bool use_cuda_step(const std::string& device);
+// Whether the config's `device` selects the CUDA step: kCuda throws InvalidArgument unless the
+// CUDA backend is built and a device is present; kAuto takes the device when there is one.
+bool use_cuda_step(Device device);
 
 // The source views of a sample as the host holds them: cameras [V] and images [V,H,W,3] in [0,1].
 struct HostSources {

@@ -46,9 +46,10 @@ class CudaStep final : public DeviceStep {
       net_fine_ = std::make_unique<nn::cuda::IbrnetAggregator>(*net_fine);
       fine_offset_ = net_fine->parameter_offset();
     }
-    context_.set_gemm_precision(config.precision == "bf16"   ? nn::cuda::GemmPrecision::kBf16
-                                : config.precision == "fp16" ? nn::cuda::GemmPrecision::kFp16
-                                                             : nn::cuda::GemmPrecision::kFp32);
+    context_.set_gemm_precision(
+        config.precision == Precision::kBf16   ? nn::cuda::GemmPrecision::kBf16
+        : config.precision == Precision::kFp16 ? nn::cuda::GemmPrecision::kFp16
+                                               : nn::cuda::GemmPrecision::kFp32);
   }
 
   // GradScaler scales the mean loss; the backward here starts from the summed squared error, up to
@@ -56,7 +57,7 @@ class CudaStep final : public DeviceStep {
   // fp16 GEMM inputs stay as far from 65504 as PyTorch's do). fp32 and bf16 take it as it is.
   void set_loss_scale(double scale) override {
     double mean_divisor = 1;
-    if (config_.precision == "fp16") {
+    if (config_.precision == Precision::kFp16) {
       while (mean_divisor < 3.0 * config_.N_rand) mean_divisor *= 2;
     }
     gradient_scale_ = scale / mean_divisor;
@@ -348,10 +349,10 @@ std::unique_ptr<DeviceStep> make_cuda_step(const TrainConfig& config,
   return std::make_unique<CudaStep>(config, feature_net, net_coarse, net_fine);
 }
 
-bool use_cuda_step(const std::string& device) {
-  if (device == "cpu") return false;
+bool use_cuda_step(Device device) {
+  if (device == Device::kCpu) return false;
   const bool available = cuda_device_count() > 0;
-  if (device == "cuda" && !available) {
+  if (device == Device::kCuda && !available) {
     throw InvalidArgument("config key 'device': cuda, but no CUDA device is visible");
   }
   return available;

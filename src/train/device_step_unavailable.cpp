@@ -11,8 +11,8 @@ std::unique_ptr<DeviceStep> make_cuda_step(const TrainConfig&, const nn::ResUNet
   throw RuntimeFailure("this mvibr was built without CUDA (configure with MVIBR_CUDA=ON)");
 }
 
-bool use_cuda_step(const std::string& device) {
-  if (device == "cuda") {
+bool use_cuda_step(Device device) {
+  if (device == Device::kCuda) {
     throw InvalidArgument(
         "config key 'device': cuda, but this mvibr was built without CUDA (configure with "
         "MVIBR_CUDA=ON)");

@@ -97,8 +97,8 @@ struct IbrnetModel::State {
     }
     if (runs_on_device(c)) {
       device = make_cuda_step(c, feature_net, net_coarse, net_fine.get());
-    } else if (c.precision != "fp32") {
-      throw InvalidArgument("config key 'precision': " + c.precision +
+    } else if (c.precision != Precision::kFp32) {
+      throw InvalidArgument(std::string("config key 'precision': ") + name_of(c.precision) +
                             " needs the GPU step, and this run has no CUDA device (the CPU "
                             "step is fp32)");
     }

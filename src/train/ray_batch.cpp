@@ -5,18 +5,16 @@
 
 namespace mvibr::train {
 
-RayBatch select_rays(const data::View& target, int n_rays, const std::string& sample_mode,
+RayBatch select_rays(const data::View& target, int n_rays, SampleMode sample_mode,
                      double center_ratio, RandomKey key, uint32_t first_ray) {
   const int width = target.camera.width, height = target.camera.height;
   if (target.rgb.size() != size_t(width) * height * 3) {
     throw InvalidArgument("target view " + target.name + " has no pixels loaded");
   }
   int border_x = 0, border_y = 0;
-  if (sample_mode == "center") {
+  if (sample_mode == SampleMode::kCenter) {
     border_x = int(width * (1 - center_ratio) / 2);
     border_y = int(height * (1 - center_ratio) / 2);
-  } else if (sample_mode != "uniform") {
-    throw InvalidArgument("sample_mode must be uniform or center, got '" + sample_mode + "'");
   }
   const uint32_t span_x = uint32_t(width - 2 * border_x), span_y = uint32_t(height - 2 * border_y);
   RayBatch batch;

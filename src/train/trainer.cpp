@@ -59,8 +59,8 @@ class NullBuffer : public std::streambuf {
 };
 
 double lr_factor(const TrainConfig& c, int ranks) {
-  if (c.lr_scaling == "linear") return double(ranks);
-  if (c.lr_scaling == "sqrt") return std::sqrt(double(ranks));
+  if (c.lr_scaling == LrScaling::kLinear) return double(ranks);
+  if (c.lr_scaling == LrScaling::kSqrt) return std::sqrt(double(ranks));
   return 1.0;
 }
 
@@ -191,13 +191,14 @@ std::string describe_job(const TrainConfig& c, const RankContext& context,
       << " on " << (t.host.empty() ? "this host" : t.host) << "), backend "
       << (comm.size() > 1 || comm.backend() == "nccl" ? comm.backend() : "none") << ", "
       << (device >= 0 ? "GPU " + std::to_string(device) + " (" + cuda_device_description(device) +
-                            ", " + c.precision + " GEMMs)"
+                            ", " + name_of(c.precision) + " GEMMs)"
                       : std::string("CPU"))
       << "; global batch " << c.N_rand * c.accumulation_steps * comm.size() << " rays (N_rand "
       << c.N_rand << " x " << c.accumulation_steps << " micro-steps x " << comm.size()
       << " ranks); " << parameters << " parameters in " << buckets
-      << " all-reduce bucket(s) of <= " << c.bucket_mb << " MB (" << c.allreduce_dtype << ")";
-  if (c.lr_scaling != "none") out << "; learning rates x " << lr_factor(c, comm.size());
+      << " all-reduce bucket(s) of <= " << c.bucket_mb << " MB (" << name_of(c.allreduce_dtype)
+      << ")";
+  if (c.lr_scaling != LrScaling::kNone) out << "; learning rates x " << lr_factor(c, comm.size());
   out << "\n";
   return out.str();
 }
@@ -318,7 +319,7 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
   TrainSummary summary;
   summary.run_dir = (fs::path(config.basedir) / config.expname).string();
   // fp16 GEMMs scale the loss (1 and never changed otherwise).
-  const bool fp16 = config.precision == "fp16";
+  const bool fp16 = config.precision == Precision::kFp16;
   DynamicLossScale loss_scale(fp16 ? config.loss_scale : 1.0, config.loss_scale_window);
   // A GPU rank drives device local_rank % devices, chosen before the model allocates on it.
   const int device = runs_on_device(config) ? dist::select_device(context.topology) : -1;
@@ -347,17 +348,18 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
     if (device_ranks != 0 && device_ranks != ranks) {
       throw InvalidArgument("config key 'device': " + std::to_string(int(device_ranks)) + " of " +
                             std::to_string(ranks) + " ranks found a CUDA device (device = " +
-                            config.device + "); give every rank one, or set device = cpu");
+                            name_of(config.device) + "); give every rank one, or set device = cpu");
     }
     // One GPU rank too: its reduction is a copy, and single-GPU runs take the multi-GPU path.
-    if (model.on_device() && config.allreduce_dtype == "fp32") {
+    if (model.on_device() && config.allreduce_dtype == AllreduceDtype::kFp32) {
       nccl = dist::make_nccl_communicator(*comm, device, config.watchdog_s);
       if (watchdog) watchdog->abort_on_stall(nccl.get());
     }
   }
   dist::GradientBuckets buckets(nccl ? *nccl : *comm, ready_order,
                                 size_t(config.bucket_mb * 1024 * 1024), dist::ReduceOp::kSum,
-                                config.overlap_allreduce, config.allreduce_dtype == "bf16");
+                                config.overlap_allreduce,
+                                config.allreduce_dtype == AllreduceDtype::kBf16);
   log << describe_job(config, context, nccl ? *nccl : *comm, device, params.size(),
                       buckets.buckets().size());
 
@@ -482,7 +484,7 @@ TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const Ran
                                (std::isfinite(result.loss) ? "gradient" : "loss") +
                                " is not finite (loss " + std::to_string(result.loss) +
                                ", gradient norm " + std::to_string(norm) + ")";
-      if (config.nan_policy == "stop") {
+      if (config.nan_policy == NanPolicy::kStop) {
         nn::TrainingState state{config.to_text(), all_cursors(*comm, reader.cursor()), config.seed};
         std::string written;
         on_root(*comm, [&] {

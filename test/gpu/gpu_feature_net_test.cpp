@@ -216,7 +216,7 @@ nn::ResUNetOptions narrow_options() {
 }
 
 nn::ResUNetOptions coarse_only_options() {
-  nn::ResUNetOptions options = nn::ResUNetOptions::preset("small");
+  nn::ResUNetOptions options = nn::ResUNetOptions::preset(nn::ResUNetPreset::kSmall);
   options.coarse_only = true;
   options.blocks = {2, 1, 3};
   return options;
@@ -229,11 +229,11 @@ TEST_F(CudaFeatureNet, MatchesCpuNetwork) {
     int views, height, width;
   };
   const Case cases[] = {
-      {"small 32x40", nn::ResUNetOptions::preset("small"), 2, 32, 40},
+      {"small 32x40", nn::ResUNetOptions::preset(nn::ResUNetPreset::kSmall), 2, 32, 40},
       {"narrow 37x53", narrow_options(), 2, 37, 53},
       {"small coarse only 35x45", coarse_only_options(), 1, 35, 45},
       // Not smaller: layer3's 2x3 planes put fp32 itself outside the bounds (see above).
-      {"ibrnet 64x80", nn::ResUNetOptions::preset("ibrnet"), 2, 64, 80},
+      {"ibrnet 64x80", nn::ResUNetOptions::preset(nn::ResUNetPreset::kIbrnet), 2, 64, 80},
   };
   uint64_t seed = 1000;
   for (const Case& c : cases) {
@@ -265,7 +265,7 @@ TEST_F(CudaFeatureNet, MatchesCpuNetwork) {
 }
 
 TEST_F(CudaFeatureNet, ReusedWorkspaceGivesIdenticalResults) {
-  const nn::ResUNetOptions options = nn::ResUNetOptions::preset("small");
+  const nn::ResUNetOptions options = nn::ResUNetOptions::preset(nn::ResUNetPreset::kSmall);
   Network net(options, 77);
   const Inputs small = make_inputs(options, 2, 32, 40, 78);
   const Inputs larger = make_inputs(options, 3, 48, 64, 79);
@@ -297,7 +297,7 @@ TEST_F(CudaFeatureNet, ReusedWorkspaceGivesIdenticalResults) {
 }
 
 TEST_F(CudaFeatureNet, RejectsBadCalls) {
-  const nn::ResUNetOptions options = nn::ResUNetOptions::preset("small");
+  const nn::ResUNetOptions options = nn::ResUNetOptions::preset(nn::ResUNetPreset::kSmall);
   Network net(options, 5);
   nn::cuda::ResUNet gpu(*net.cpu);
   EXPECT_EQ(gpu.options().out_channels(), options.out_channels());

@@ -114,7 +114,7 @@ TEST_F(TrainParallel, TwoRanksOfBTrainAsOneRankOfTwoB) {
 TEST_F(TrainParallel, Bfloat16AllReduceTrainsCloseToFloat) {
   std::ostringstream log;
   TrainConfig fp32 = config("fp32", 6, 32), bf16 = config("bf16", 6, 32);
-  bf16.allreduce_dtype = "bf16";
+  bf16.allreduce_dtype = AllreduceDtype::kBf16;
   const TrainSummary a = train(fp32, log, both());
   const TrainSummary b = train(bf16, log, both());
   if (world_->rank() == 0) {

@@ -66,7 +66,7 @@ void write_model_case(const train::TrainConfig& c, const train::IbrnetModel& mod
       {"N_importance", c.N_importance},
       {"inv_uniform", c.inv_uniform},
       {"det", c.det},
-      {"delta", c.delta},
+      {"delta", name_of(c.delta)},
       {"white_bkgd", c.white_bkgd},
       {"anti_alias_pooling", c.anti_alias_pooling},
       {"attention_mask",

@@ -1,5 +1,7 @@
 // The training configuration: IBRNet's key names from a file and the command line (which
-// wins), a round trip through to_text, and errors that name the key and the file.
+// wins), a round trip through to_text, errors that name the key and the file, and every key of
+// the table parsed, listed in --help and carried by to_text (so checkpoints and the cross-rank
+// check see it).
 #include "mvibr/train/config.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +10,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 
 #include "mvibr/core/error.h"
 
@@ -100,6 +104,108 @@ TEST(TrainConfig, ResumeIsAutoNoneOrACheckpoint) {
   EXPECT_NE(error_of({"--datadir", "d", "--resume", "a.h5", "--ckpt_path", "b.h5"})
                 .find("'resume': names a.h5, but ckpt_path names b.h5"),
             std::string::npos);
+}
+
+// A value other than the default for every key, as to_text writes it back: a key added to the
+// table without one here fails, and so does one dropped from the table, from --help, from
+// parsing or from to_text.
+const std::map<std::string, std::string> kOtherValues = {
+    {"expname", "other"},
+    {"basedir", "elsewhere"},
+    {"datadir", "data2"},
+    {"seed", "7"},
+    {"n_iters", "9"},
+    {"i_print", "3"},
+    {"i_img", "4"},
+    {"i_weights", "5"},
+    {"keep_checkpoints", "2"},
+    {"ckpt_path", "c.h5"},
+    {"no_reload", "1"},
+    {"init_ckpt", "i.h5"},
+    {"N_rand", "77"},
+    {"chunk_size", "99"},
+    {"num_source_views", "4"},
+    {"source_pool", "30"},
+    {"sample_mode", "center"},
+    {"center_ratio", "0.5"},
+    {"queue_depth", "2"},
+    {"feature_net", "small"},
+    {"coarse_feat_dim", "8"},
+    {"fine_feat_dim", "9"},
+    {"coarse_only", "1"},
+    {"anti_alias_pooling", "0"},
+    {"N_samples", "12"},
+    {"N_importance", "0"},
+    {"inv_uniform", "1"},
+    {"det", "1"},
+    {"white_bkgd", "1"},
+    {"delta", "interval"},
+    {"device", "cpu"},
+    {"precision", "bf16"},
+    {"loss_scale", "1024"},
+    {"loss_scale_window", "10"},
+    {"lrate_feature", "0.25"},
+    {"lrate_mlp", "0.125"},
+    {"lrate_decay_factor", "0.75"},
+    {"lrate_decay_steps", "11"},
+    {"grad_clip", "2.5"},
+    {"accumulation_steps", "3"},
+    {"lr_scaling", "sqrt"},
+    {"bucket_mb", "1.5"},
+    {"overlap_allreduce", "0"},
+    {"allreduce_dtype", "bf16"},
+    {"watchdog_s", "60"},
+    {"nan_policy", "stop"},
+    {"allow_shared_shards", "1"},
+};
+
+TEST(TrainConfig, EveryKeyIsParsedListedAndCarried) {
+  const std::string help = train_config_help();
+  TrainConfig defaults;
+  ASSERT_TRUE(parse_train_config({"--datadir", "d"}, &defaults));
+  std::set<std::string> in_table;
+  for (const ConfigKeyName& key : train_config_keys()) {
+    SCOPED_TRACE(key.name);
+    in_table.insert(key.name);
+    EXPECT_NE(help.find("--" + key.name + " "), std::string::npos);
+    const auto other = kOtherValues.find(key.name);
+    ASSERT_NE(other, kOtherValues.end()) << "no test value for a key of the table";
+    // precision bf16 needs the GPU step, which device = cpu refuses: it is set with cuda.
+    std::vector<std::string> args = {"--" + key.name, other->second};
+    if (key.name != "datadir") args.insert(args.end(), {"--datadir", "d"});
+    if (key.name == "precision") args.insert(args.end(), {"--device", "auto"});
+    TrainConfig config;
+    ASSERT_TRUE(parse_train_config(args, &config));
+    const std::string line = key.name + " = " + other->second + "\n";
+    if (key.in_text) {
+      EXPECT_NE(config.to_text().find(line), std::string::npos) << config.to_text();
+      EXPECT_EQ(defaults.to_text().find(line), std::string::npos);
+      const ConfigFile file(config.to_text());
+      TrainConfig again;
+      ASSERT_TRUE(parse_train_config({"--config", file.path.string()}, &again));
+      EXPECT_EQ(again.to_text(), config.to_text());
+    } else {
+      EXPECT_EQ(config.to_text(), defaults.to_text());  // where a run starts, not what it trains
+      EXPECT_EQ(config.to_text().find(key.name + " = "), std::string::npos);
+      EXPECT_TRUE(config.ckpt_path == "c.h5" || config.no_reload || config.init_ckpt == "i.h5");
+    }
+  }
+  for (const auto& [name, value] : kOtherValues) {
+    EXPECT_EQ(in_table.count(name), 1u) << name << " is no longer a key of the table";
+  }
+}
+
+TEST(TrainConfig, EnumeratedKeysNameTheirChoices) {
+  EXPECT_NE(error_of({"--datadir", "d", "--device", "gpu"})
+                .find("config key 'device': must be auto, cpu or cuda, got 'gpu'"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--datadir", "d", "--sample_mode", "edges"})
+                .find("config key 'sample_mode': must be uniform or center, got 'edges'"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--datadir", "d", "--device", "cpu", "--precision", "fp16"})
+                .find("config key 'precision': needs the GPU step"),
+            std::string::npos);
+  EXPECT_NE(train_config_help().find("fp32 | bf16 | fp16: "), std::string::npos);
 }
 
 }  // namespace

@@ -95,7 +95,7 @@ void check_step(bool inv_uniform, const std::string& name) {
   const TrainConfig config = testing::three_source_config(inv_uniform);
   const data::TrainingSample sample = testing::three_source_sample();
   const RandomKey key{7, 3};
-  const RayBatch rays = select_rays(sample.target, config.N_rand, "center", 0.8, key, 0);
+  const RayBatch rays = select_rays(sample.target, config.N_rand, SampleMode::kCenter, 0.8, key, 0);
   IbrnetModel model(config);
   model.initialize(11);
 

@@ -20,7 +20,7 @@ data::View test_view(int width, int height) {
 
 TEST(RayBatch, PixelsAreInsideWithTheirColours) {
   const data::View view = test_view(40, 30);
-  const RayBatch batch = select_rays(view, 2000, "uniform", 0.8, {3, 4}, 0);
+  const RayBatch batch = select_rays(view, 2000, SampleMode::kUniform, 0.8, {3, 4}, 0);
   std::set<std::pair<int, int>> distinct;
   for (int r = 0; r < 2000; ++r) {
     const int u = int(batch.pixels[2 * r]), v = int(batch.pixels[2 * r + 1]);
@@ -36,7 +36,7 @@ TEST(RayBatch, PixelsAreInsideWithTheirColours) {
 
 TEST(RayBatch, CenterSamplingKeepsAwayFromTheBorder) {
   const data::View view = test_view(40, 30);
-  const RayBatch batch = select_rays(view, 500, "center", 0.5, {3, 4}, 0);
+  const RayBatch batch = select_rays(view, 500, SampleMode::kCenter, 0.5, {3, 4}, 0);
   for (int r = 0; r < 500; ++r) {
     EXPECT_GE(batch.pixels[2 * r], 10);
     EXPECT_LT(batch.pixels[2 * r], 30);
@@ -47,13 +47,13 @@ TEST(RayBatch, CenterSamplingKeepsAwayFromTheBorder) {
 
 TEST(RayBatch, TwoRanksDrawTheSamePixelsAsOne) {
   const data::View view = test_view(64, 48);
-  const RayBatch whole = select_rays(view, 64, "uniform", 0.8, {1, 9}, 0);
-  const RayBatch first = select_rays(view, 32, "uniform", 0.8, {1, 9}, 0);
-  const RayBatch second = select_rays(view, 32, "uniform", 0.8, {1, 9}, 32);
+  const RayBatch whole = select_rays(view, 64, SampleMode::kUniform, 0.8, {1, 9}, 0);
+  const RayBatch first = select_rays(view, 32, SampleMode::kUniform, 0.8, {1, 9}, 0);
+  const RayBatch second = select_rays(view, 32, SampleMode::kUniform, 0.8, {1, 9}, 32);
   std::vector<float> joined = first.pixels;
   joined.insert(joined.end(), second.pixels.begin(), second.pixels.end());
   EXPECT_EQ(joined, whole.pixels);
-  EXPECT_NE(select_rays(view, 64, "uniform", 0.8, {1, 10}, 0).pixels, whole.pixels);
+  EXPECT_NE(select_rays(view, 64, SampleMode::kUniform, 0.8, {1, 10}, 0).pixels, whole.pixels);
 }
 
 }  // namespace

@@ -235,7 +235,7 @@ TEST_F(TrainerTest, MicroStepsOfBTrainAsOneStepOfTwoB) {
 TEST_F(TrainerTest, NonFiniteLossesFollowTheNanPolicy) {
   TrainConfig c = small_config("nan-stop", 6);
   c.lrate_feature = c.lrate_mlp = 1e30;
-  c.nan_policy = "stop";
+  c.nan_policy = NanPolicy::kStop;
   std::ostringstream log;
   try {
     train(c, log);
@@ -249,7 +249,7 @@ TEST_F(TrainerTest, NonFiniteLossesFollowTheNanPolicy) {
             nn::checkpoint_path((fs::path(c.basedir) / c.expname).string(), 1));
 
   c.expname = "nan-skip";
-  c.nan_policy = "skip";
+  c.nan_policy = NanPolicy::kSkip;
   try {
     train(c, log);
     FAIL() << "every update was skipped and training went on";

@@ -50,8 +50,8 @@ inline data::TrainingSample three_source_sample() {
 // rays, 16 + 8 samples, on the CPU.
 inline TrainConfig three_source_config(bool inv_uniform) {
   TrainConfig c;
-  c.device = "cpu";
-  c.feature_net = "small";
+  c.device = Device::kCpu;
+  c.feature_net = nn::ResUNetPreset::kSmall;
   c.coarse_feat_dim = c.fine_feat_dim = 16;
   c.N_rand = 48;
   c.N_samples = 16;
@@ -67,7 +67,7 @@ inline TrainConfig small_config(const std::filesystem::path& root, const std::st
   c.expname = name;
   c.basedir = (root / "runs").string();
   c.datadir = (root / "data").string();
-  c.feature_net = "small";
+  c.feature_net = nn::ResUNetPreset::kSmall;
   c.coarse_feat_dim = c.fine_feat_dim = 8;
   c.N_rand = n_rand;
   c.N_samples = 16;
@@ -76,7 +76,7 @@ inline TrainConfig small_config(const std::filesystem::path& root, const std::st
   c.source_pool = 6;
   c.n_iters = n_iters;
   c.seed = 3;
-  c.device = "cpu";  // the CPU step is deterministic to the bit, which resume tests rely on
+  c.device = Device::kCpu;  // the CPU step is deterministic to the bit, which resume tests rely on
   return c;
 }
 

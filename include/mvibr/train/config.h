@@ -1,13 +1,30 @@
-// The training configuration under the names IBRNet and DynIBaR users know (`key = value` lines,
-// as in IBRNet's configs/*.txt), read from a file and the command line (the command line wins).
-// Unknown keys and bad values are errors naming the key and where it came from.
+// The training configuration under the names IBRNet and DynIBaR users know.
+// - `key = value` lines, as in IBRNet's configs/*.txt, from a file and the command line (the
+//   command line wins); unknown keys and bad values are errors naming the key.
+// - One table of keys (config.cpp) drives parsing, checking, --help, to_text and so the
+//   cross-rank comparison; enumerated options are enums, named once (core/enum_names.h).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "mvibr/core/enum_names.h"
+#include "mvibr/nn/feature_net.h"
+#include "mvibr/render/volume_rendering.h"
+#include "mvibr/train/ray_batch.h"
+
 namespace mvibr::train {
+
+// Where the step runs: auto is the rank's GPU (local rank % devices) when this build has CUDA
+// and the process sees a device, else the CPU.
+enum class Device { kAuto, kCpu, kCuda };
+// The GPU step's dense-layer GEMMs (nn::cuda::GemmPrecision); parameters, activations and
+// gradients stay fp32.
+enum class Precision { kFp32, kBf16, kFp16 };
+enum class LrScaling { kNone, kLinear, kSqrt };  // learning rates x 1, x ranks, x sqrt(ranks)
+enum class AllreduceDtype { kFp32, kBf16 };      // how gradients travel
+enum class NanPolicy { kSkip, kStop };           // on a non-finite loss or gradient
 
 struct TrainConfig {
   // Run
@@ -28,25 +45,22 @@ struct TrainConfig {
   int N_rand = 512;       // rays per step (per rank)
   int chunk_size = 4096;  // rays per forward chunk when rendering
   int num_source_views = 10;
-  int source_pool = 20;                 // sources are drawn from this many nearest views
-  std::string sample_mode = "uniform";  // uniform | center
+  int source_pool = 20;  // sources are drawn from this many nearest views
+  SampleMode sample_mode = SampleMode::kUniform;
   double center_ratio = 0.8;
   int queue_depth = 4;
   // Model
-  std::string feature_net = "ibrnet";  // ibrnet | small
+  nn::ResUNetPreset feature_net = nn::ResUNetPreset::kIbrnet;
   int coarse_feat_dim = 32, fine_feat_dim = 32;
   bool coarse_only = false;
   bool anti_alias_pooling = true;
   int N_samples = 64, N_importance = 64;
   bool inv_uniform = false, det = false, white_bkgd = false;
-  std::string delta = "unit";  // unit (IBRNet) | interval (NeRF)
-  // auto | cpu | cuda: where the step runs (auto: the rank's GPU, local rank % devices, when
-  // this build has CUDA and the process sees a device; else the CPU).
-  std::string device = "auto";
-  // fp32 | bf16 | fp16: the GPU step's dense-layer GEMMs (nn::cuda::GemmPrecision); parameters,
-  // activations and gradients stay fp32. fp16 scales the loss dynamically (loss_scale.h), from
-  // loss_scale, doubling after loss_scale_window finite steps. The CPU step is fp32 only.
-  std::string precision = "fp32";
+  DeltaMode delta = DeltaMode::kUnit;  // unit (IBRNet) | interval (NeRF)
+  Device device = Device::kAuto;
+  // fp16 scales the loss dynamically (loss_scale.h), from loss_scale, doubling after
+  // loss_scale_window finite steps. The CPU step is fp32 only.
+  Precision precision = Precision::kFp32;
   double loss_scale = 65536;
   int loss_scale_window = 2000;
   // Optimisation
@@ -58,13 +72,13 @@ struct TrainConfig {
   // rank takes its own target view and accumulates accumulation_steps micro-steps of N_rand of
   // its rays before the update (memory for N_rand rays, the batch of all of them).
   int accumulation_steps = 1;
-  std::string lr_scaling = "none";       // none | linear | sqrt: rates x ranks or x sqrt(ranks)
-  double bucket_mb = 25;                 // gradient all-reduce bucket size
-  bool overlap_allreduce = true;         // all-reduce buckets while the backward pass goes on
-  std::string allreduce_dtype = "fp32";  // fp32 | bf16: how gradients travel
-  double watchdog_s = 300;               // longest wait for the other ranks before ending the job
-  std::string nan_policy = "skip";       // skip | stop on a non-finite loss or gradient
-  bool allow_shared_shards = false;      // fewer shards than ranks: share them round-robin
+  LrScaling lr_scaling = LrScaling::kNone;
+  double bucket_mb = 25;          // gradient all-reduce bucket size
+  bool overlap_allreduce = true;  // all-reduce buckets while the backward pass goes on
+  AllreduceDtype allreduce_dtype = AllreduceDtype::kFp32;
+  double watchdog_s = 300;  // longest wait for the other ranks before ending the job
+  NanPolicy nan_policy = NanPolicy::kSkip;
+  bool allow_shared_shards = false;  // fewer shards than ranks: share them round-robin
 
   // The config as `key = value` lines in a fixed order, every key except ckpt_path, no_reload
   // and init_ckpt (they say where a run starts, not what it trains): stored in checkpoints and
@@ -81,4 +95,48 @@ bool parse_train_config(const std::vector<std::string>& args, TrainConfig* confi
 // The whole option list, for `mvibr train --help`.
 std::string train_config_help();
 
+// The keys of the table, in its order, and whether to_text carries each.
+struct ConfigKeyName {
+  std::string name;
+  bool in_text;
+};
+std::vector<ConfigKeyName> train_config_keys();
+
 }  // namespace mvibr::train
+
+namespace mvibr {
+template <>
+struct EnumNames<DeltaMode> {
+  static constexpr std::pair<DeltaMode, const char*> values[] = {
+      {DeltaMode::kUnit, "unit"}, {DeltaMode::kInterval, "interval"}};
+};
+template <>
+struct EnumNames<train::Device> {
+  static constexpr std::pair<train::Device, const char*> values[] = {
+      {train::Device::kAuto, "auto"}, {train::Device::kCpu, "cpu"}, {train::Device::kCuda, "cuda"}};
+};
+template <>
+struct EnumNames<train::Precision> {
+  static constexpr std::pair<train::Precision, const char*> values[] = {
+      {train::Precision::kFp32, "fp32"},
+      {train::Precision::kBf16, "bf16"},
+      {train::Precision::kFp16, "fp16"}};
+};
+template <>
+struct EnumNames<train::LrScaling> {
+  static constexpr std::pair<train::LrScaling, const char*> values[] = {
+      {train::LrScaling::kNone, "none"},
+      {train::LrScaling::kLinear, "linear"},
+      {train::LrScaling::kSqrt, "sqrt"}};
+};
+template <>
+struct EnumNames<train::AllreduceDtype> {
+  static constexpr std::pair<train::AllreduceDtype, const char*> values[] = {
+      {train::AllreduceDtype::kFp32, "fp32"}, {train::AllreduceDtype::kBf16, "bf16"}};
+};
+template <>
+struct EnumNames<train::NanPolicy> {
+  static constexpr std::pair<train::NanPolicy, const char*> values[] = {
+      {train::NanPolicy::kSkip, "skip"}, {train::NanPolicy::kStop, "stop"}};
+};
+}  // namespace mvibr

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "mvibr/core/enum_names.h"
 #include "mvibr/core/philox.h"
 #include "mvibr/data/scene.h"
 
@@ -19,9 +20,19 @@ struct RayBatch {
   std::vector<float> target_rgb;  // [R,3] in [0,1]
 };
 
-// sample_mode "uniform": any pixel; "center": IBRNet's center sampling, pixels at least
-// (1 - center_ratio) / 2 of the size away from every border.
-RayBatch select_rays(const data::View& target, int n_rays, const std::string& sample_mode,
+// kUniform: any pixel; kCenter: IBRNet's center sampling, pixels at least (1 - center_ratio) / 2
+// of the size away from every border.
+enum class SampleMode { kUniform, kCenter };
+
+RayBatch select_rays(const data::View& target, int n_rays, SampleMode sample_mode,
                      double center_ratio, RandomKey key, uint32_t first_ray);
 
 }  // namespace mvibr::train
+
+namespace mvibr {
+template <>
+struct EnumNames<train::SampleMode> {
+  static constexpr std::pair<train::SampleMode, const char*> values[] = {
+      {train::SampleMode::kUniform, "uniform"}, {train::SampleMode::kCenter, "center"}};
+};
+}  // namespace mvibr
