@@ -28,7 +28,7 @@
 #include "mvibr/train/loss_scale.h"
 #include "mvibr/train/monitor.h"
 #include "mvibr/train/run_directory.h"
-#include "mvibr/train/tensorboard.h"
+#include "metrics_log.h"
 
 namespace mvibr::train {
 
@@ -203,66 +203,6 @@ std::string describe_job(const TrainConfig& c, const RankContext& context,
   return out.str();
 }
 
-// Busy times of ranks differing by more than this fraction of the fastest one's get a warning.
-constexpr double kImbalanceWarning = 0.2;
-
-// One monitored value: its TensorBoard tag and its metrics.jsonl key.
-struct Scalar {
-  const char* tag;
-  const char* key;
-  double value;
-};
-
-// Rank 0's record of the run: metrics.jsonl (one JSON object per line) and the event files, both
-// written with every value, so scripts and TensorBoard see the same numbers.
-class MetricsLog {
- public:
-  explicit MetricsLog(const std::string& run_dir)
-      : jsonl_(fs::path(run_dir) / "metrics.jsonl", std::ios::app),
-        events_((fs::path(run_dir) / "tb").string()) {
-    // Every digit of a double, so a script reads back the value that was logged.
-    jsonl_.precision(17);
-  }
-
-  // `extra`: values for the JSON line alone (counts, not curves).
-  void write(uint64_t step, const std::vector<Scalar>& scalars,
-             const std::vector<std::pair<std::string, double>>& extra = {}) {
-    std::vector<std::pair<std::string, double>> tagged;
-    jsonl_ << "{\"step\": " << step;
-    for (const Scalar& s : scalars) {
-      jsonl_ << ", \"" << s.key << "\": " << s.value;
-      tagged.emplace_back(s.tag, s.value);
-    }
-    for (const auto& [key, value] : extra) jsonl_ << ", \"" << key << "\": " << value;
-    jsonl_ << "}\n" << std::flush;
-    events_.scalars(step, tagged);
-  }
-
-  void image(const std::string& tag, uint64_t step, const RgbImage& image) {
-    events_.image(tag, step, image);
-  }
-
- private:
-  std::ofstream jsonl_;
-  EventWriter events_;
-};
-
-// The ranks' busy parts of an interval (every rank calls it), per update, on every rank.
-std::vector<std::vector<std::pair<std::string, double>>> gather_busy_parts(
-    dist::Communicator& comm, const IntervalTimes& interval) {
-  std::vector<std::pair<std::string, double>> mine = interval.busy_parts();
-  for (auto& part : mine) part.second /= double(std::max<uint64_t>(1, interval.steps));
-  std::vector<double> values;
-  for (const auto& part : mine) values.push_back(part.second);
-  std::vector<double> all(values.size() * size_t(comm.size()));
-  comm.all_gather(values.data(), values.size() * sizeof(double), all.data());
-  std::vector<std::vector<std::pair<std::string, double>>> parts(size_t(comm.size()), mine);
-  for (size_t r = 0; r < parts.size(); ++r) {
-    for (size_t k = 0; k < mine.size(); ++k) parts[r][k].second = all[r * mine.size() + k];
-  }
-  return parts;
-}
-
 }  // namespace
 
 nn::AdamOptions adam_options(const TrainConfig& c, int ranks) {
@@ -289,347 +229,440 @@ data::ReaderOptions reader_options(const TrainConfig& c, int rank, int ranks) {
   return o;
 }
 
-TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const RankContext& context) {
-  std::unique_ptr<dist::Communicator> single;
-  dist::Communicator* comm = context.comm;
-  if (!comm) {
-    single = dist::single_process_communicator();
-    comm = single.get();
-  }
-  const int rank = comm->rank(), ranks = comm->size();
-  NullBuffer null_buffer;
-  std::ostream null_log(&null_buffer);
-  std::ostream& log = rank == 0 ? rank0_log : null_log;
+namespace {
 
+// One rank's training run as short named steps, which train() calls in turn: start (the
+// constructor), step, log, validate, checkpoint, stop on request, finish.
+class TrainingRun {
+ public:
+  TrainingRun(const TrainConfig& config, std::ostream& rank0_log, const RankContext& context);
+  bool finished() const { return adam_.steps() >= uint64_t(config_.n_iters); }
+  // One update: the sample, the forward and backward passes, the all-reduces and Adam. False
+  // when the update was skipped (fp16 overflow, a non-finite loss or gradient).
+  bool step();
+  void log_if_due();
+  void validate_if_due();
+  void checkpoint_if_due();
+  // True when a signal or the stop request asked to stop after this step.
+  bool stop_if_asked();
+  TrainSummary finish();
+
+ private:
+  dist::Communicator& communicator(const RankContext& context);
+  std::unique_ptr<IbrnetModel> start_ranks();
+  void save_checkpoint();
+
+  const TrainConfig& config_;
+  const RankContext& context_;
+  std::unique_ptr<dist::Communicator> single_;  // a job of one process
+  dist::Communicator& comm_;
+  const int rank_, ranks_;
+  NullBuffer null_buffer_;
+  std::ostream null_log_;
+  std::ostream& log_;
   // Declared before the watchdog, which aborts it on a stall: it outlives the watchdog's thread.
-  std::unique_ptr<dist::Communicator> nccl;
-  std::unique_ptr<dist::Watchdog> watchdog;
-  if (context.on_stall && ranks > 1) {
-    const std::string who = "rank " + std::to_string(rank) +
-                            (context.topology.host.empty() ? "" : " on " + context.topology.host);
-    watchdog = std::make_unique<dist::Watchdog>(
-        config.watchdog_s,
-        [who, handler = context.on_stall](const std::string& what) { handler(who + ": " + what); });
-  }
-  {
-    dist::Watchdog::Scope watch(watchdog.get(), "the config check at start");
-    dist::check_same_config(*comm, config.to_text());
-  }
+  std::unique_ptr<dist::Communicator> nccl_;
+  std::unique_ptr<dist::Watchdog> watchdog_;
+  TrainSummary summary_;
+  const bool fp16_;  // fp16 GEMMs scale the loss (1 and never changed otherwise)
+  DynamicLossScale loss_scale_;
+  int device_ = -1;  // the GPU of this rank, -1 on the CPU
+  std::unique_ptr<IbrnetModel> model_;
+  nn::ParameterSet& params_;
+  nn::Adam adam_;
+  std::unique_ptr<dist::GradientBuckets> buckets_;
+  std::unique_ptr<data::PrefetchReader> reader_;
+  // Validation renders one held-out view with a copy of the weights in a model of its own
+  // (deterministic samples, its own buffers), so training continues exactly as without it.
+  std::optional<data::TrainingSample> heldout_;
+  std::unique_ptr<IbrnetModel> validation_model_;
+  std::unique_ptr<RunDirectoryLock> run_lock_;
+  std::unique_ptr<MetricsLog> metrics_;
+  uint64_t rays_per_update_ = 0;
+  std::unique_ptr<Progress> progress_;
+  IntervalTimes interval_;  // since the last i_print
+  uint64_t logged_step_ = 0;
+  int consecutive_skips_ = 0;
+  // The last update.
+  std::string step_name_;
+  StepResult result_;
+  double grad_norm_ = 0;
+  int stop_reason_ = 0;
+};
 
-  TrainSummary summary;
-  summary.run_dir = (fs::path(config.basedir) / config.expname).string();
-  // fp16 GEMMs scale the loss (1 and never changed otherwise).
-  const bool fp16 = config.precision == Precision::kFp16;
-  DynamicLossScale loss_scale(fp16 ? config.loss_scale : 1.0, config.loss_scale_window);
-  // A GPU rank drives device local_rank % devices, chosen before the model allocates on it.
-  const int device = runs_on_device(config) ? dist::select_device(context.topology) : -1;
-  IbrnetModel model(config);
-  nn::ParameterSet& params = model.parameters();
-  nn::Adam adam(params, adam_options(config, ranks));
+dist::Communicator& TrainingRun::communicator(const RankContext& context) {
+  if (context.comm) return *context.comm;
+  single_ = dist::single_process_communicator();
+  return *single_;
+}
+
+TrainingRun::TrainingRun(const TrainConfig& config, std::ostream& rank0_log,
+                         const RankContext& context)
+    : config_(config),
+      context_(context),
+      comm_(communicator(context)),
+      rank_(comm_.rank()),
+      ranks_(comm_.size()),
+      null_log_(&null_buffer_),
+      log_(rank_ == 0 ? rank0_log : null_log_),
+      fp16_(config.precision == Precision::kFp16),
+      loss_scale_(fp16_ ? config.loss_scale : 1.0, config.loss_scale_window),
+      model_(start_ranks()),
+      params_(model_->parameters()),
+      adam_(params_, adam_options(config, ranks_)) {
   data::ReaderCursor cursor;
   {
-    dist::Watchdog::Scope watch(watchdog.get(), "the parameter broadcast at start");
-    cursor = restore_or_initialize(config, summary.run_dir, context.measure_only, *comm, &model,
-                                   &adam, log);
-    dist::check_same_parameters(*comm, params.values().data(), params.size(), "start");
+    dist::Watchdog::Scope watch(watchdog_.get(), "the parameter broadcast at start");
+    cursor = restore_or_initialize(config_, summary_.run_dir, context_.measure_only, comm_,
+                                   model_.get(), &adam_, log_);
+    dist::check_same_parameters(comm_, params_.values().data(), params_.size(), "start");
   }
-  summary.first_step = summary.last_step = adam.steps();
+  summary_.first_step = summary_.last_step = adam_.steps();
 
   std::vector<dist::GradientRange> ready_order;
-  for (const ParameterRange& r : model.gradient_ready_order()) {
+  for (const ParameterRange& r : model_->gradient_ready_order()) {
     ready_order.push_back({r.offset, r.count});
   }
   // GPU ranks all-reduce their gradients where they are, with NCCL on the device; the CPU ones,
   // and GPU ones asked for bf16 all-reduce (converted on the host), over MPI on the host.
   {
-    dist::Watchdog::Scope watch(watchdog.get(), "the NCCL set-up at start");
-    double device_ranks = model.on_device() ? 1 : 0;
-    comm->all_reduce(&device_ranks, 1, dist::ReduceOp::kSum);
-    if (device_ranks != 0 && device_ranks != ranks) {
+    dist::Watchdog::Scope watch(watchdog_.get(), "the NCCL set-up at start");
+    double device_ranks = model_->on_device() ? 1 : 0;
+    comm_.all_reduce(&device_ranks, 1, dist::ReduceOp::kSum);
+    if (device_ranks != 0 && device_ranks != ranks_) {
       throw InvalidArgument("config key 'device': " + std::to_string(int(device_ranks)) + " of " +
-                            std::to_string(ranks) + " ranks found a CUDA device (device = " +
-                            name_of(config.device) + "); give every rank one, or set device = cpu");
+                            std::to_string(ranks_) + " ranks found a CUDA device (device = " +
+                            name_of(config_.device) + "); give every rank one, or set device = cpu");
     }
     // One GPU rank too: its reduction is a copy, and single-GPU runs take the multi-GPU path.
-    if (model.on_device() && config.allreduce_dtype == AllreduceDtype::kFp32) {
-      nccl = dist::make_nccl_communicator(*comm, device, config.watchdog_s);
-      if (watchdog) watchdog->abort_on_stall(nccl.get());
+    if (model_->on_device() && config_.allreduce_dtype == AllreduceDtype::kFp32) {
+      nccl_ = dist::make_nccl_communicator(comm_, device_, config_.watchdog_s);
+      if (watchdog_) watchdog_->abort_on_stall(nccl_.get());
     }
   }
-  dist::GradientBuckets buckets(nccl ? *nccl : *comm, ready_order,
-                                size_t(config.bucket_mb * 1024 * 1024), dist::ReduceOp::kSum,
-                                config.overlap_allreduce,
-                                config.allreduce_dtype == AllreduceDtype::kBf16);
-  log << describe_job(config, context, nccl ? *nccl : *comm, device, params.size(),
-                      buckets.buckets().size());
+  dist::Communicator& gradients = nccl_ ? *nccl_ : comm_;
+  buckets_ = std::make_unique<dist::GradientBuckets>(
+      gradients, ready_order, size_t(config_.bucket_mb * 1024 * 1024), dist::ReduceOp::kSum,
+      config_.overlap_allreduce, config_.allreduce_dtype == AllreduceDtype::kBf16);
+  log_ << describe_job(config_, context_, gradients, device_, params_.size(),
+                       buckets_->buckets().size());
 
-  data::PrefetchReader reader(reader_options(config, rank, ranks), cursor);
-  // Validation renders one held-out view with a copy of the weights in a model of its own
-  // (deterministic samples, its own buffers), so training continues exactly as without it.
-  const std::optional<data::TrainingSample> heldout =
-      context.measure_only ? std::nullopt : first_heldout_sample(config);
-  std::unique_ptr<IbrnetModel> validation_model;
-  if (heldout) {
-    validation_model = std::make_unique<IbrnetModel>(evaluation_config(config));
-  } else if (!context.measure_only) {
-    log << "no test or val views in " << config.datadir << ": no held-out validation\n";
+  reader_ = std::make_unique<data::PrefetchReader>(reader_options(config_, rank_, ranks_), cursor);
+  if (!context_.measure_only) heldout_ = first_heldout_sample(config_);
+  if (heldout_) {
+    validation_model_ = std::make_unique<IbrnetModel>(evaluation_config(config_));
+  } else if (!context_.measure_only) {
+    log_ << "no test or val views in " << config_.datadir << ": no held-out validation\n";
   }
 
   // The run directory is made only once every rank has checked its inputs (the config, the
   // checkpoint to start from, its shards): a job that fails at start leaves nothing behind.
-  std::unique_ptr<RunDirectoryLock> run_lock;
-  std::unique_ptr<MetricsLog> metrics;
-  if (!context.measure_only) {
+  if (!context_.measure_only) {
     {
-      dist::Watchdog::Scope watch(watchdog.get(), "the input check at start");
+      dist::Watchdog::Scope watch(watchdog_.get(), "the input check at start");
       double ready = 1;
-      comm->all_reduce(&ready, 1, dist::ReduceOp::kSum);
+      comm_.all_reduce(&ready, 1, dist::ReduceOp::kSum);
     }
-    on_root(*comm, [&] {
-      run_lock = std::make_unique<RunDirectoryLock>(summary.run_dir, log);
-      std::ofstream(fs::path(summary.run_dir) / "config.txt") << config.to_text();
-      metrics = std::make_unique<MetricsLog>(summary.run_dir);
+    on_root(comm_, [&] {
+      run_lock_ = std::make_unique<RunDirectoryLock>(summary_.run_dir, log_);
+      std::ofstream(fs::path(summary_.run_dir) / "config.txt") << config_.to_text();
+      metrics_ = std::make_unique<MetricsLog>(summary_.run_dir);
     });
   }
-  if (const auto after = run_lock ? read_stop_request(summary.run_dir, log) : std::nullopt) {
-    log << "a stop request waits in " << stop_request_path(summary.run_dir) << ": stopping after "
-        << "step " << std::max(*after, summary.first_step + 1) << "\n";
+  if (const auto after = run_lock_ ? read_stop_request(summary_.run_dir, log_) : std::nullopt) {
+    log_ << "a stop request waits in " << stop_request_path(summary_.run_dir)
+         << ": stopping after step " << std::max(*after, summary_.first_step + 1) << "\n";
   }
+  rays_per_update_ =
+      uint64_t(config_.N_rand) * uint64_t(config_.accumulation_steps) * uint64_t(ranks_);
+  progress_ = std::make_unique<Progress>(log_, rank_ == 0 ? context_.progress_columns : 0,
+                                         summary_.first_step, uint64_t(config_.n_iters),
+                                         double(rays_per_update_));
+  logged_step_ = summary_.first_step;
+}
 
-  const uint64_t rays_per_update =
-      uint64_t(config.N_rand) * uint64_t(config.accumulation_steps) * uint64_t(ranks);
-  Progress progress(log, rank == 0 ? context.progress_columns : 0, summary.first_step,
-                    uint64_t(config.n_iters), double(rays_per_update));
-  IntervalTimes interval;  // since the last i_print
-  uint64_t logged_step = summary.first_step;
-  int consecutive_skips = 0;
-  while (adam.steps() < uint64_t(config.n_iters)) {
-    const uint64_t step = adam.steps();
-    const std::string step_name = "step " + std::to_string(step + 1);
-    const RandomKey key{config.seed, step};
-    StepReport report;
-    const auto step_start = std::chrono::steady_clock::now();
-    const double waited_before = reader.wait_seconds();
-    const data::TrainingSample sample = reader.next();
-    report.data_wait = reader.wait_seconds() - waited_before;
-    params.zero_grads();
-    model.set_loss_scale(loss_scale.scale());
-    model.begin_step(sample);
-    RaySums sums;
-    for (int m = 0; m < config.accumulation_steps; ++m) {
-      const uint32_t first_ray = uint32_t((rank * config.accumulation_steps + m) * config.N_rand);
-      const RayBatch rays = select_rays(sample.target, config.N_rand, config.sample_mode,
-                                        config.center_ratio, key, first_ray);
-      sums += model.accumulate(rays, key, first_ray);
-    }
-    // The loss sums, and whether a rank was asked to stop: by a signal (its number) or, on rank
-    // 0, by a stop request due after this step (kStopRequested, above every signal's number).
-    const int signal = context.stop_signal ? context.stop_signal->load() : 0;
-    const bool requested = run_lock && stop_request_due(summary.run_dir, step + 1, log);
-    double global[5] = {sums.squared_error_coarse, sums.squared_error_fine, sums.valid_coarse,
-                        sums.valid_fine, double(requested ? kStopRequested : signal)};
-    {
-      dist::Watchdog::Scope watch(watchdog.get(), "the loss all-reduce of " + step_name);
-      const auto reduce_start = std::chrono::steady_clock::now();
-      comm->all_reduce(global, 4, dist::ReduceOp::kSum);
-      comm->all_reduce(global + 4, 1, dist::ReduceOp::kMax);
-      report.loss_allreduce = seconds_since(reduce_start);
-    }
-    const int stop_reason = int(global[4]);
-    const double coarse_denominator = masked_mse_denominator(global[2]);
-    const double fine_denominator = masked_mse_denominator(global[3]);
-    const auto mark_ready = [&](ParameterRange r) { buckets.mark_ready(r.offset, r.count); };
-    {
-      // Without overlap the buckets are reduced inline, in the backward pass: watched with it.
-      dist::Watchdog::Scope watch(config.overlap_allreduce ? nullptr : watchdog.get(),
-                                  "the backward pass and gradient all-reduce of " + step_name);
-      if (nccl) {
-        buckets.begin(model.device_gradients());
-        model.end_step_on_device(coarse_denominator, fine_denominator, mark_ready);
-      } else {
-        buckets.begin(params.grads().data());
-        model.end_step(coarse_denominator, fine_denominator, mark_ready);
-      }
-    }
-    {
-      dist::Watchdog::Scope watch(config.overlap_allreduce ? watchdog.get() : nullptr,
-                                  "the gradient all-reduce of " + step_name);
-      buckets.finish();
-    }
-    if (nccl) model.gradients_to_host();
-    report.allreduce = buckets.communication_seconds();
-    report.allreduce_exposed = buckets.exposed_seconds();
-    const auto optimizer_start = std::chrono::steady_clock::now();
+// The watchdog, the same config on every rank, and the rank's device, before the model is made.
+std::unique_ptr<IbrnetModel> TrainingRun::start_ranks() {
+  if (context_.on_stall && ranks_ > 1) {
+    const std::string who = "rank " + std::to_string(rank_) +
+                            (context_.topology.host.empty() ? "" : " on " + context_.topology.host);
+    watchdog_ = std::make_unique<dist::Watchdog>(
+        config_.watchdog_s,
+        [who, handler = context_.on_stall](const std::string& what) { handler(who + ": " + what); });
+  }
+  {
+    dist::Watchdog::Scope watch(watchdog_.get(), "the config check at start");
+    dist::check_same_config(comm_, config_.to_text());
+  }
+  summary_.run_dir = (fs::path(config_.basedir) / config_.expname).string();
+  // A GPU rank drives device local_rank % devices, chosen before the model allocates on it.
+  device_ = runs_on_device(config_) ? dist::select_device(context_.topology) : -1;
+  return std::make_unique<IbrnetModel>(config_);
+}
 
-    StepResult result;
-    result.mse_coarse = global[0] / coarse_denominator;
-    result.mse_fine = global[1] / fine_denominator;
-    result.loss = result.mse_coarse + result.mse_fine;
-    const bool fine = !config.coarse_only && config.N_importance > 0;
-    result.psnr = mse_to_psnr(fine ? result.mse_fine : result.mse_coarse);
-    result.valid_rays = int(fine ? global[3] : global[2]);
-    // Every rank holds the same summed loss and gradients, so all decide alike.
-    const double norm = nn::global_grad_norm(params.grads().data(), params.size());
-    // fp16: gradients that overflowed at this loss scale skip the update at half the scale, as
-    // GradScaler does; below a scale of 1 they are not an overflow but a failure.
-    if (fp16 && std::isfinite(result.loss) && !std::isfinite(norm) && loss_scale.scale() >= 1) {
-      loss_scale.update(false);
-      progress.print("note: " + step_name + ": fp16 gradients overflowed; update skipped, loss " +
-                     "scale now " + std::to_string(loss_scale.scale()) + "\n");
-      continue;
-    }
-    if (fp16) loss_scale.update(std::isfinite(norm));
-    if (!std::isfinite(result.loss) || !std::isfinite(norm)) {
-      const std::string what = step_name + ": the " +
-                               (std::isfinite(result.loss) ? "gradient" : "loss") +
-                               " is not finite (loss " + std::to_string(result.loss) +
-                               ", gradient norm " + std::to_string(norm) + ")";
-      if (config.nan_policy == NanPolicy::kStop) {
-        nn::TrainingState state{config.to_text(), all_cursors(*comm, reader.cursor()), config.seed};
-        std::string written;
-        on_root(*comm, [&] {
-          written =
-              nn::save_checkpoint(summary.run_dir, params, adam, state, config.keep_checkpoints);
-        });
-        throw RuntimeFailure(what + "; stopped after writing the last good state to " +
-                             (rank == 0 ? written : "rank 0's run directory"));
-      }
-      ++summary.skipped_steps;
-      progress.print("warning: " + what + "; update skipped\n");
-      if (++consecutive_skips >= 10) {
-        throw RuntimeFailure(what + "; 10 updates in a row skipped, stopping");
-      }
-      continue;
-    }
-    consecutive_skips = 0;
-    adam.step(&params, norm);
-    const uint64_t done = adam.steps();
-    report.step = done;
-    report.optimizer = seconds_since(optimizer_start);
-    report.seconds = seconds_since(step_start);
-    report.phases = model.phase_times();
-    report.loss = result.loss;
-    report.psnr = result.psnr;
-    if (context.on_step) context.on_step(report);
-    interval.add(report);
-    progress.update(done, result.loss, result.psnr);
-    summary.last_step = done;
-    summary.last_loss = result.loss;
-    summary.last_psnr = result.psnr;
-
-    if (done % uint64_t(config.i_print) == 0 || done == uint64_t(config.n_iters)) {
-      {
-        dist::Watchdog::Scope watch(watchdog.get(), "the parameter check of " + step_name);
-        dist::check_same_parameters(*comm, params.values().data(), params.size(), step_name);
-      }
-      std::vector<std::vector<std::pair<std::string, double>>> parts;
-      {
-        dist::Watchdog::Scope watch(watchdog.get(), "the time gathering of " + step_name);
-        parts = gather_busy_parts(*comm, interval);
-      }
-      const Imbalance balance = assess_imbalance(parts);
-      double data_wait = 0;  // the rank that waited longest for its reader
-      for (const auto& rank_parts : parts) data_wait = std::max(data_wait, rank_parts[0].second);
-      const double steps = double(interval.steps);
-      const double step_seconds = interval.seconds / steps;
-      const double rays_per_second = double(rays_per_update) / step_seconds;
-      const double data_wait_fraction = data_wait / step_seconds;
-      const double allreduce_fraction = interval.allreduce / interval.seconds;
-      const double hidden =
-          interval.allreduce > 0
-              ? 1.0 - std::min(1.0, interval.allreduce_exposed / interval.allreduce)
-              : 0;
-      if (!progress.in_place()) {
-        char line[320];
-        std::snprintf(line, sizeof(line),
-                      "step %llu/%d  loss %.5f  psnr %.2f  rays/s %.0f  data wait %.1f%%  "
-                      "all-reduce %.1f%% (%.0f%% hidden)  eta %.0f s\n",
-                      (unsigned long long)done, config.n_iters, result.loss, result.psnr,
-                      rays_per_second, 100.0 * data_wait_fraction, 100.0 * allreduce_fraction,
-                      100.0 * hidden, progress.eta_seconds(done));
-        log << line << std::flush;
-      }
-      const std::string warning =
-          imbalance_warning(balance, kImbalanceWarning, logged_step + 1, done);
-      if (!warning.empty()) progress.print(warning);
-      if (metrics) {
-        metrics->write(
-            done,
-            {{"loss/total", "loss", result.loss},
-             {"loss/coarse", "mse_coarse", result.mse_coarse},
-             {"loss/fine", "mse_fine", result.mse_fine},
-             {"train/psnr", "psnr", result.psnr},
-             {"train/grad_norm", "grad_norm", norm},
-             {"lr/feature", "lr_feature", adam.learning_rate(nn::ParameterGroup::kFeature)},
-             {"lr/mlp", "lr_mlp", adam.learning_rate(nn::ParameterGroup::kMlp)},
-             {"throughput/rays_per_second", "rays_per_second", rays_per_second},
-             {"throughput/steps_per_second", "steps_per_second", 1.0 / step_seconds},
-             {"time/step_seconds", "step_seconds", step_seconds},
-             {"time/data_wait_fraction", "data_wait_fraction", data_wait_fraction},
-             {"time/busy_seconds_min", "busy_seconds_min", balance.busy_min},
-             {"time/busy_seconds_max", "busy_seconds_max", balance.busy_max},
-             {"time/imbalance", "imbalance", balance.imbalance},
-             {"allreduce/seconds", "allreduce_seconds", interval.allreduce / steps},
-             {"allreduce/exposed_seconds", "allreduce_exposed_seconds",
-              interval.allreduce_exposed / steps},
-             {"allreduce/hidden_fraction", "allreduce_hidden_fraction", hidden}},
-            {{"valid_rays", result.valid_rays},
-             {"ranks", ranks},
-             {"slowest_rank", balance.slow_rank},
-             {"interval_steps", steps}});
-      }
-      interval = IntervalTimes{};
-      logged_step = done;
-    }
-    if (heldout && done % uint64_t(config.i_img) == 0) {
-      validation_model->parameters().values() = params.values();
-      progress.print("step " + std::to_string(done) + "/" + std::to_string(config.n_iters) +
-                     "  validating (every i_img = " + std::to_string(config.i_img) +
-                     " steps): rendering held-out view " + std::to_string(heldout->target_view) +
-                     ", " + std::to_string(heldout->target.camera.width) + "x" +
-                     std::to_string(heldout->target.camera.height) + " pixels\n");
-      ViewMetrics m;
-      RgbImage rendered;
-      {
-        dist::Watchdog::Scope watch(watchdog.get(), "the validation of " + step_name);
-        m = validate(*validation_model, *heldout, RandomKey{config.seed, 0}, *comm, &rendered);
-      }
-      if (rank == 0) {
-        summary.heldout_psnr = m.psnr;
-        summary.heldout_ssim = m.ssim;
-        char line[256];
-        std::snprintf(line, sizeof(line), "step %llu/%d  held-out view %d  psnr %.2f  ssim %.4f\n",
-                      (unsigned long long)done, config.n_iters, m.view, m.psnr, m.ssim);
-        progress.print(line);
-        metrics->write(done, {{"heldout/psnr", "heldout_psnr", m.psnr},
-                              {"heldout/ssim", "heldout_ssim", m.ssim}});
-        metrics->image("heldout/rgb", done, rendered);
-      }
-    }
-    if (!context.measure_only && (stop_reason != 0 || done % uint64_t(config.i_weights) == 0 ||
-                                  done == uint64_t(config.n_iters))) {
-      dist::Watchdog::Scope watch(watchdog.get(), "the checkpoint of " + step_name);
-      const nn::TrainingState state{config.to_text(), all_cursors(*comm, reader.cursor()),
-                                    config.seed};
-      on_root(*comm, [&] {
-        summary.last_checkpoint =
-            nn::save_checkpoint(summary.run_dir, params, adam, state, config.keep_checkpoints);
-      });
-    }
-    if (stop_reason != 0 && done < uint64_t(config.n_iters)) {
-      summary.stopped_by = stop_reason == kStopRequested
-                               ? "the stop request " + stop_request_path(summary.run_dir)
-                               : signal_name(stop_reason);
-      progress.print("stopping at step " + std::to_string(done) + " on " + summary.stopped_by +
-                     "; checkpoint " + summary.last_checkpoint + "\n");
-      break;
+bool TrainingRun::step() {
+  const uint64_t index = adam_.steps();
+  step_name_ = "step " + std::to_string(index + 1);
+  const RandomKey key{config_.seed, index};
+  StepReport report;
+  const auto step_start = std::chrono::steady_clock::now();
+  const double waited_before = reader_->wait_seconds();
+  const data::TrainingSample sample = reader_->next();
+  report.data_wait = reader_->wait_seconds() - waited_before;
+  params_.zero_grads();
+  model_->set_loss_scale(loss_scale_.scale());
+  model_->begin_step(sample);
+  RaySums sums;
+  for (int m = 0; m < config_.accumulation_steps; ++m) {
+    const uint32_t first_ray = uint32_t((rank_ * config_.accumulation_steps + m) * config_.N_rand);
+    const RayBatch rays = select_rays(sample.target, config_.N_rand, config_.sample_mode,
+                                      config_.center_ratio, key, first_ray);
+    sums += model_->accumulate(rays, key, first_ray);
+  }
+  // The loss sums, and whether a rank was asked to stop: by a signal (its number) or, on rank
+  // 0, by a stop request due after this step (kStopRequested, above every signal's number).
+  const int signal = context_.stop_signal ? context_.stop_signal->load() : 0;
+  const bool requested = run_lock_ && stop_request_due(summary_.run_dir, index + 1, log_);
+  double global[5] = {sums.squared_error_coarse, sums.squared_error_fine, sums.valid_coarse,
+                      sums.valid_fine, double(requested ? kStopRequested : signal)};
+  {
+    dist::Watchdog::Scope watch(watchdog_.get(), "the loss all-reduce of " + step_name_);
+    const auto reduce_start = std::chrono::steady_clock::now();
+    comm_.all_reduce(global, 4, dist::ReduceOp::kSum);
+    comm_.all_reduce(global + 4, 1, dist::ReduceOp::kMax);
+    report.loss_allreduce = seconds_since(reduce_start);
+  }
+  stop_reason_ = int(global[4]);
+  const double coarse_denominator = masked_mse_denominator(global[2]);
+  const double fine_denominator = masked_mse_denominator(global[3]);
+  dist::GradientBuckets& buckets = *buckets_;
+  const auto mark_ready = [&](ParameterRange r) { buckets.mark_ready(r.offset, r.count); };
+  {
+    // Without overlap the buckets are reduced inline, in the backward pass: watched with it.
+    dist::Watchdog::Scope watch(config_.overlap_allreduce ? nullptr : watchdog_.get(),
+                                "the backward pass and gradient all-reduce of " + step_name_);
+    if (nccl_) {
+      buckets.begin(model_->device_gradients());
+      model_->end_step_on_device(coarse_denominator, fine_denominator, mark_ready);
+    } else {
+      buckets.begin(params_.grads().data());
+      model_->end_step(coarse_denominator, fine_denominator, mark_ready);
     }
   }
+  {
+    dist::Watchdog::Scope watch(config_.overlap_allreduce ? watchdog_.get() : nullptr,
+                                "the gradient all-reduce of " + step_name_);
+    buckets.finish();
+  }
+  if (nccl_) model_->gradients_to_host();
+  report.allreduce = buckets.communication_seconds();
+  report.allreduce_exposed = buckets.exposed_seconds();
+  const auto optimizer_start = std::chrono::steady_clock::now();
+
+  StepResult& result = result_;
+  result = StepResult{};
+  result.mse_coarse = global[0] / coarse_denominator;
+  result.mse_fine = global[1] / fine_denominator;
+  result.loss = result.mse_coarse + result.mse_fine;
+  const bool fine = !config_.coarse_only && config_.N_importance > 0;
+  result.psnr = mse_to_psnr(fine ? result.mse_fine : result.mse_coarse);
+  result.valid_rays = int(fine ? global[3] : global[2]);
+  // Every rank holds the same summed loss and gradients, so all decide alike.
+  const double norm = nn::global_grad_norm(params_.grads().data(), params_.size());
+  grad_norm_ = norm;
+  // fp16: gradients that overflowed at this loss scale skip the update at half the scale, as
+  // GradScaler does; below a scale of 1 they are not an overflow but a failure.
+  if (fp16_ && std::isfinite(result.loss) && !std::isfinite(norm) && loss_scale_.scale() >= 1) {
+    loss_scale_.update(false);
+    progress_->print("note: " + step_name_ + ": fp16 gradients overflowed; update skipped, loss " +
+                     "scale now " + std::to_string(loss_scale_.scale()) + "\n");
+    return false;
+  }
+  if (fp16_) loss_scale_.update(std::isfinite(norm));
+  if (!std::isfinite(result.loss) || !std::isfinite(norm)) {
+    const std::string what = step_name_ + ": the " +
+                             (std::isfinite(result.loss) ? "gradient" : "loss") +
+                             " is not finite (loss " + std::to_string(result.loss) +
+                             ", gradient norm " + std::to_string(norm) + ")";
+    if (config_.nan_policy == NanPolicy::kStop) {
+      save_checkpoint();
+      throw RuntimeFailure(what + "; stopped after writing the last good state to " +
+                           (rank_ == 0 ? summary_.last_checkpoint : "rank 0's run directory"));
+    }
+    ++summary_.skipped_steps;
+    progress_->print("warning: " + what + "; update skipped\n");
+    if (++consecutive_skips_ >= 10) {
+      throw RuntimeFailure(what + "; 10 updates in a row skipped, stopping");
+    }
+    return false;
+  }
+  consecutive_skips_ = 0;
+  adam_.step(&params_, norm);
+  const uint64_t done = adam_.steps();
+  report.step = done;
+  report.optimizer = seconds_since(optimizer_start);
+  report.seconds = seconds_since(step_start);
+  report.phases = model_->phase_times();
+  report.loss = result.loss;
+  report.psnr = result.psnr;
+  if (context_.on_step) context_.on_step(report);
+  interval_.add(report);
+  progress_->update(done, result.loss, result.psnr);
+  summary_.last_step = done;
+  summary_.last_loss = result.loss;
+  summary_.last_psnr = result.psnr;
+  return true;
+}
+
+// Every i_print steps and at the end: the ranks' parameters compared, the interval's times
+// gathered, a log line (or the progress line), an imbalance warning, the metrics.
+void TrainingRun::log_if_due() {
+  const uint64_t done = adam_.steps();
+  if (done % uint64_t(config_.i_print) != 0 && done != uint64_t(config_.n_iters)) return;
+  {
+    dist::Watchdog::Scope watch(watchdog_.get(), "the parameter check of " + step_name_);
+    dist::check_same_parameters(comm_, params_.values().data(), params_.size(), step_name_);
+  }
+  std::vector<std::vector<std::pair<std::string, double>>> parts;
+  {
+    dist::Watchdog::Scope watch(watchdog_.get(), "the time gathering of " + step_name_);
+    parts = gather_busy_parts(comm_, interval_);
+  }
+  const Imbalance balance = assess_imbalance(parts);
+  double data_wait = 0;  // the rank that waited longest for its reader
+  for (const auto& rank_parts : parts) data_wait = std::max(data_wait, rank_parts[0].second);
+  const IntervalTimes& interval = interval_;
+  const StepResult& result = result_;
+  const double steps = double(interval.steps);
+  const double step_seconds = interval.seconds / steps;
+  const double rays_per_second = double(rays_per_update_) / step_seconds;
+  const double data_wait_fraction = data_wait / step_seconds;
+  const double allreduce_fraction = interval.allreduce / interval.seconds;
+  const double hidden =
+      interval.allreduce > 0 ? 1.0 - std::min(1.0, interval.allreduce_exposed / interval.allreduce)
+                             : 0;
+  if (!progress_->in_place()) {
+    char line[320];
+    std::snprintf(line, sizeof(line),
+                  "step %llu/%d  loss %.5f  psnr %.2f  rays/s %.0f  data wait %.1f%%  "
+                  "all-reduce %.1f%% (%.0f%% hidden)  eta %.0f s\n",
+                  (unsigned long long)done, config_.n_iters, result.loss, result.psnr,
+                  rays_per_second, 100.0 * data_wait_fraction, 100.0 * allreduce_fraction,
+                  100.0 * hidden, progress_->eta_seconds(done));
+    log_ << line << std::flush;
+  }
+  const std::string warning = imbalance_warning(balance, kImbalanceWarning, logged_step_ + 1, done);
+  if (!warning.empty()) progress_->print(warning);
+  if (metrics_) {
+    metrics_->write(
+        done,
+        {{"loss/total", "loss", result.loss},
+         {"loss/coarse", "mse_coarse", result.mse_coarse},
+         {"loss/fine", "mse_fine", result.mse_fine},
+         {"train/psnr", "psnr", result.psnr},
+         {"train/grad_norm", "grad_norm", grad_norm_},
+         {"lr/feature", "lr_feature", adam_.learning_rate(nn::ParameterGroup::kFeature)},
+         {"lr/mlp", "lr_mlp", adam_.learning_rate(nn::ParameterGroup::kMlp)},
+         {"throughput/rays_per_second", "rays_per_second", rays_per_second},
+         {"throughput/steps_per_second", "steps_per_second", 1.0 / step_seconds},
+         {"time/step_seconds", "step_seconds", step_seconds},
+         {"time/data_wait_fraction", "data_wait_fraction", data_wait_fraction},
+         {"time/busy_seconds_min", "busy_seconds_min", balance.busy_min},
+         {"time/busy_seconds_max", "busy_seconds_max", balance.busy_max},
+         {"time/imbalance", "imbalance", balance.imbalance},
+         {"allreduce/seconds", "allreduce_seconds", interval.allreduce / steps},
+         {"allreduce/exposed_seconds", "allreduce_exposed_seconds",
+          interval.allreduce_exposed / steps},
+         {"allreduce/hidden_fraction", "allreduce_hidden_fraction", hidden}},
+        {{"valid_rays", result.valid_rays},
+         {"ranks", ranks_},
+         {"slowest_rank", balance.slow_rank},
+         {"interval_steps", steps}});
+  }
+  interval_ = IntervalTimes{};
+  logged_step_ = done;
+}
+
+// Every i_img steps: the held-out view rendered by all ranks, scored and logged by rank 0.
+void TrainingRun::validate_if_due() {
+  const uint64_t done = adam_.steps();
+  if (!heldout_ || done % uint64_t(config_.i_img) != 0) return;
+  validation_model_->parameters().values() = params_.values();
+  progress_->print("step " + std::to_string(done) + "/" + std::to_string(config_.n_iters) +
+                   "  validating (every i_img = " + std::to_string(config_.i_img) +
+                   " steps): rendering held-out view " + std::to_string(heldout_->target_view) +
+                   ", " + std::to_string(heldout_->target.camera.width) + "x" +
+                   std::to_string(heldout_->target.camera.height) + " pixels\n");
+  ViewMetrics m;
+  RgbImage rendered;
+  {
+    dist::Watchdog::Scope watch(watchdog_.get(), "the validation of " + step_name_);
+    m = validate(*validation_model_, *heldout_, RandomKey{config_.seed, 0}, comm_, &rendered);
+  }
+  if (rank_ != 0) return;
+  summary_.heldout_psnr = m.psnr;
+  summary_.heldout_ssim = m.ssim;
+  char line[256];
+  std::snprintf(line, sizeof(line), "step %llu/%d  held-out view %d  psnr %.2f  ssim %.4f\n",
+                (unsigned long long)done, config_.n_iters, m.view, m.psnr, m.ssim);
+  progress_->print(line);
+  metrics_->write(done, {{"heldout/psnr", "heldout_psnr", m.psnr},
+                         {"heldout/ssim", "heldout_ssim", m.ssim}});
+  metrics_->image("heldout/rgb", done, rendered);
+}
+
+// Every i_weights steps, at the end, and when asked to stop.
+void TrainingRun::checkpoint_if_due() {
+  const uint64_t done = adam_.steps();
+  if (context_.measure_only || (stop_reason_ == 0 && done % uint64_t(config_.i_weights) != 0 &&
+                                done != uint64_t(config_.n_iters))) {
+    return;
+  }
+  dist::Watchdog::Scope watch(watchdog_.get(), "the checkpoint of " + step_name_);
+  save_checkpoint();
+}
+
+// Rank 0 writes the parameters, Adam's state and every rank's data cursor.
+void TrainingRun::save_checkpoint() {
+  const nn::TrainingState state{config_.to_text(), all_cursors(comm_, reader_->cursor()),
+                                config_.seed};
+  on_root(comm_, [&] {
+    summary_.last_checkpoint =
+        nn::save_checkpoint(summary_.run_dir, params_, adam_, state, config_.keep_checkpoints);
+  });
+}
+
+bool TrainingRun::stop_if_asked() {
+  const uint64_t done = adam_.steps();
+  if (stop_reason_ == 0 || done >= uint64_t(config_.n_iters)) return false;
+  summary_.stopped_by = stop_reason_ == kStopRequested
+                            ? "the stop request " + stop_request_path(summary_.run_dir)
+                            : signal_name(stop_reason_);
+  progress_->print("stopping at step " + std::to_string(done) + " on " + summary_.stopped_by +
+                   "; checkpoint " + summary_.last_checkpoint + "\n");
+  return true;
+}
+
+TrainSummary TrainingRun::finish() {
   // The request is answered: the run stopped on it, or ended while it was due.
-  if (run_lock && stop_request_due(summary.run_dir, summary.last_step, log)) {
-    clear_stop_request(summary.run_dir);
+  if (run_lock_ && stop_request_due(summary_.run_dir, summary_.last_step, log_)) {
+    clear_stop_request(summary_.run_dir);
   }
-  return summary;
+  return summary_;
+}
+
+}  // namespace
+
+TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const RankContext& context) {
+  TrainingRun run(config, rank0_log, context);
+  while (!run.finished()) {
+    if (!run.step()) continue;
+    run.log_if_due();
+    run.validate_if_due();
+    run.checkpoint_if_due();
+    if (run.stop_if_asked()) break;
+  }
+  return run.finish();
 }
 
 }  // namespace mvibr::train
