@@ -14,6 +14,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "metrics_log.h"
 #include "mvibr/core/device.h"
 #include "mvibr/core/error.h"
 #include "mvibr/core/stopwatch.h"
@@ -28,7 +29,6 @@
 #include "mvibr/train/loss_scale.h"
 #include "mvibr/train/monitor.h"
 #include "mvibr/train/run_directory.h"
-#include "metrics_log.h"
 
 namespace mvibr::train {
 
@@ -331,8 +331,9 @@ TrainingRun::TrainingRun(const TrainConfig& config, std::ostream& rank0_log,
     comm_.all_reduce(&device_ranks, 1, dist::ReduceOp::kSum);
     if (device_ranks != 0 && device_ranks != ranks_) {
       throw InvalidArgument("config key 'device': " + std::to_string(int(device_ranks)) + " of " +
-                            std::to_string(ranks_) + " ranks found a CUDA device (device = " +
-                            name_of(config_.device) + "); give every rank one, or set device = cpu");
+                            std::to_string(ranks_) +
+                            " ranks found a CUDA device (device = " + name_of(config_.device) +
+                            "); give every rank one, or set device = cpu");
     }
     // One GPU rank too: its reduction is a copy, and single-GPU runs take the multi-GPU path.
     if (model_->on_device() && config_.allreduce_dtype == AllreduceDtype::kFp32) {
@@ -387,8 +388,9 @@ std::unique_ptr<IbrnetModel> TrainingRun::start_ranks() {
     const std::string who = "rank " + std::to_string(rank_) +
                             (context_.topology.host.empty() ? "" : " on " + context_.topology.host);
     watchdog_ = std::make_unique<dist::Watchdog>(
-        config_.watchdog_s,
-        [who, handler = context_.on_stall](const std::string& what) { handler(who + ": " + what); });
+        config_.watchdog_s, [who, handler = context_.on_stall](const std::string& what) {
+          handler(who + ": " + what);
+        });
   }
   {
     dist::Watchdog::Scope watch(watchdog_.get(), "the config check at start");
@@ -538,9 +540,9 @@ void TrainingRun::log_if_due() {
   const double rays_per_second = double(rays_per_update_) / step_seconds;
   const double data_wait_fraction = data_wait / step_seconds;
   const double allreduce_fraction = interval.allreduce / interval.seconds;
-  const double hidden =
-      interval.allreduce > 0 ? 1.0 - std::min(1.0, interval.allreduce_exposed / interval.allreduce)
-                             : 0;
+  const double hidden = interval.allreduce > 0
+                            ? 1.0 - std::min(1.0, interval.allreduce_exposed / interval.allreduce)
+                            : 0;
   if (!progress_->in_place()) {
     char line[320];
     std::snprintf(line, sizeof(line),
@@ -606,8 +608,8 @@ void TrainingRun::validate_if_due() {
   std::snprintf(line, sizeof(line), "step %llu/%d  held-out view %d  psnr %.2f  ssim %.4f\n",
                 (unsigned long long)done, config_.n_iters, m.view, m.psnr, m.ssim);
   progress_->print(line);
-  metrics_->write(done, {{"heldout/psnr", "heldout_psnr", m.psnr},
-                         {"heldout/ssim", "heldout_ssim", m.ssim}});
+  metrics_->write(
+      done, {{"heldout/psnr", "heldout_psnr", m.psnr}, {"heldout/ssim", "heldout_ssim", m.ssim}});
   metrics_->image("heldout/rgb", done, rendered);
 }
 
