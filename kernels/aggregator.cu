@@ -32,6 +32,7 @@
 #include "../src/cuda/nn_device.h"
 #include "aggregator_backward.cuh"
 #include "aggregator_forward.cuh"
+#include "mvibr/core/device.h"
 #include "mvibr/nn/cuda_aggregator.h"
 
 namespace mvibr::nn::cuda {
@@ -89,35 +90,6 @@ void dense_slice_backward(Context& context, const Linear& layer, size_t rows, in
                   grads + layer.weight_offset() + first,
                   with_bias && layer.has_bias() ? grads + layer.bias_offset() : nullptr);
 }
-
-// Device memory that grows on demand and never shrinks. Growing first waits for the stream, so
-// no queued work still uses the old allocation; the contents are not kept.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    if (data_) cudaFree(data_);  // waits for the device; errors cannot be reported here
-  }
-
-  char* reserve(size_t bytes, cudaStream_t stream) {
-    if (bytes > bytes_) {
-      MVIBR_CUDA_CHECK(cudaStreamSynchronize(stream));
-      if (data_) MVIBR_CUDA_CHECK(cudaFree(data_));
-      data_ = nullptr;
-      bytes_ = 0;
-      MVIBR_CUDA_CHECK(cudaMalloc(&data_, bytes));
-      bytes_ = bytes;
-    }
-    return static_cast<char*>(data_);
-  }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
 
 // Lays arrays out back to back from `base`, each on a 256-byte boundary (whole cache lines);
 // with a null base it only counts the bytes.
@@ -282,10 +254,10 @@ struct BackwardArrays {
 
 // Lays T's arrays out in `buffer`, grown to fit.
 template <typename T, typename... Args>
-T lay_out(DeviceBuffer& buffer, cudaStream_t stream, const Args&... args) {
+T lay_out(DeviceArray<char>& buffer, const Args&... args) {
   Carver count(nullptr);
   static_cast<void>(T(count, args...));  // counts the bytes
-  Carver carve(buffer.reserve(count.used(), stream));
+  Carver carve(buffer.reserve(count.used()));
   return T(carve, args...);
 }
 
@@ -306,7 +278,7 @@ struct IbrnetAggregator::Impl {
   const float* encoding(cudaStream_t stream) {
     if (!encoding_on_device) {
       const size_t bytes = positional_encoding.size() * sizeof(float);
-      float* table = reinterpret_cast<float*>(encoding_buffer.reserve(bytes, stream));
+      float* table = reinterpret_cast<float*>(encoding_buffer.reserve(bytes));
       MVIBR_CUDA_CHECK(cudaMemcpyAsync(table, positional_encoding.data(), bytes,
                                        cudaMemcpyHostToDevice, stream));
       encoding_on_device = table;
@@ -408,7 +380,7 @@ struct IbrnetAggregator::Impl {
   std::vector<float> positional_encoding;  // [n_samples_max, token], the CPU's table in float
 
   // inference_buffer: one chunk's activations for infer(), reused chunk after chunk.
-  DeviceBuffer encoding_buffer, forward_buffer, backward_buffer, inference_buffer;
+  DeviceArray<char> encoding_buffer, forward_buffer, backward_buffer, inference_buffer;
   const float* encoding_on_device = nullptr;
 
   // The last forward: its sizes, inputs and activations.
@@ -448,8 +420,7 @@ void IbrnetAggregator::forward(Context& context, int n_rays, int n_samples, int 
     return;
   }
 
-  const cudaStream_t stream = context.impl().stream;
-  im.activations.emplace(lay_out<ForwardArrays>(im.forward_buffer, stream, s, im.widths));
+  im.activations.emplace(lay_out<ForwardArrays>(im.forward_buffer, s, im.widths));
   im.run_forward(context, s, params, rgb_features, ray_diff, mask, rgb, sigma, *im.activations);
   im.has_forward = true;
 }
@@ -459,7 +430,6 @@ void IbrnetAggregator::infer(Context& context, int n_rays, int n_samples, int n_
                              const float* mask, float* rgb, float* sigma, size_t rows_per_chunk) {
   Impl& im = *impl_;
   im.check_sizes(n_rays, n_samples, n_views);
-  const cudaStream_t stream = context.impl().stream;
   const size_t ray_rows = size_t(n_samples) * size_t(n_views);
   const size_t chunk_rays = std::max<size_t>(1, rows_per_chunk / ray_rows);
   const size_t feature_width = size_t(im.widths.feature);  // colour and features per row
@@ -471,7 +441,7 @@ void IbrnetAggregator::infer(Context& context, int n_rays, int n_samples, int n_
     s.samples = s.rays * s.len;
     s.rows = s.samples * s.views;
     const size_t row = first * ray_rows, sample = first * size_t(n_samples);
-    const ForwardArrays a = lay_out<ForwardArrays>(im.inference_buffer, stream, s, im.widths);
+    const ForwardArrays a = lay_out<ForwardArrays>(im.inference_buffer, s, im.widths);
     im.run_forward(context, s, params, rgb_features + row * feature_width, ray_diff + row * 4,
                    mask + row, rgb + sample * 3, sigma + sample, a);
   }
@@ -479,8 +449,8 @@ void IbrnetAggregator::infer(Context& context, int n_rays, int n_samples, int n_
 
 size_t IbrnetAggregator::device_bytes() const {
   const Impl& im = *impl_;
-  return im.encoding_buffer.bytes() + im.forward_buffer.bytes() + im.backward_buffer.bytes() +
-         im.inference_buffer.bytes();
+  return im.encoding_buffer.size() + im.forward_buffer.size() + im.backward_buffer.size() +
+         im.inference_buffer.size();
 }
 
 // Mirrors forward from the outputs back, as backward_chunk does.
@@ -499,8 +469,7 @@ void IbrnetAggregator::backward(Context& context, const float* params, float* gr
   const Widths& w = im.widths;
   const nn::IbrnetAggregator::Layers& layers = im.layers;
   const ForwardArrays& a = *im.activations;
-  const BackwardArrays g =
-      lay_out<BackwardArrays>(im.backward_buffer, stream, s, w, im.anti_alias_pooling);
+  const BackwardArrays g = lay_out<BackwardArrays>(im.backward_buffer, s, w, im.anti_alias_pooling);
   const size_t n = s.rows, m = s.samples;
   const int V = int(s.views);
   const float* mask = im.kept_mask;

@@ -29,16 +29,6 @@ InstanceNormShape norm_shape(const MapBatch& maps) {
   return {maps.batch, maps.channels, int(maps.plane_size())};
 }
 
-// At least `count` floats in `buffer`. Growing frees the old buffer, which queued work may still
-// read, so it waits for the device first; that happens on the first call and when sizes grow.
-float* ensure(DeviceArray<float>& buffer, size_t count) {
-  if (buffer.size() < count) {
-    MVIBR_CUDA_CHECK(cudaDeviceSynchronize());
-    buffer = DeviceArray<float>(count);
-  }
-  return buffer.data();
-}
-
 float* zeroed(float* data, size_t count, StreamHandle stream) {
   MVIBR_CUDA_CHECK(cudaMemsetAsync(data, 0, count * sizeof(float), stream));
   return data;
@@ -77,7 +67,7 @@ struct ResUNet::Impl {
   MapBatch take(int batch, int channels, int height, int width) {
     MapBatch maps{nullptr, batch, channels, height, width};
     if (next == buffers.size()) buffers.emplace_back();
-    maps.data = ensure(buffers[next++], maps.size());
+    maps.data = buffers[next++].reserve(maps.size());
     return maps;
   }
 
@@ -87,7 +77,7 @@ struct ResUNet::Impl {
     MapBatch result = input;
     result.height += 2 * pad;
     result.width += 2 * pad;
-    result.data = ensure(padded, result.size());
+    result.data = padded.reserve(result.size());
     reflect_pad_forward(input.batch * input.channels, input.height, input.width, pad, input.data,
                         result.data, stream);
     return result;
@@ -252,7 +242,7 @@ void ResUNet::Impl::unit_backward(Context& context, int index, const float* para
   // No bias gradient: the instance norm subtracts each plane's mean, so it is exactly zero.
   conv2d_backward_weights(context, shape, conv_input.data, grad_out, grads + unit.weight, nullptr);
   if (!grad_in) return;
-  float* grad_conv_input = ensure(grad_padded, conv_input.size());
+  float* grad_conv_input = grad_padded.reserve(conv_input.size());
   conv2d_backward_data(context, shape, params + unit.weight, grad_out, grad_conv_input);
   if (pad > 0) {
     reflect_pad_backward(input.batch * input.channels, input.height, input.width, pad,
@@ -266,10 +256,10 @@ void ResUNet::Impl::block_backward(Context& context, const Block& block, const f
                                    float* grads, float* grad_out, float* grad_in) {
   const StreamHandle stream = context.stream();
   const size_t inner_size = records[size_t(block.conv1)].output.size();
-  float* inner = zeroed(ensure(grad_inner, inner_size), inner_size, stream);
+  float* inner = zeroed(grad_inner.reserve(inner_size), inner_size, stream);
   // Without a downsample the identity is the input itself: its gradient goes straight in.
   float* identity = block.downsample >= 0
-                        ? zeroed(ensure(grad_identity, inner_size), inner_size, stream)
+                        ? zeroed(grad_identity.reserve(inner_size), inner_size, stream)
                         : grad_in;
   unit_backward(context, block.conv2, params, grads, grad_out, inner, identity);
   if (block.downsample >= 0) {
@@ -292,8 +282,8 @@ void ResUNet::backward(Context& context, const float* params, float* grads,
   for (const auto& record : s.records) {
     largest = std::max({largest, record.input.size(), record.output.size()});
   }
-  float* grad_a = ensure(s.grad_a, largest);
-  float* grad_b = ensure(s.grad_b, largest);
+  float* grad_a = s.grad_a.reserve(largest);
+  float* grad_b = s.grad_b.reserve(largest);
   const auto spare = [&](const float* in_use) { return in_use == grad_a ? grad_b : grad_a; };
 
   // out_conv, from the two channels-last outputs.
@@ -326,7 +316,7 @@ void ResUNet::backward(Context& context, const float* params, float* grads,
     const MapBatch& encoder = s.stage_outputs[level.encoder_stage];
     const MapBatch& decoder = s.records[size_t(level.upconv)].output;
     skip_concat_backward(grad_skip, decoder, encoder, g,
-                         ensure(s.grad_skip[level.encoder_stage], encoder.size()), stream);
+                         s.grad_skip[level.encoder_stage].reserve(encoder.size()), stream);
     float* grad_up = zeroed(spare(g), level.up.size(), stream);
     s.unit_backward(context, level.upconv, params, grads, g, grad_up, nullptr);
     upsample2x_backward(level.up.batch * level.up.channels, level.up.height / 2, level.up.width / 2,

@@ -18,14 +18,6 @@ namespace mvibr::train {
 
 namespace {
 
-// Device arrays that grow to the largest size asked for and are then reused (cudaFree waits for
-// the device, so growing never frees memory that queued work still reads).
-template <typename T>
-T* grown(DeviceArray<T>& array, size_t count) {
-  if (array.size() < count) array = DeviceArray<T>(count);
-  return array.data();
-}
-
 // What one pass (coarse or fine) computes for a batch of rays, in device memory.
 struct DevicePass {
   int n_samples = 0;
@@ -66,31 +58,31 @@ class CudaStep final : public DeviceStep {
   void prepare_sources(const nn::ParameterSet& parameters, const HostSources& sources,
                        bool training) override {
     const size_t n_parameters = parameters.size();
-    copy_host_to_device(grown(params_, n_parameters), parameters.values().data(),
+    copy_host_to_device(params_.reserve(n_parameters), parameters.values().data(),
                         n_parameters * sizeof(float));
     if (training) {
-      grown(grads_, n_parameters);
+      grads_.reserve(n_parameters);
       device_memset_zero(grads_.data(), n_parameters * sizeof(float));
     }
     sources_ = sources;
     const size_t pixels = size_t(sources.n_views) * sources.height * sources.width * 3;
-    copy_host_to_device(grown(images_, pixels), sources.images, pixels * sizeof(float));
-    copy_host_to_device(grown(cameras_, size_t(sources.n_views)), sources.cameras,
+    copy_host_to_device(images_.reserve(pixels), sources.images, pixels * sizeof(float));
+    copy_host_to_device(cameras_.reserve(size_t(sources.n_views)), sources.cameras,
                         size_t(sources.n_views) * sizeof(PinholeCamera<float>));
     std::tie(feature_height_, feature_width_) =
         nn::ResUNet::output_size(sources.height, sources.width);
     const size_t cells = size_t(sources.n_views) * feature_height_ * feature_width_;
-    float* coarse_maps = grown(coarse_maps_, cells * size_t(config_.coarse_feat_dim));
+    float* coarse_maps = coarse_maps_.reserve(cells * size_t(config_.coarse_feat_dim));
     float* fine_maps =
-        config_.coarse_only ? nullptr : grown(fine_maps_, cells * size_t(config_.fine_feat_dim));
+        config_.coarse_only ? nullptr : fine_maps_.reserve(cells * size_t(config_.fine_feat_dim));
     feature_net_.forward(context_, sources.n_views, sources.height, sources.width, images_.data(),
                          params_.data(), coarse_maps, fine_maps);
     if (training) {
-      grown(grad_coarse_maps_, cells * size_t(config_.coarse_feat_dim));
+      grad_coarse_maps_.reserve(cells * size_t(config_.coarse_feat_dim));
       device_memset_zero(grad_coarse_maps_.data(),
                          cells * size_t(config_.coarse_feat_dim) * sizeof(float));
       if (!config_.coarse_only) {
-        grown(grad_fine_maps_, cells * size_t(config_.fine_feat_dim));
+        grad_fine_maps_.reserve(cells * size_t(config_.fine_feat_dim));
         device_memset_zero(grad_fine_maps_.data(),
                            cells * size_t(config_.fine_feat_dim) * sizeof(float));
       }
@@ -101,7 +93,7 @@ class CudaStep final : public DeviceStep {
   RaySums accumulate(const data::View& target, const float* pixels, const float* target_rgb,
                      int n_rays, RandomKey key, uint32_t first_ray, PhaseTimes* times) override {
     PhaseLaps laps;
-    copy_host_to_device(grown(target_rgb_, size_t(n_rays) * 3), target_rgb,
+    copy_host_to_device(target_rgb_.reserve(size_t(n_rays) * 3), target_rgb,
                         size_t(n_rays) * 3 * sizeof(float));
     make_rays(target, pixels, n_rays);
     sample_coarse(target, n_rays, key, first_ray);
@@ -213,11 +205,11 @@ class CudaStep final : public DeviceStep {
   }
 
   void make_rays(const data::View& target, const float* pixels, int n_rays) {
-    copy_host_to_device(grown(pixels_, size_t(n_rays) * 2), pixels,
+    copy_host_to_device(pixels_.reserve(size_t(n_rays) * 2), pixels,
                         size_t(n_rays) * 2 * sizeof(float));
     cuda::generate_rays(camera_cast<float>(target.camera), pixels_.data(), n_rays,
-                        grown(origins_, size_t(n_rays) * 3), grown(directions_, size_t(n_rays) * 3),
-                        context_.stream());
+                        origins_.reserve(size_t(n_rays) * 3),
+                        directions_.reserve(size_t(n_rays) * 3), context_.stream());
   }
 
   void sample_coarse(const data::View& target, int n_rays, RandomKey key, uint32_t first_ray) {
@@ -226,7 +218,7 @@ class CudaStep final : public DeviceStep {
                                DepthSampling{target.near_depth, target.far_depth, config_.N_samples,
                                              config_.inv_uniform, config_.det},
                                key, first_ray,
-                               grown(coarse_.depths, size_t(n_rays) * config_.N_samples),
+                               coarse_.depths.reserve(size_t(n_rays) * config_.N_samples),
                                context_.stream());
   }
 
@@ -237,7 +229,7 @@ class CudaStep final : public DeviceStep {
                                    ImportanceSampling{config_.N_samples, config_.N_importance,
                                                       config_.inv_uniform, config_.det},
                                    coarse_.depths.data(), coarse_.weights.data(), key, first_ray,
-                                   grown(fine_.depths, size_t(n_rays) * fine_.n_samples),
+                                   fine_.depths.reserve(size_t(n_rays) * fine_.n_samples),
                                    context_.stream());
   }
 
@@ -248,16 +240,16 @@ class CudaStep final : public DeviceStep {
     const size_t rows = size_t(n_rays) * p->n_samples;
     const size_t view_rows = rows * size_t(v.n_views);
     const GatherOutputs<float> gathered{
-        grown(p->rgb_features, view_rows * size_t(3 + v.feature_channels)),
-        grown(p->ray_diff, view_rows * 4), grown(p->mask, view_rows)};
+        p->rgb_features.reserve(view_rows * size_t(3 + v.feature_channels)),
+        p->ray_diff.reserve(view_rows * 4), p->mask.reserve(view_rows)};
     const Vec3<float> center = camera_cast<float>(target.camera).center();
     cuda::gather_samples(n_rays, p->n_samples, origins_.data(), directions_.data(),
                          p->depths.data(), center, v, gathered, context_.stream());
     lap(laps, &times->gather_forward);
     nn::cuda::IbrnetAggregator& net = use_fine ? *net_fine_ : net_coarse_;
     const float* params = params_.data() + (use_fine ? fine_offset_ : coarse_offset_);
-    float* rgb = grown(p->rgb, rows * 3);
-    float* sigma = grown(p->sigma, rows);
+    float* rgb = p->rgb.reserve(rows * 3);
+    float* sigma = p->sigma.reserve(rows);
     // Training keeps the activations for the backward; rendering needs none (chunks of them).
     if (with_loss) {
       net.forward(context_, n_rays, p->n_samples, v.n_views, params, p->rgb_features.data(),
@@ -269,14 +261,14 @@ class CudaStep final : public DeviceStep {
     lap(laps, &times->aggregator_forward);
     cuda::composite_rays(n_rays, p->n_samples, p->sigma.data(), p->rgb.data(), p->depths.data(),
                          directions_.data(), composite_options(config_),
-                         grown(p->rgb_map, size_t(n_rays) * 3), grown(p->depth_map, size_t(n_rays)),
-                         grown(p->acc_map, size_t(n_rays)), grown(p->weights, rows),
-                         context_.stream());
+                         p->rgb_map.reserve(size_t(n_rays) * 3),
+                         p->depth_map.reserve(size_t(n_rays)), p->acc_map.reserve(size_t(n_rays)),
+                         p->weights.reserve(rows), context_.stream());
     if (with_loss) {
       cuda::ray_mask(n_rays, p->n_samples, v.n_views, p->mask.data(), RayMaskRule{},
-                     grown(p->ray_mask, size_t(n_rays)), context_.stream());
+                     p->ray_mask.reserve(size_t(n_rays)), context_.stream());
       cuda::masked_mse(n_rays, p->rgb_map.data(), target_rgb_.data(), p->ray_mask.data(),
-                       grown(p->loss, 2), context_.stream());
+                       p->loss.reserve(2), context_.stream());
     }
     lap(laps, &times->composite_loss);
   }
@@ -300,16 +292,16 @@ class CudaStep final : public DeviceStep {
     const size_t rows = size_t(n_rays) * p->n_samples;
     cuda::masked_mse_backward(n_rays, p->rgb_map.data(), target_rgb_.data(), p->ray_mask.data(),
                               p->loss.data(), float(gradient_scale_),
-                              grown(p->grad_rgb_map, size_t(n_rays) * 3), context_.stream());
+                              p->grad_rgb_map.reserve(size_t(n_rays) * 3), context_.stream());
     cuda::composite_rays_backward(
         n_rays, p->n_samples, p->sigma.data(), p->rgb.data(), p->depths.data(), directions_.data(),
         composite_options(config_), p->grad_rgb_map.data(), nullptr, nullptr, nullptr,
-        grown(p->grad_sigma, rows), grown(p->grad_rgb, rows * 3), context_.stream());
+        p->grad_sigma.reserve(rows), p->grad_rgb.reserve(rows * 3), context_.stream());
     lap(laps, &times->composite_backward);
     nn::cuda::IbrnetAggregator& net = use_fine ? *net_fine_ : net_coarse_;
     const size_t offset = use_fine ? fine_offset_ : coarse_offset_;
     net.backward(context_, params_.data() + offset, grads_.data() + offset, p->grad_rgb.data(),
-                 p->grad_sigma.data(), grown(p->grad_rgb_features, p->rgb_features.size()));
+                 p->grad_sigma.data(), p->grad_rgb_features.reserve(p->rgb_features.size()));
     lap(laps, &times->aggregator_backward);
     cuda::gather_samples_backward(n_rays, p->n_samples, origins_.data(), directions_.data(),
                                   p->depths.data(), v, p->grad_rgb_features.data(), nullptr,

@@ -57,6 +57,15 @@ class DeviceArray {
     return host;
   }
   void zero() { device_memset_zero(data_, count_ * sizeof(T)); }
+  // At least `count` elements, for buffers reused across calls: growing waits for the device
+  // (queued work may still read the old array), then replaces the array; contents are lost.
+  T* reserve(size_t count) {
+    if (count_ < count) {
+      if (data_ != nullptr) device_synchronize();
+      *this = DeviceArray(count);
+    }
+    return data_;
+  }
 
  private:
   T* data_ = nullptr;
