@@ -3,19 +3,13 @@
 // 256 threads a block. Memory-bound; the layers that can fuse them (Linear, instance norm) do.
 #include <cmath>
 
-#include "../src/cuda/check.h"
 #include "../src/cuda/nn_device.h"
+#include "common.h"
 #include "mvibr/nn/cuda_layers.h"
 
 namespace mvibr::nn::cuda {
 
-using cuda_detail::blocks_for;
-using cuda_detail::grid_thread_count;
-using cuda_detail::grid_thread_index;
-
 namespace {
-
-constexpr int kThreadsPerBlock = 256;
 
 __global__ void activation_forward_kernel(Activation activation, size_t count, float* x) {
   for (size_t i = grid_thread_index(); i < count; i += grid_thread_count()) {

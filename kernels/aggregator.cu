@@ -32,29 +32,20 @@
 #include "../src/cuda/nn_device.h"
 #include "aggregator_backward.cuh"
 #include "aggregator_forward.cuh"
+#include "common.h"
 #include "mvibr/core/device.h"
 #include "mvibr/nn/cuda_aggregator.h"
 
 namespace mvibr::nn::cuda {
 
-using cuda_detail::blocks_for;
-
 namespace {
 
 // ---- Host side ----
 
-template <typename... Params, typename... Args>
-void launch(size_t threads, cudaStream_t stream, void (*kernel)(Params...), Args&&... args) {
-  if (threads == 0) return;
-  MVIBR_LAUNCH(kernel, blocks_for(threads, kThreadsPerBlock), kThreadsPerBlock, 0, stream)
-  (std::forward<Args>(args)...);
-  MVIBR_CUDA_CHECK_LAUNCH();
-}
-
 // A launch with a warp per item.
 template <typename... Params, typename... Args>
 void launch_warps(size_t items, cudaStream_t stream, void (*kernel)(Params...), Args&&... args) {
-  launch(items * kWarpSize, stream, kernel, std::forward<Args>(args)...);
+  launch_threads(items * kWarpSize, stream, kernel, std::forward<Args>(args)...);
 }
 
 // The dense layers on the network's run of parameters (and of gradients).
@@ -309,52 +300,52 @@ struct IbrnetAggregator::Impl {
     // Direction features, added to colours and features.
     dense_forward(context, layers.ray_dir_0, n, params, ray_diff, kElu, a.h_dir);
     dense_forward(context, layers.ray_dir_2, n, params, a.h_dir, kElu, a.dir);
-    launch(n * w.feature, stream, add_kernel, n * w.feature, rgb_features, a.dir, a.feat);
+    launch_threads(n * w.feature, stream, add_kernel, n * w.feature, rgb_features, a.dir, a.feat);
 
     // Pooling weights, the pooled mean and variance of the features, and base_fc: its weights
     // split into the part for the mean and variance (once per sample, with the bias) and the part
     // for the view's own features.
-    launch(m, stream, pooling_weights_kernel, m, V,
-           anti_alias_pooling ? params + sharpness_offset : nullptr, ray_diff, mask, a.pool,
-           a.pool_denominator);
-    launch(m * w.feature, stream, weighted_mean_variance_kernel, m, V, w.feature, a.feat, a.pool,
-           a.mean_var, 2 * w.feature);
+    launch_threads(m, stream, pooling_weights_kernel, m, V,
+                   anti_alias_pooling ? params + sharpness_offset : nullptr, ray_diff, mask, a.pool,
+                   a.pool_denominator);
+    launch_threads(m * w.feature, stream, weighted_mean_variance_kernel, m, V, w.feature, a.feat,
+                   a.pool, a.mean_var, 2 * w.feature);
     dense_slice_forward(context, layers.base_0, m, 0, 2 * w.feature, true, params, a.mean_var,
                         a.h_mean_var);
     dense_slice_forward(context, layers.base_0, n, 2 * w.feature, w.feature, false, params, a.feat,
                         a.h_base);
-    launch(n * w.base_hidden, stream, add_sample_part_elu_kernel, n, V, w.base_hidden, a.h_mean_var,
-           a.h_base);
+    launch_threads(n * w.base_hidden, stream, add_sample_part_elu_kernel, n, V, w.base_hidden,
+                   a.h_mean_var, a.h_base);
     dense_forward(context, layers.base_2, n, params, a.h_base, kElu, a.x_base);
 
     // Visibility: a residual for the features and a first visibility from the pooled features,
     // then the visibility and its weights, and the weighted mean and variance of x.
-    launch(n * w.x, stream, scale_rows_kernel, n, w.x, a.x_base, a.pool, a.x_pooled);
+    launch_threads(n * w.x, stream, scale_rows_kernel, n, w.x, a.x_base, a.pool, a.x_pooled);
     dense_forward(context, layers.vis_0, n, params, a.x_pooled, kElu, a.h_vis);
     dense_forward(context, layers.vis_2, n, params, a.h_vis, kElu, a.x_vis);
-    launch(n * w.x, stream, visibility_residual_kernel, n, w.x, a.x_base, a.x_vis, mask, a.sig_vis,
-           a.x, a.x_vis_weighted);
+    launch_threads(n * w.x, stream, visibility_residual_kernel, n, w.x, a.x_base, a.x_vis, mask,
+                   a.sig_vis, a.x, a.x_vis_weighted);
     dense_forward(context, layers.vis2_0, n, params, a.x_vis_weighted, kElu, a.h_vis2);
     dense_forward(context, layers.vis2_2, n, params, a.h_vis2, kNone, a.vis2);
-    launch(m, stream, visibility_weights_kernel, m, V, mask, a.vis2, a.vis, a.vis_weight,
-           a.vis_denominator, a.geometry_in + 2 * w.x, w.geometry_in);
-    launch(m * w.x, stream, weighted_mean_variance_kernel, m, V, w.x, a.x, a.vis_weight,
-           a.geometry_in, w.geometry_in);
+    launch_threads(m, stream, visibility_weights_kernel, m, V, mask, a.vis2, a.vis, a.vis_weight,
+                   a.vis_denominator, a.geometry_in + 2 * w.x, w.geometry_in);
+    launch_threads(m * w.x, stream, weighted_mean_variance_kernel, m, V, w.x, a.x, a.vis_weight,
+                   a.geometry_in, w.geometry_in);
     dense_forward(context, layers.geometry_0, m, params, a.geometry_in, kElu, a.h_geometry);
     dense_forward(context, layers.geometry_2, m, params, a.h_geometry, kElu, a.geometry_out);
 
     // The ray transformer over the samples of each ray, then density.
     const MultiHeadAttention& attention = layers.ray_attention;
     const AttentionShape shape{s.rays, int(s.len), w.heads, w.d_k, w.d_v, mask_keys};
-    launch(m, stream, tokens_kernel, m, int(s.len), V, w.token, mask, a.geometry_out,
-           encoding_table, a.n_valid, a.valid_tokens, a.tokens);
+    launch_threads(m, stream, tokens_kernel, m, int(s.len), V, w.token, mask, a.geometry_out,
+                   encoding_table, a.n_valid, a.valid_tokens, a.tokens);
     dense_forward(context, attention.w_qs(), m, params, a.tokens, kNone, a.q);
     dense_forward(context, attention.w_ks(), m, params, a.tokens, kNone, a.k);
     dense_forward(context, attention.w_vs(), m, params, a.tokens, kNone, a.v);
-    launch(m * w.heads, stream, attention_forward_kernel, shape, a.q, a.k, a.v, a.valid_tokens,
-           a.probs, a.heads);
+    launch_threads(m * w.heads, stream, attention_forward_kernel, shape, a.q, a.k, a.v,
+                   a.valid_tokens, a.probs, a.heads);
     dense_forward(context, attention.fc(), m, params, a.heads, kNone, a.attention_sum);
-    launch(m * w.token, stream, accumulate_kernel, m * w.token, a.tokens, a.attention_sum);
+    launch_threads(m * w.token, stream, accumulate_kernel, m * w.token, a.tokens, a.attention_sum);
     const LayerNorm& norm = attention.layer_norm();
     layer_norm_forward(context, m, w.token, norm.eps(), params + norm.weight_offset(),
                        params + norm.bias_offset(), a.attention_sum, a.attention_out, a.xhat,
@@ -362,14 +353,15 @@ struct IbrnetAggregator::Impl {
     dense_forward(context, layers.out_geometry_0, m, params, a.attention_out, kElu, a.h_sigma);
     dense_forward(context, layers.out_geometry_2, m, params, a.h_sigma, Activation::kRelu,
                   a.sigma_relu);
-    launch(m, stream, density_kernel, m, a.n_valid, a.sigma_relu, sigma);
+    launch_threads(m, stream, density_kernel, m, a.n_valid, a.sigma_relu, sigma);
 
     // Colour: blending weights over views from x, the visibility and the direction difference.
-    launch(n * w.rgb_in, stream, colour_input_kernel, n, w.x, a.x, a.vis, ray_diff, a.rgb_in);
+    launch_threads(n * w.rgb_in, stream, colour_input_kernel, n, w.x, a.x, a.vis, ray_diff,
+                   a.rgb_in);
     dense_forward(context, layers.rgb_0, n, params, a.rgb_in, kElu, a.h_rgb);
     dense_forward(context, layers.rgb_2, n, params, a.h_rgb, kElu, a.h_rgb2);
     dense_forward(context, layers.rgb_4, n, params, a.h_rgb2, kNone, a.blend);
-    launch(m, stream, blending_kernel, m, V, w.feature, mask, rgb_features, a.blend, rgb);
+    launch_threads(m, stream, blending_kernel, m, V, w.feature, mask, rgb_features, a.blend, rgb);
   }
 
   nn::IbrnetAggregator::Layers layers;
@@ -476,8 +468,8 @@ void IbrnetAggregator::backward(Context& context, const float* params, float* gr
   constexpr Activation kNone = Activation::kNone, kElu = Activation::kElu;
 
   // Colour: softmax over views (no gradient into masked logits), then rgb_fc.
-  launch(m, stream, blending_backward_kernel, m, V, w.feature, mask, im.kept_rgb_features, a.blend,
-         grad_rgb, g.g_logit);
+  launch_threads(m, stream, blending_backward_kernel, m, V, w.feature, mask, im.kept_rgb_features,
+                 a.blend, grad_rgb, g.g_logit);
   // rgb_fc.4's bias gradient is exactly zero (it shifts all logits of a sample alike; see the
   // CPU network) and is left so.
   dense_slice_backward(context, layers.rgb_4, n, 0, layers.rgb_4.in(), /*with_bias=*/false, params,
@@ -486,12 +478,12 @@ void IbrnetAggregator::backward(Context& context, const float* params, float* gr
                  g.g_h_rgb);
   dense_backward(context, layers.rgb_0, n, params, grads, kElu, a.h_rgb, g.g_h_rgb, a.rgb_in,
                  g.g_rgb_in);
-  launch(n * (w.x + 1), stream, split_colour_input_gradient_kernel, n, w.x, g.g_rgb_in, g.g_x,
-         g.g_vis);
+  launch_threads(n * (w.x + 1), stream, split_colour_input_gradient_kernel, n, w.x, g.g_rgb_in,
+                 g.g_x, g.g_vis);
 
   // Density: zero where no view sees the sample, then the ReLU, out_geometry_fc and the ray
   // transformer (LayerNorm, fc and the residual, attention, projections), then geometry_fc.
-  launch(m, stream, density_backward_kernel, m, a.n_valid, grad_sigma, g.g_sigma);
+  launch_threads(m, stream, density_backward_kernel, m, a.n_valid, grad_sigma, g.g_sigma);
   dense_backward(context, layers.out_geometry_2, m, params, grads, Activation::kRelu, a.sigma_relu,
                  g.g_sigma, a.h_sigma, g.g_h_sigma);
   dense_backward(context, layers.out_geometry_0, m, params, grads, kElu, a.h_sigma, g.g_h_sigma,
@@ -506,10 +498,10 @@ void IbrnetAggregator::backward(Context& context, const float* params, float* gr
   dense_backward(context, attention.fc(), m, params, grads, kNone, nullptr, g.g_attention_sum,
                  a.heads, g.g_heads);
   const AttentionShape shape{s.rays, int(s.len), w.heads, w.d_k, w.d_v, im.mask_keys};
-  launch(m * w.heads, stream, attention_scores_backward_kernel, shape, a.k, a.v, a.valid_tokens,
-         a.probs, g.g_heads, g.g_scores, g.g_q);
-  launch(m * w.heads, stream, attention_keys_values_backward_kernel, shape, a.q, a.probs, g.g_heads,
-         g.g_scores, g.g_k, g.g_v);
+  launch_threads(m * w.heads, stream, attention_scores_backward_kernel, shape, a.k, a.v,
+                 a.valid_tokens, a.probs, g.g_heads, g.g_scores, g.g_q);
+  launch_threads(m * w.heads, stream, attention_keys_values_backward_kernel, shape, a.q, a.probs,
+                 g.g_heads, g.g_scores, g.g_k, g.g_v);
   dense_backward(context, attention.w_qs(), m, params, grads, kNone, nullptr, g.g_q, a.tokens,
                  g.g_tokens, true);
   dense_backward(context, attention.w_ks(), m, params, grads, kNone, nullptr, g.g_k, a.tokens,
@@ -526,7 +518,7 @@ void IbrnetAggregator::backward(Context& context, const float* params, float* gr
   // vis_fc2 and the first visibility, and vis_fc through the pooled features.
   launch_warps(m, stream, visibility_weights_backward_kernel, m, V, w.x, a.x, a.vis_weight,
                a.vis_denominator, a.geometry_in, g.g_geometry_in, g.g_x, g.g_vis_weight, g.g_vis);
-  launch(n, stream, visibility_sigmoid_backward_kernel, n, mask, a.vis2, g.g_vis, g.g_vis2);
+  launch_threads(n, stream, visibility_sigmoid_backward_kernel, n, mask, a.vis2, g.g_vis, g.g_vis2);
   dense_backward(context, layers.vis2_2, n, params, grads, kNone, nullptr, g.g_vis2, a.h_vis2,
                  g.g_h_vis2);
   dense_backward(context, layers.vis2_0, n, params, grads, kElu, a.h_vis2, g.g_h_vis2,
@@ -546,8 +538,8 @@ void IbrnetAggregator::backward(Context& context, const float* params, float* gr
                  g.g_h_base);
   dense_slice_backward(context, layers.base_0, n, 2 * w.feature, w.feature, false, params, grads,
                        kElu, a.h_base, g.g_h_base, a.feat, g.g_feat);
-  launch(m * w.base_hidden, stream, sum_over_views_kernel, m, V, w.base_hidden, g.g_h_base,
-         g.g_h_mean_var);
+  launch_threads(m * w.base_hidden, stream, sum_over_views_kernel, m, V, w.base_hidden, g.g_h_base,
+                 g.g_h_mean_var);
   dense_slice_backward(context, layers.base_0, m, 0, 2 * w.feature, true, params, grads, kNone,
                        nullptr, g.g_h_mean_var, a.mean_var, g.g_mean_var);
   launch_warps(m, stream, pooling_mean_variance_backward_kernel, m, V, w.feature, a.feat, a.pool,
@@ -557,8 +549,8 @@ void IbrnetAggregator::backward(Context& context, const float* params, float* gr
   // The pooling sharpness s, in double.
   if (im.anti_alias_pooling) {
     const float* sharpness = params + im.sharpness_offset;
-    launch(m, stream, sharpness_gradient_kernel, m, V, sharpness, im.kept_ray_diff, mask, g.g_pool,
-           g.g_pool_common, g.pooling_exp, g.pooling_weight, g.sharpness_parts);
+    launch_threads(m, stream, sharpness_gradient_kernel, m, V, sharpness, im.kept_ray_diff, mask,
+                   g.g_pool, g.g_pool_common, g.pooling_exp, g.pooling_weight, g.sharpness_parts);
     MVIBR_LAUNCH(add_sharpness_gradient_kernel, 1, kReductionThreads, 0, stream)
     (m, g.sharpness_parts, sharpness, grads + im.sharpness_offset);
     MVIBR_CUDA_CHECK_LAUNCH();
@@ -567,8 +559,8 @@ void IbrnetAggregator::backward(Context& context, const float* params, float* gr
   // The inputs' gradient (before g_feat becomes ray_dir_fc's), then ray_dir_fc through the
   // direction features added to every channel.
   if (grad_rgb_features) {
-    launch(n * w.feature, stream, feature_input_gradient_kernel, n, V, w.feature, g.g_feat,
-           grad_rgb, a.blend, grad_rgb_features);
+    launch_threads(n * w.feature, stream, feature_input_gradient_kernel, n, V, w.feature, g.g_feat,
+                   grad_rgb, a.blend, grad_rgb_features);
   }
   dense_backward(context, layers.ray_dir_2, n, params, grads, kElu, a.dir, g.g_feat, a.h_dir,
                  g.g_h_dir);

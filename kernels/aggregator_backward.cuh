@@ -7,11 +7,9 @@
 #include "../src/cuda/nn_context.h"
 #include "../src/cuda/nn_device.h"
 #include "aggregator_forward.cuh"
+#include "common.h"
 
 namespace mvibr::nn::cuda {
-
-using cuda_detail::grid_thread_count;
-using cuda_detail::grid_thread_index;
 
 namespace {
 // ---- Backward kernels ----

@@ -6,15 +6,12 @@
 
 #include "../src/cuda/nn_context.h"
 #include "../src/cuda/nn_device.h"
+#include "common.h"
 
 namespace mvibr::nn::cuda {
 
-using cuda_detail::grid_thread_count;
-using cuda_detail::grid_thread_index;
-
 namespace {
 
-constexpr int kThreadsPerBlock = 256;
 constexpr int kReductionThreads = 1024;
 // IBRNet's guards against empty sums, and its fill for masked blending logits and attention
 // scores (-1e9, not -inf: a fully masked row becomes uniform), as in aggregator.cpp and

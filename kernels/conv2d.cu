@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../src/cuda/nn_context.h"
+#include "common.h"
 
 namespace mvibr::nn::cuda {
 

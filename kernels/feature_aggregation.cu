@@ -3,18 +3,13 @@
 // contiguous in the channels-last maps and in the gathered rows, so reads, writes and the
 // backward's atomics are coalesced across the warp. Every lane projects the sample itself;
 // that is a few dozen flops, cheaper than broadcasting it, and keeps the warp converged.
-#include "../src/cuda/check.h"
+#include "common.h"
 #include "mvibr/geom/projection.h"
 #include "mvibr/ops/render_ops.h"
 
 namespace mvibr::cuda {
 
-using cuda_detail::blocks_for;
-using cuda_detail::grid_thread_count;
-using cuda_detail::grid_thread_index;
-
 constexpr int kWarpSize = 32;
-constexpr int kThreadsPerBlock = 256;
 
 // Where one sample falls in one view: the taps into the image and into the feature map.
 struct SampleInView {

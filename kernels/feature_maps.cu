@@ -5,19 +5,13 @@
 // addresses.
 #include <string>
 
-#include "../src/cuda/check.h"
 #include "../src/cuda/feature_maps.h"
+#include "common.h"
 #include "mvibr/core/error.h"
 
 namespace mvibr::nn::cuda {
 
-using cuda_detail::blocks_for;
-using cuda_detail::grid_thread_count;
-using cuda_detail::grid_thread_index;
-
 namespace {
-
-constexpr int kThreadsPerBlock = 256;
 
 // Thread e writes maps element (view, first + c, i), e in (view, c, i) order.
 __global__ void channels_last_to_planar_kernel(size_t total, size_t plane, int channels, int first,

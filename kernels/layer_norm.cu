@@ -12,16 +12,12 @@
 
 #include "../src/cuda/nn_context.h"
 #include "../src/cuda/nn_device.h"
+#include "common.h"
 
 namespace mvibr::nn::cuda {
 
-using cuda_detail::blocks_for;
-using cuda_detail::grid_thread_count;
-using cuda_detail::grid_thread_index;
-
 namespace {
 
-constexpr int kThreadsPerBlock = 256;
 constexpr int kRowsPerBlock = kThreadsPerBlock / kWarpSize;
 constexpr int kTargetBlocks = 1024;
 

@@ -17,16 +17,12 @@
 
 #include "../src/cuda/nn_context.h"
 #include "../src/cuda/nn_device.h"
+#include "common.h"
 
 namespace mvibr::nn::cuda {
 
-using cuda_detail::blocks_for;
-using cuda_detail::grid_thread_count;
-using cuda_detail::grid_thread_index;
-
 namespace {
 
-constexpr int kThreadsPerBlock = 256;
 // Row chunks of the bias gradient's partial sums (blocks along y) aim at this many blocks.
 constexpr int kTargetBlocks = 1024;
 

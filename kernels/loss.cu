@@ -3,19 +3,14 @@
 // shuffle tree and a tree over warps add those partial sums in a fixed order. One block means
 // no second pass or atomics, and the result is the same bits on every run. The backward is
 // elementwise, a thread per ray.
-#include "../src/cuda/check.h"
+#include "common.h"
 #include "mvibr/ops/render_ops.h"
 #include "mvibr/render/loss.h"
 
 namespace mvibr::cuda {
 
-using cuda_detail::blocks_for;
-using cuda_detail::grid_thread_count;
-using cuda_detail::grid_thread_index;
-
 constexpr int kWarpSize = 32;
 constexpr int kLossThreads = 512;
-constexpr int kThreadsPerBlock = 256;
 
 __device__ double warp_sum(double x) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {

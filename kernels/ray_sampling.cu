@@ -3,17 +3,12 @@
 // is a sequential inverse-CDF walk and insertion sort per ray, so a thread owns a ray and keeps
 // its cdf and merged depths in a local array, sized by a compile-time capacity picked at launch
 // so the common 64 + 64 samples do not reserve local memory for kMaxSamplesPerRay.
-#include "../src/cuda/check.h"
+#include "common.h"
 #include "mvibr/geom/ray_sampling.h"
 #include "mvibr/ops/render_ops.h"
 
 namespace mvibr::cuda {
 
-using cuda_detail::blocks_for;
-using cuda_detail::grid_thread_count;
-using cuda_detail::grid_thread_index;
-
-constexpr int kThreadsPerBlock = 256;
 // Thread-per-ray kernels see a few hundred rays per call in training: small blocks spread them
 // over many SMs instead of packing them onto a few.
 constexpr int kRayThreadsPerBlock = 64;

@@ -5,19 +5,13 @@
 // columns), so the result has the CPU's bits.
 #include <string>
 
-#include "../src/cuda/check.h"
+#include "common.h"
 #include "mvibr/core/error.h"
 #include "mvibr/nn/cuda_layers.h"
 
 namespace mvibr::nn::cuda {
 
-using cuda_detail::blocks_for;
-using cuda_detail::grid_thread_count;
-using cuda_detail::grid_thread_index;
-
 namespace {
-
-constexpr int kThreadsPerBlock = 256;
 
 void check(int planes, int height, int width, int pad) {
   if (planes < 0 || height < 1 || width < 1 || pad < 0 || pad >= height || pad >= width) {

@@ -8,18 +8,12 @@
 // row r are among rows 2r - 2 .. 2r + 2, and likewise for columns. Each tap is recomputed and
 // the terms added in the CPU's scatter order (output rows, then columns, then its four
 // statements), so the result has the CPU's bits.
-#include "../src/cuda/check.h"
+#include "common.h"
 #include "mvibr/nn/cuda_layers.h"
 
 namespace mvibr::nn::cuda {
 
-using cuda_detail::blocks_for;
-using cuda_detail::grid_thread_count;
-using cuda_detail::grid_thread_index;
-
 namespace {
-
-constexpr int kThreadsPerBlock = 256;
 
 struct Tap {
   int low, high;

@@ -1,18 +1,14 @@
 // CUDA launchers of compositing, its backward and IBRNet's ray mask. Each is a sequential scan
 // along one ray (transmittance forward, the suffix sum B backward), so a thread owns a ray and
 // runs the same per-ray function as the CPU backend; rays are the parallelism.
-#include "../src/cuda/check.h"
+#include "common.h"
 #include "mvibr/ops/render_ops.h"
 #include "mvibr/render/volume_rendering.h"
 
 namespace mvibr::cuda {
 
-using cuda_detail::blocks_for;
-using cuda_detail::grid_thread_count;
-using cuda_detail::grid_thread_index;
-
 // Training composites a few hundred rays per call: small blocks spread them over many SMs.
-constexpr int kThreadsPerBlock = 64;
+constexpr int kRaysPerBlock = 64;  // a thread per ray
 
 // |d| of ray r, or 1 without directions: the CPU backend's direction_norm.
 __device__ float direction_norm(const float* directions, size_t r) {
@@ -38,8 +34,8 @@ void composite_rays(int n_rays, int n_samples, const float* sigma, const float* 
                     float* rgb_map, float* depth_map, float* acc_map, float* weights,
                     StreamHandle stream) {
   if (n_rays <= 0) return;
-  MVIBR_LAUNCH(composite_rays_kernel, blocks_for(size_t(n_rays), kThreadsPerBlock),
-               kThreadsPerBlock, 0, stream)
+  MVIBR_LAUNCH(composite_rays_kernel, blocks_for(size_t(n_rays), kRaysPerBlock), kRaysPerBlock, 0,
+               stream)
   (n_rays, n_samples, sigma, rgb, depths, directions, options, rgb_map, depth_map, acc_map,
    weights);
   MVIBR_CUDA_CHECK_LAUNCH();
@@ -68,8 +64,8 @@ void composite_rays_backward(int n_rays, int n_samples, const float* sigma, cons
                              const float* grad_acc_map, const float* grad_weights,
                              float* grad_sigma, float* grad_rgb, StreamHandle stream) {
   if (n_rays <= 0) return;
-  MVIBR_LAUNCH(composite_rays_backward_kernel, blocks_for(size_t(n_rays), kThreadsPerBlock),
-               kThreadsPerBlock, 0, stream)
+  MVIBR_LAUNCH(composite_rays_backward_kernel, blocks_for(size_t(n_rays), kRaysPerBlock),
+               kRaysPerBlock, 0, stream)
   (n_rays, n_samples, sigma, rgb, depths, directions, options, grad_rgb_map, grad_depth_map,
    grad_acc_map, grad_weights, grad_sigma, grad_rgb);
   MVIBR_CUDA_CHECK_LAUNCH();
@@ -86,8 +82,7 @@ __global__ void ray_mask_kernel(int n_rays, int n_samples, int n_views, const fl
 void ray_mask(int n_rays, int n_samples, int n_views, const float* sample_mask, RayMaskRule rule,
               float* ray_mask, StreamHandle stream) {
   if (n_rays <= 0) return;
-  MVIBR_LAUNCH(ray_mask_kernel, blocks_for(size_t(n_rays), kThreadsPerBlock), kThreadsPerBlock, 0,
-               stream)
+  MVIBR_LAUNCH(ray_mask_kernel, blocks_for(size_t(n_rays), kRaysPerBlock), kRaysPerBlock, 0, stream)
   (n_rays, n_samples, n_views, sample_mask, rule, ray_mask);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
