@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../mpi/mpi_test_main.h"
 #include "mvibr/core/device.h"
 #include "mvibr/core/error.h"
 #include "mvibr/dist/communicator.h"
@@ -19,12 +20,10 @@
 namespace mvibr::dist {
 namespace {
 
-MpiSession* session = nullptr;
-
 TEST(EmulatedNcclTwoRanks, CollectivesEqualMpis) {
-  const std::unique_ptr<Communicator> world = session->world();
+  const std::unique_ptr<Communicator> world = testing::mpi_session().world();
   ASSERT_EQ(world->size(), 2);
-  const int device = select_device(session->topology());
+  const int device = select_device(testing::mpi_session().topology());
   const std::unique_ptr<Communicator> nccl = make_nccl_communicator(*world, device, 60);
   EXPECT_EQ(nccl->backend(), "nccl");
   EXPECT_EQ(nccl->rank(), world->rank());
@@ -70,11 +69,11 @@ TEST(EmulatedNcclTwoRanks, CollectivesEqualMpis) {
 }
 
 TEST(EmulatedNcclTwoRanks, AStalledPeerEndsTheWaitAtTheTimeout) {
-  const std::unique_ptr<Communicator> world = session->world();
+  const std::unique_ptr<Communicator> world = testing::mpi_session().world();
   const int rank = world->rank();
   // Rank 1's timeout only guards against a hang: it joins a collective that rank 0 has posted.
-  const std::unique_ptr<Communicator> nccl =
-      make_nccl_communicator(*world, select_device(session->topology()), rank == 0 ? 0.5 : 60);
+  const std::unique_ptr<Communicator> nccl = make_nccl_communicator(
+      *world, select_device(testing::mpi_session().topology()), rank == 0 ? 0.5 : 60);
   DeviceArray<float> values(std::vector<float>(64, 1.0f));
   if (rank == 0) {
     try {
@@ -98,14 +97,3 @@ TEST(EmulatedNcclTwoRanks, AStalledPeerEndsTheWaitAtTheTimeout) {
 
 }  // namespace
 }  // namespace mvibr::dist
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  mvibr::dist::MpiSession mpi(&argc, &argv);
-  mvibr::dist::session = &mpi;
-  if (mpi.topology().rank != 0) {
-    delete ::testing::UnitTest::GetInstance()->listeners().Release(
-        ::testing::UnitTest::GetInstance()->listeners().default_result_printer());
-  }
-  return RUN_ALL_TESTS();
-}

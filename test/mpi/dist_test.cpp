@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "mpi_test_main.h"
 #include "mvibr/core/error.h"
 #include "mvibr/dist/agreement.h"
 #include "mvibr/dist/gradient_buckets.h"
@@ -21,10 +22,8 @@
 namespace mvibr::dist {
 namespace {
 
-MpiSession* session = nullptr;
-
 std::unique_ptr<Communicator> world() {
-  return session->world();
+  return testing::mpi_session().world();
 }
 
 TEST(Communicator, ReducesBroadcastsAndGathers) {
@@ -212,16 +211,3 @@ TEST(Watchdog, FiresOnceForAWaitThatOutlastsTheTimeout) {
 
 }  // namespace
 }  // namespace mvibr::dist
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  mvibr::dist::MpiSession mpi(&argc, &argv);
-  mvibr::dist::session = &mpi;
-  // Only rank 0 prints, so the log reads as one run; every rank's failures still fail the test
-  // through its exit code.
-  if (mpi.topology().rank != 0) {
-    delete ::testing::UnitTest::GetInstance()->listeners().Release(
-        ::testing::UnitTest::GetInstance()->listeners().default_result_printer());
-  }
-  return RUN_ALL_TESTS();
-}

@@ -95,16 +95,3 @@ TEST(MpiRenderCore, AllReducedFeatureGradientEqualsTheWholeBatch) {
 
 }  // namespace
 }  // namespace mvibr
-
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  // Only rank 0 prints progress; every rank reports its own failures.
-  if (mvibr::world_rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int failed = RUN_ALL_TESTS();
-  MPI_Finalize();
-  return failed;
-}

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "mpi_test_main.h"
 #include "mvibr/core/error.h"
 #include "mvibr/dist/mpi_session.h"
 #include "mvibr/nn/checkpoint.h"
@@ -23,18 +24,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
-dist::MpiSession* session = nullptr;
-
 class TrainParallel : public ::testing::Test {
  protected:
   void SetUp() override {
-    world_ = session->world();
+    world_ = mvibr::testing::mpi_session().world();
     ASSERT_EQ(world_->size(), 2) << "run under mpirun -np 2";
   }
 
   // One folder for both ranks (rank 0 names it), with the built-in scene in one shard.
   static void SetUpTestSuite() {
-    auto world = session->world();
+    auto world = mvibr::testing::mpi_session().world();
     std::string root;
     if (world->rank() == 0) {
       root =
@@ -44,8 +43,8 @@ class TrainParallel : public ::testing::Test {
     root_ = dist::broadcast_string(*world, root, 0);
   }
   static void TearDownTestSuite() {
-    session->world()->barrier();
-    if (session->topology().rank == 0) fs::remove_all(root_);
+    mvibr::testing::mpi_session().world()->barrier();
+    if (mvibr::testing::mpi_session().topology().rank == 0) fs::remove_all(root_);
   }
 
   static TrainConfig config(const std::string& name, int n_iters, int n_rand) {
@@ -59,7 +58,7 @@ class TrainParallel : public ::testing::Test {
   RankContext both() const {
     RankContext context;
     context.comm = world_.get();
-    context.topology = session->topology();
+    context.topology = mvibr::testing::mpi_session().topology();
     return context;
   }
 
@@ -167,14 +166,3 @@ TEST_F(TrainParallel, DifferentConfigsStopAtStartNamingTheKey) {
 
 }  // namespace
 }  // namespace mvibr::train
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  mvibr::dist::MpiSession mpi(&argc, &argv);
-  mvibr::train::session = &mpi;
-  if (mpi.topology().rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  return RUN_ALL_TESTS();
-}
