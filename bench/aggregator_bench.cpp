@@ -10,7 +10,7 @@
 #include <string>
 
 #include "mvibr/nn/aggregator.h"
-#include "mvibr/nn/checkpoint.h"
+#include "mvibr/train/checkpoint.h"
 #include "mvibr/nn/optimizer.h"
 
 namespace mvibr::nn {
@@ -69,9 +69,9 @@ int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "--write_weights") {
     mvibr::nn::Network network;
     const mvibr::nn::Adam adam(network.set, mvibr::nn::AdamOptions{});
-    mvibr::nn::TrainingState state;
+    mvibr::train::TrainingState state;
     state.cursors.resize(1);
-    std::printf("%s\n", mvibr::nn::save_checkpoint(argv[2], network.set, adam, state, 1).c_str());
+    std::printf("%s\n", mvibr::train::save_checkpoint(argv[2], network.set, adam, state, 1).c_str());
     return 0;
   }
   benchmark::Initialize(&argc, argv);

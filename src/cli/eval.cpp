@@ -11,7 +11,7 @@
 #include "commands.h"
 #include "mvibr/core/durable_file.h"
 #include "mvibr/core/error.h"
-#include "mvibr/nn/checkpoint.h"
+#include "mvibr/train/checkpoint.h"
 #include "mvibr/train/evaluate.h"
 
 namespace po = boost::program_options;
@@ -123,7 +123,7 @@ bool parse_run_selection(const std::vector<std::string>& args, const std::string
       throw InvalidArgument(selection->checkpoint + ": no such checkpoint");
     }
   } else {
-    selection->checkpoint = nn::latest_checkpoint(selection->run_dir);
+    selection->checkpoint = train::latest_checkpoint(selection->run_dir);
     if (selection->checkpoint.empty()) {
       throw InvalidArgument(selection->run_dir + ": no checkpoint in " +
                             (run / "checkpoints").string() + " (train first, or pass --ckpt)");

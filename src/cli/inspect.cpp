@@ -12,7 +12,7 @@
 #include "commands.h"
 #include "mvibr/core/error.h"
 #include "mvibr/data/shards.h"
-#include "mvibr/nn/checkpoint.h"
+#include "mvibr/train/checkpoint.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -54,7 +54,7 @@ void print_shard(const data::ShardReader& shard) {
 }
 
 void print_checkpoint(const std::string& path) {
-  const nn::CheckpointSummary c = nn::inspect_checkpoint(path);
+  const train::CheckpointSummary c = train::inspect_checkpoint(path);
   std::printf("checkpoint at step %llu: %s\n", (unsigned long long)c.step, path.c_str());
   std::printf("  written by %s, seed %llu, learning rates: feature %.4g, mlp %.4g\n",
               c.mvibr_version.c_str(), (unsigned long long)c.random_seed, c.lr_feature, c.lr_mlp);
@@ -64,7 +64,7 @@ void print_checkpoint(const std::string& path) {
     std::printf("  data positions of %zu rank(s)\n", c.ranks);
   }
   std::map<std::string, std::pair<size_t, size_t>> networks;  // tensors, values
-  for (const nn::CheckpointSummary::Tensor& t : c.parameters) {
+  for (const train::CheckpointSummary::Tensor& t : c.parameters) {
     auto& n = networks[t.name.substr(0, t.name.find('.'))];
     ++n.first;
     n.second += t.count;

@@ -7,7 +7,7 @@
 #include <map>
 #include <set>
 
-#include "hdf5_file.h"
+#include "mvibr/hdf5/hdf5_file.h"
 #include "mvibr/core/durable_file.h"
 #include "mvibr/core/error.h"
 #include "mvibr/data/shards.h"

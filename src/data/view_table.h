@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "hdf5_file.h"
+#include "mvibr/hdf5/hdf5_file.h"
 #include "mvibr/data/scene.h"
 
 namespace mvibr::data {

@@ -16,7 +16,7 @@
 #include "mvibr/data/image_io.h"
 #include "mvibr/data/neighbours.h"
 #include "mvibr/data/shards.h"
-#include "mvibr/nn/checkpoint.h"
+#include "mvibr/train/checkpoint.h"
 
 namespace mvibr::train {
 
@@ -257,7 +257,7 @@ EvalReport evaluate_run(const TrainConfig& config, const std::string& checkpoint
                         dist::Communicator* comm, const RenderProgress& progress) {
   IbrnetModel model(evaluation_config(config));
   EvalReport report;
-  report.step = nn::load_weights(checkpoint, &model.parameters());
+  report.step = train::load_weights(checkpoint, &model.parameters());
 
   const std::string png_dir =
       png_root.empty() ? "" : (fs::path(png_root) / std::to_string(report.step)).string();
@@ -318,7 +318,7 @@ PathReport render_path(const TrainConfig& config, const std::string& checkpoint,
                        dist::Communicator* comm, const RenderProgress& progress) {
   IbrnetModel model(evaluation_config(config));
   PathReport report;
-  report.step = nn::load_weights(checkpoint, &model.parameters());
+  report.step = train::load_weights(checkpoint, &model.parameters());
   report.dir = (fs::path(png_root) / std::to_string(report.step) / name).string();
   const data::ViewLookup lookup(config.datadir);
   const data::SourceRanking ranking(lookup.index().scene, data::NeighbourOptions{});

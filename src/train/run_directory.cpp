@@ -20,7 +20,7 @@
 
 #include "mvibr/core/durable_file.h"
 #include "mvibr/core/error.h"
-#include "mvibr/nn/checkpoint.h"
+#include "mvibr/train/checkpoint.h"
 
 namespace mvibr::train {
 
@@ -52,7 +52,7 @@ void remove_stale_temporaries(const std::string& run_dir, std::ostream& log) {
   for (fs::directory_iterator it(fs::path(run_dir) / "checkpoints", error), end;
        !error && it != end; it.increment(error)) {
     const std::string name = it->path().filename().string();
-    if (!nn::is_checkpoint_temporary(name) || !it->is_regular_file(error)) continue;
+    if (!train::is_checkpoint_temporary(name) || !it->is_regular_file(error)) continue;
     const uintmax_t size = it->file_size(error);
     if (fs::remove(it->path(), error)) {
       removed.push_back(name);

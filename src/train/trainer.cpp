@@ -21,7 +21,7 @@
 #include "mvibr/dist/agreement.h"
 #include "mvibr/dist/gradient_buckets.h"
 #include "mvibr/dist/nccl_communicator.h"
-#include "mvibr/nn/checkpoint.h"
+#include "mvibr/train/checkpoint.h"
 #include "mvibr/nn/optimizer.h"
 #include "mvibr/render/loss.h"
 #include "mvibr/train/evaluate.h"
@@ -70,7 +70,7 @@ std::string resume_path(const TrainConfig& c, const std::string& run_dir) {
     if (!fs::exists(c.ckpt_path)) throw InvalidArgument(c.ckpt_path + ": no such checkpoint");
     return c.ckpt_path;
   }
-  return c.no_reload ? "" : nn::latest_checkpoint(run_dir);
+  return c.no_reload ? "" : train::latest_checkpoint(run_dir);
 }
 
 // Runs `work` on rank 0 only and makes its failure every rank's: the error text is broadcast and
@@ -103,18 +103,18 @@ data::ReaderCursor restore_or_initialize(const TrainConfig& config, const std::s
                                          bool measure_only, dist::Communicator& comm,
                                          IbrnetModel* model, nn::Adam* adam, std::ostream& log) {
   nn::ParameterSet& params = model->parameters();
-  nn::TrainingState state;
+  train::TrainingState state;
   std::string resume;
   std::string initial;  // init_ckpt, when it gives a new run its weights
   on_root(comm, [&] {
     resume = measure_only ? "" : resume_path(config, run_dir);
     if (!resume.empty()) {
-      nn::load_checkpoint(resume, &params, adam, &state);
+      train::load_checkpoint(resume, &params, adam, &state);
     } else if (!measure_only && !config.init_ckpt.empty()) {
       if (!fs::exists(config.init_ckpt)) {
         throw InvalidArgument(config.init_ckpt + ": no such checkpoint (init_ckpt)");
       }
-      nn::load_weights(config.init_ckpt, &params);
+      train::load_weights(config.init_ckpt, &params);
       initial = config.init_ckpt;
     } else {
       model->initialize(config.seed);
@@ -626,11 +626,11 @@ void TrainingRun::checkpoint_if_due() {
 
 // Rank 0 writes the parameters, Adam's state and every rank's data cursor.
 void TrainingRun::save_checkpoint() {
-  const nn::TrainingState state{config_.to_text(), all_cursors(comm_, reader_->cursor()),
+  const train::TrainingState state{config_.to_text(), all_cursors(comm_, reader_->cursor()),
                                 config_.seed};
   on_root(comm_, [&] {
     summary_.last_checkpoint =
-        nn::save_checkpoint(summary_.run_dir, params_, adam_, state, config_.keep_checkpoints);
+        train::save_checkpoint(summary_.run_dir, params_, adam_, state, config_.keep_checkpoints);
   });
 }
 

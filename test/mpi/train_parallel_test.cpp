@@ -13,7 +13,7 @@
 #include "mpi_test_main.h"
 #include "mvibr/core/error.h"
 #include "mvibr/dist/mpi_session.h"
-#include "mvibr/nn/checkpoint.h"
+#include "mvibr/train/checkpoint.h"
 #include "mvibr/nn/optimizer.h"
 #include "mvibr/train/ibrnet_model.h"
 #include "mvibr/train/trainer.h"

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "mvibr/nn/aggregator.h"
-#include "mvibr/nn/checkpoint.h"
+#include "mvibr/train/checkpoint.h"
 #include "mvibr/nn/feature_net.h"
 #include "mvibr/nn/optimizer.h"
 #include "npy.h"
@@ -42,11 +42,11 @@ void write_model_case(const train::TrainConfig& c, const train::IbrnetModel& mod
                       RandomKey key, const fs::path& dir) {
   fs::create_directories(dir);
   const nn::Adam adam(model.parameters(), nn::AdamOptions{});
-  nn::TrainingState state;
+  train::TrainingState state;
   state.config = c.to_text();
   state.cursors = {data::ReaderCursor{}};  // one rank
   const std::string written =
-      nn::save_checkpoint((dir / "run").string(), model.parameters(), adam, state, 0);
+      train::save_checkpoint((dir / "run").string(), model.parameters(), adam, state, 0);
   fs::rename(written, dir / "checkpoint.h5");
   fs::remove_all(dir / "run");
 

@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "mvibr/core/error.h"
-#include "mvibr/nn/checkpoint.h"
+#include "mvibr/train/checkpoint.h"
 #include "mvibr/nn/optimizer.h"
 #include "mvibr/train/ibrnet_model.h"
 #include "mvibr/train/run_directory.h"
@@ -64,7 +64,7 @@ TEST_F(TrainerTest, LossFallsAndTheRunDirectoryHoldsItsFiles) {
   }
   EXPECT_LT(last, 0.8 * first) << log.str();
   EXPECT_TRUE(fs::exists(fs::path(summary.run_dir) / "config.txt"));
-  EXPECT_EQ(summary.last_checkpoint, nn::checkpoint_path(summary.run_dir, 40));
+  EXPECT_EQ(summary.last_checkpoint, train::checkpoint_path(summary.run_dir, 40));
   EXPECT_TRUE(fs::exists(summary.last_checkpoint));
 }
 
@@ -97,14 +97,14 @@ TEST_F(TrainerTest, StopRequestsAndSignalsStopAtAStepBoundaryAndResumeExactly) {
   const TrainSummary first = train(config, log);
   EXPECT_EQ(first.last_step, 3u);
   EXPECT_EQ(first.stopped_by, "the stop request " + stop_request_path(first.run_dir));
-  EXPECT_EQ(first.last_checkpoint, nn::checkpoint_path(first.run_dir, 3));
+  EXPECT_EQ(first.last_checkpoint, train::checkpoint_path(first.run_dir, 3));
   EXPECT_FALSE(fs::exists(stop_request_path(first.run_dir))) << "the request was not removed";
 
   write_stop_request(first.run_dir, std::nullopt, false);  // after the step in progress
   const TrainSummary second = train(config, log);
   EXPECT_EQ(second.first_step, 3u);
   EXPECT_EQ(second.last_step, 4u);
-  EXPECT_EQ(second.last_checkpoint, nn::checkpoint_path(first.run_dir, 4));
+  EXPECT_EQ(second.last_checkpoint, train::checkpoint_path(first.run_dir, 4));
 
   const std::atomic<int> usr1{SIGUSR1};
   RankContext signalled;
@@ -193,8 +193,8 @@ TEST_F(TrainerTest, InitCheckpointStartsANewRunAndOnlyANewOne) {
   // Its Adam moments start from zero: one step of them, not the source's four.
   nn::ParameterSet loaded = IbrnetModel(tuned).parameters();
   nn::Adam adam(loaded, nn::AdamOptions{});
-  nn::TrainingState state;
-  nn::load_checkpoint(first.last_checkpoint, &loaded, &adam, &state);
+  train::TrainingState state;
+  train::load_checkpoint(first.last_checkpoint, &loaded, &adam, &state);
   EXPECT_EQ(adam.steps(), 1u);
 
   // Run again to step 2: the run's own checkpoint wins over init_ckpt.
@@ -245,8 +245,8 @@ TEST_F(TrainerTest, NonFiniteLossesFollowTheNanPolicy) {
         << e.what();
     EXPECT_NE(std::string(e.what()).find("ckpt-00000001.h5"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(nn::latest_checkpoint((fs::path(c.basedir) / c.expname).string()),
-            nn::checkpoint_path((fs::path(c.basedir) / c.expname).string(), 1));
+  EXPECT_EQ(train::latest_checkpoint((fs::path(c.basedir) / c.expname).string()),
+            train::checkpoint_path((fs::path(c.basedir) / c.expname).string(), 1));
 
   c.expname = "nan-skip";
   c.nan_policy = NanPolicy::kSkip;

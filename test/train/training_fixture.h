@@ -11,7 +11,7 @@
 #include "mvibr/data/prefetch_reader.h"
 #include "mvibr/data/shards.h"
 #include "mvibr/data/synthetic_scene.h"
-#include "mvibr/nn/checkpoint.h"
+#include "mvibr/train/checkpoint.h"
 #include "mvibr/nn/optimizer.h"
 #include "mvibr/train/config.h"
 #include "mvibr/train/ibrnet_model.h"
@@ -94,8 +94,8 @@ inline void keep_rounding_from_compounding(TrainConfig* c) {
 inline std::vector<float> checkpoint_values(const TrainConfig& config, const std::string& path) {
   IbrnetModel model(config);
   nn::Adam adam(model.parameters(), nn::AdamOptions{});
-  nn::TrainingState state;
-  nn::load_checkpoint(path, &model.parameters(), &adam, &state);
+  train::TrainingState state;
+  train::load_checkpoint(path, &model.parameters(), &adam, &state);
   return model.parameters().values();
 }
 

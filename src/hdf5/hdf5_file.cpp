@@ -1,5 +1,5 @@
 // HDF5 RAII and helpers (see hdf5_file.h).
-#include "hdf5_file.h"
+#include "mvibr/hdf5/hdf5_file.h"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 
 #include "mvibr/core/error.h"
 
-namespace mvibr::data::h5 {
+namespace mvibr::h5 {
 
 void silence_errors() {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
@@ -424,4 +424,4 @@ void FrameDataset::read(hsize_t index, unsigned char* rgb) const {
   }
 }
 
-}  // namespace mvibr::data::h5
+}  // namespace mvibr::h5

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace mvibr::data::h5 {
+namespace mvibr::h5 {
 
 // Turns HDF5's automatic error printing off (we report our own one-line errors).
 void silence_errors();
@@ -132,4 +132,4 @@ class FrameDataset {
   hsize_t count_, height_, width_;
 };
 
-}  // namespace mvibr::data::h5
+}  // namespace mvibr::h5

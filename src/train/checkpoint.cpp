@@ -1,7 +1,7 @@
 // Checkpoints in HDF5 (see checkpoint.h): written whole under a temporary name and renamed into
 // place; read back only after every name and shape has been checked against the model, and
 // committed only after every value has been read and found finite.
-#include "mvibr/nn/checkpoint.h"
+#include "mvibr/train/checkpoint.h"
 
 #include <unistd.h>
 
@@ -13,15 +13,20 @@
 #include <set>
 #include <utility>
 
-#include "../data/hdf5_file.h"
 #include "mvibr/build_info.h"
 #include "mvibr/core/durable_file.h"
 #include "mvibr/core/error.h"
+#include "mvibr/hdf5/hdf5_file.h"
 
-namespace mvibr::nn {
+namespace mvibr::train {
+
+using nn::Adam;
+using nn::AdamOptions;
+using nn::ParameterGroup;
+using nn::ParameterInfo;
+using nn::ParameterSet;
 
 namespace fs = std::filesystem;
-namespace h5 = data::h5;
 
 namespace {
 
@@ -309,4 +314,4 @@ CheckpointSummary inspect_checkpoint(const std::string& path) {
   return summary;
 }
 
-}  // namespace mvibr::nn
+}  // namespace mvibr::train

@@ -18,12 +18,14 @@
 #include <vector>
 
 #include "mvibr/core/error.h"
-#include "mvibr/nn/checkpoint.h"
 #include "mvibr/testing/random_scene.h"
+#include "mvibr/train/checkpoint.h"
 #include "npy.h"
 
-namespace mvibr::nn {
+namespace mvibr::train {
 namespace {
+
+using namespace nn;  // the parameters and Adam that checkpoints hold
 
 namespace fs = std::filesystem;
 
@@ -343,4 +345,4 @@ with h5py.File(path, "r") as f:
 }
 
 }  // namespace
-}  // namespace mvibr::nn
+}  // namespace mvibr::train

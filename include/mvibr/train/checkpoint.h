@@ -20,7 +20,7 @@
 #include "mvibr/nn/optimizer.h"
 #include "mvibr/nn/parameters.h"
 
-namespace mvibr::nn {
+namespace mvibr::train {
 
 // What a checkpoint holds besides the parameters and Adam (whose step count is the run's step).
 struct TrainingState {
@@ -46,19 +46,19 @@ std::string latest_checkpoint(const std::string& run_dir);
 // but the `keep_last` newest checkpoints (0 keeps all; the one just written is always kept).
 // A non-finite value is an InvalidArgument naming the parameter, and leaves any existing file
 // untouched; disk failures are RuntimeFailure.
-std::string save_checkpoint(const std::string& run_dir, const ParameterSet& params,
-                            const Adam& adam, const TrainingState& state, int keep_last);
+std::string save_checkpoint(const std::string& run_dir, const nn::ParameterSet& params,
+                            const nn::Adam& adam, const TrainingState& state, int keep_last);
 
 // Restores parameter values, Adam's moments and step, and `state` from `path`. The file must hold
 // exactly the parameters of `params`, each with its shape, and finite values; everything is
 // validated before anything is modified. Errors are one-line InvalidArguments naming the file
 // and, where one is at fault, the parameter.
-void load_checkpoint(const std::string& path, ParameterSet* params, Adam* adam,
+void load_checkpoint(const std::string& path, nn::ParameterSet* params, nn::Adam* adam,
                      TrainingState* state);
 
 // The parameters of `path` alone, checked as load_checkpoint checks them (Adam's state and the
 // training state are read and dropped); returns the checkpoint's step.
-uint64_t load_weights(const std::string& path, ParameterSet* params);
+uint64_t load_weights(const std::string& path, nn::ParameterSet* params);
 
 // What a checkpoint holds, read and checked without a model (`mvibr inspect`): every header,
 // every parameter and both of Adam's moments under the same names and shapes, every value finite
@@ -77,4 +77,4 @@ struct CheckpointSummary {
 };
 CheckpointSummary inspect_checkpoint(const std::string& path);
 
-}  // namespace mvibr::nn
+}  // namespace mvibr::train
