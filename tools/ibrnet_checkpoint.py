@@ -7,7 +7,7 @@ weights (to fine-tune or render them), or take weights trained here back to IBRN
 
 IBRNet saves {"net_coarse": state_dict, "net_fine": state_dict, "feature_net": state_dict} (plus
 "optimizer" and "scheduler", which are not carried over); an mvibr checkpoint holds every
-parameter as the float32 dataset "model/<network>.<state_dict name>" (nn/checkpoint.h), the same
+parameter as the float32 dataset "model/<network>.<state_dict name>" (train/checkpoint.h), the same
 names, so the conversion renames nothing. Keys saved from a DistributedDataParallel wrapper
 ("module." in front) are accepted.
 
