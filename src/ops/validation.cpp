@@ -1,4 +1,5 @@
-// Option checks shared by both backends: bad values are the caller's error, named in one line.
+// The render ops' option checks (ops/render_ops.h), shared by both backends: bad values are the
+// caller's error, named in one line.
 #include <cmath>
 #include <sstream>
 
