@@ -10,8 +10,8 @@
 #include <string>
 
 #include "mvibr/nn/aggregator.h"
-#include "mvibr/train/checkpoint.h"
 #include "mvibr/nn/optimizer.h"
+#include "mvibr/train/checkpoint.h"
 
 namespace mvibr::nn {
 
@@ -71,7 +71,8 @@ int main(int argc, char** argv) {
     const mvibr::nn::Adam adam(network.set, mvibr::nn::AdamOptions{});
     mvibr::train::TrainingState state;
     state.cursors.resize(1);
-    std::printf("%s\n", mvibr::train::save_checkpoint(argv[2], network.set, adam, state, 1).c_str());
+    std::printf("%s\n",
+                mvibr::train::save_checkpoint(argv[2], network.set, adam, state, 1).c_str());
     return 0;
   }
   benchmark::Initialize(&argc, argv);

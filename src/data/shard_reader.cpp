@@ -2,9 +2,9 @@
 // corrupt, so each is bounded and cross-checked before anything is allocated from it.
 #include <filesystem>
 
-#include "mvibr/hdf5/hdf5_file.h"
 #include "mvibr/core/error.h"
 #include "mvibr/data/shards.h"
+#include "mvibr/hdf5/hdf5_file.h"
 #include "view_table.h"
 
 namespace mvibr::data {

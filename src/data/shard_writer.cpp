@@ -7,10 +7,10 @@
 #include <map>
 #include <set>
 
-#include "mvibr/hdf5/hdf5_file.h"
 #include "mvibr/core/durable_file.h"
 #include "mvibr/core/error.h"
 #include "mvibr/data/shards.h"
+#include "mvibr/hdf5/hdf5_file.h"
 #include "view_table.h"
 
 namespace mvibr::data {

@@ -5,8 +5,8 @@
 
 #include <vector>
 
-#include "mvibr/hdf5/hdf5_file.h"
 #include "mvibr/data/scene.h"
+#include "mvibr/hdf5/hdf5_file.h"
 
 namespace mvibr::data {
 

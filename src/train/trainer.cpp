@@ -21,9 +21,9 @@
 #include "mvibr/dist/agreement.h"
 #include "mvibr/dist/gradient_buckets.h"
 #include "mvibr/dist/nccl_communicator.h"
-#include "mvibr/train/checkpoint.h"
 #include "mvibr/nn/optimizer.h"
 #include "mvibr/render/loss.h"
+#include "mvibr/train/checkpoint.h"
 #include "mvibr/train/evaluate.h"
 #include "mvibr/train/ibrnet_model.h"
 #include "mvibr/train/loss_scale.h"
@@ -627,7 +627,7 @@ void TrainingRun::checkpoint_if_due() {
 // Rank 0 writes the parameters, Adam's state and every rank's data cursor.
 void TrainingRun::save_checkpoint() {
   const train::TrainingState state{config_.to_text(), all_cursors(comm_, reader_->cursor()),
-                                config_.seed};
+                                   config_.seed};
   on_root(comm_, [&] {
     summary_.last_checkpoint =
         train::save_checkpoint(summary_.run_dir, params_, adam_, state, config_.keep_checkpoints);

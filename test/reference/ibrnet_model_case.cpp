@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "mvibr/nn/aggregator.h"
-#include "mvibr/train/checkpoint.h"
 #include "mvibr/nn/feature_net.h"
 #include "mvibr/nn/optimizer.h"
+#include "mvibr/train/checkpoint.h"
 #include "npy.h"
 
 namespace mvibr::test {

@@ -14,8 +14,8 @@
 #include <sstream>
 
 #include "mvibr/core/error.h"
-#include "mvibr/train/checkpoint.h"
 #include "mvibr/nn/optimizer.h"
+#include "mvibr/train/checkpoint.h"
 #include "mvibr/train/ibrnet_model.h"
 #include "mvibr/train/run_directory.h"
 #include "training_fixture.h"

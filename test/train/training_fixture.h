@@ -11,8 +11,8 @@
 #include "mvibr/data/prefetch_reader.h"
 #include "mvibr/data/shards.h"
 #include "mvibr/data/synthetic_scene.h"
-#include "mvibr/train/checkpoint.h"
 #include "mvibr/nn/optimizer.h"
+#include "mvibr/train/checkpoint.h"
 #include "mvibr/train/config.h"
 #include "mvibr/train/ibrnet_model.h"
 
