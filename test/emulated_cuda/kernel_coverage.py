@@ -4,7 +4,7 @@
     kernel_coverage.py REPORT SOURCE_DIR
 
 REPORT is what the emulated test processes appended (MVIBR_EMULATED_COVERAGE: "count module
-offset symbol" lines); every __global__ kernel defined in SOURCE_DIR/kernels and src/cuda is
+offset symbol" lines); every __global__ kernel defined in SOURCE_DIR/kernels and src/cuda (.cu, .cuh) is
 named with its launch count. Exits 1 naming the kernels no test launched.
 """
 import collections
@@ -16,7 +16,9 @@ import sys
 
 def kernels_defined(source_dir):
     names = set()
-    for path in glob.glob(f"{source_dir}/kernels/*.cu") + glob.glob(f"{source_dir}/src/cuda/*.cu"):
+    paths = [path for folder in ("kernels", "src/cuda") for pattern in ("*.cu", "*.cuh")
+             for path in glob.glob(f"{source_dir}/{folder}/{pattern}")]
+    for path in paths:
         text = open(path).read()
         names.update(re.findall(
             r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(", text))
