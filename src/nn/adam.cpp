@@ -19,7 +19,7 @@ double step_decay_learning_rate(double initial, double factor, uint64_t decay_st
 
 double global_grad_norm(const float* grads, size_t count) {
   // Partial sums per fixed chunk, added in order: no dependence on the thread count.
-  constexpr size_t kChunk = size_t(1) << 14;
+  constexpr size_t kChunk = kGradNormChunk;
   const size_t chunks = (count + kChunk - 1) / kChunk;
   std::vector<double> partial(chunks, 0.0);
 #pragma omp parallel for schedule(static)
@@ -101,34 +101,38 @@ double Adam::step(ParameterSet* params, double grad_norm) {
   const size_t count = params->size();
   if (options_.max_grad_norm > 0) clip_grad_norm(grads, count, options_.max_grad_norm, grad_norm);
 
+  const AdamCoefficients c = begin_update();
+  float* values = params->values().data();
+  float* m = exp_avg_.data();
+  float* v = exp_avg_sq_.data();
+#pragma omp parallel
+  for (const Span& span : spans_) {
+    const float step_size = c.step_size[size_t(span.group)];
+#pragma omp for schedule(static)
+    for (size_t i = span.begin; i < span.end; ++i) {
+      adam_update_value(c, step_size, grads[i], &values[i], &m[i], &v[i]);
+    }
+  }
+  return grad_norm;
+}
+
+AdamCoefficients Adam::begin_update() {
   const double lr[2] = {learning_rate(ParameterGroup::kFeature),
                         learning_rate(ParameterGroup::kMlp)};
   ++steps_;
   const double t = double(steps_);
   const double bias_correction1 = 1 - std::pow(options_.beta1, t);
   const double bias_correction2 = 1 - std::pow(options_.beta2, t);
-  const float step_size[2] = {float(lr[0] / bias_correction1), float(lr[1] / bias_correction1)};
-  const float bias_correction2_sqrt = float(std::sqrt(bias_correction2));
-  const float beta1 = float(options_.beta1), beta2 = float(options_.beta2);
-  const float one_minus_beta1 = float(1 - options_.beta1);
-  const float one_minus_beta2 = float(1 - options_.beta2);
-  const float eps = float(options_.eps);
-
-  float* values = params->values().data();
-  float* m = exp_avg_.data();
-  float* v = exp_avg_sq_.data();
-#pragma omp parallel
-  for (const Span& span : spans_) {
-    const float rate = step_size[size_t(span.group)];
-#pragma omp for schedule(static)
-    for (size_t i = span.begin; i < span.end; ++i) {
-      m[i] = m[i] * beta1 + one_minus_beta1 * grads[i];
-      v[i] = v[i] * beta2 + one_minus_beta2 * grads[i] * grads[i];
-      const float denom = std::sqrt(v[i]) / bias_correction2_sqrt + eps;
-      values[i] += -rate * (m[i] / denom);
-    }
-  }
-  return grad_norm;
+  AdamCoefficients c;
+  c.step_size[0] = float(lr[0] / bias_correction1);
+  c.step_size[1] = float(lr[1] / bias_correction1);
+  c.bias_correction2_sqrt = float(std::sqrt(bias_correction2));
+  c.beta1 = float(options_.beta1);
+  c.beta2 = float(options_.beta2);
+  c.one_minus_beta1 = float(1 - options_.beta1);
+  c.one_minus_beta2 = float(1 - options_.beta2);
+  c.eps = float(options_.eps);
+  return c;
 }
 
 void Adam::restore(uint64_t steps, std::vector<float> exp_avg, std::vector<float> exp_avg_sq) {

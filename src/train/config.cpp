@@ -238,7 +238,7 @@ const std::vector<Key>& keys() {
       {"overlap_allreduce", "data-parallel", &C::overlap_allreduce,
        "all-reduce gradient buckets during the backward pass"},
       {"allreduce_dtype", "data-parallel", enum_member(&C::allreduce_dtype),
-       "gradients travel as float or bfloat16 (half the bytes)"},
+       "gradients travel as float or bfloat16 (half the bytes; CPU ranks)"},
       {"watchdog_s",
        "data-parallel",
        &C::watchdog_s,

@@ -142,7 +142,7 @@ std::vector<float> pixel_rows(int width, int first_row, int rows) {
   return pixels;
 }
 
-RenderedView render_view(IbrnetModel& model, const data::TrainingSample& sample, RandomKey key,
+RenderedView render_view(TrainableModel& model, const data::TrainingSample& sample, RandomKey key,
                          const std::function<void(int, int)>& on_chunk) {
   const int width = sample.target.camera.width, height = sample.target.camera.height;
   const std::vector<float> pixels = pixel_rows(width, 0, height);
@@ -222,7 +222,7 @@ TrainConfig evaluation_config(const TrainConfig& config) {
   return c;
 }
 
-ViewMetrics evaluate_view(IbrnetModel& model, const data::TrainingSample& sample, RandomKey key,
+ViewMetrics evaluate_view(TrainableModel& model, const data::TrainingSample& sample, RandomKey key,
                           const std::string& png_dir,
                           const std::function<void(int, int)>& on_chunk) {
   const RenderedView rendered = render_view(model, sample, key, on_chunk);
@@ -255,9 +255,9 @@ EvalReport evaluate_run(const TrainConfig& config, const std::string& checkpoint
                         int max_views, const std::string& png_root,
                         const std::function<void(const ViewMetrics&)>& on_view,
                         dist::Communicator* comm, const RenderProgress& progress) {
-  IbrnetModel model(evaluation_config(config));
+  const std::unique_ptr<TrainableModel> model = make_model(evaluation_config(config));
   EvalReport report;
-  report.step = train::load_weights(checkpoint, &model.parameters());
+  report.step = train::load_weights(checkpoint, &model->parameters());
 
   const std::string png_dir =
       png_root.empty() ? "" : (fs::path(png_root) / std::to_string(report.step)).string();
@@ -289,7 +289,7 @@ EvalReport evaluate_run(const TrainConfig& config, const std::string& checkpoint
       const auto on_chunk = [&](int rays_done, int rays) {
         if (progress) progress(done, mine, rays_done, rays);
       };
-      report.views[i] = evaluate_view(model, reader.next(), key, png_dir, on_chunk);
+      report.views[i] = evaluate_view(*model, reader.next(), key, png_dir, on_chunk);
       scores[3 * i] = report.views[i].view;
       scores[3 * i + 1] = report.views[i].psnr;
       scores[3 * i + 2] = report.views[i].ssim;
@@ -316,9 +316,9 @@ PathReport render_path(const TrainConfig& config, const std::string& checkpoint,
                        const std::string& name,
                        const std::function<void(const PathFrameRender&)>& on_frame,
                        dist::Communicator* comm, const RenderProgress& progress) {
-  IbrnetModel model(evaluation_config(config));
+  const std::unique_ptr<TrainableModel> model = make_model(evaluation_config(config));
   PathReport report;
-  report.step = train::load_weights(checkpoint, &model.parameters());
+  report.step = train::load_weights(checkpoint, &model->parameters());
   report.dir = (fs::path(png_root) / std::to_string(report.step) / name).string();
   const data::ViewLookup lookup(config.datadir);
   const data::SourceRanking ranking(lookup.index().scene, data::NeighbourOptions{});
@@ -347,7 +347,7 @@ PathReport render_path(const TrainConfig& config, const std::string& checkpoint,
       const auto on_chunk = [&](int rays_done, int rays) {
         if (progress) progress(done, mine, rays_done, rays);
       };
-      write_pngs(render_view(model, sample, key, on_chunk), sample.target, paths);
+      write_pngs(render_view(*model, sample, key, on_chunk), sample.target, paths);
       ++done;
       if (on_frame) on_frame(r);
     }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "mvibr/dist/communicator.h"
+#include "mvibr/train/model.h"
 #include "mvibr/train/monitor.h"
 #include "mvibr/train/tensorboard.h"
 
@@ -17,13 +18,6 @@ namespace mvibr::train {
 
 // Busy times of ranks differing by more than this fraction of the fastest one's get a warning.
 constexpr double kImbalanceWarning = 0.2;
-
-// One monitored value: its TensorBoard tag and its metrics.jsonl key.
-struct Scalar {
-  const char* tag;
-  const char* key;
-  double value;
-};
 
 // Rank 0's record of the run: metrics.jsonl (one JSON object per line) and the event files, both
 // written with every value, so scripts and TensorBoard see the same numbers.

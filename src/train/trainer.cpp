@@ -25,8 +25,8 @@
 #include "mvibr/render/loss.h"
 #include "mvibr/train/checkpoint.h"
 #include "mvibr/train/evaluate.h"
-#include "mvibr/train/ibrnet_model.h"
 #include "mvibr/train/loss_scale.h"
+#include "mvibr/train/model.h"
 #include "mvibr/train/monitor.h"
 #include "mvibr/train/run_directory.h"
 
@@ -101,8 +101,9 @@ std::vector<data::ReaderCursor> all_cursors(dist::Communicator& comm, data::Read
 // checkpoint (read by rank 0 alone and broadcast), or rank 0's initialisation.
 data::ReaderCursor restore_or_initialize(const TrainConfig& config, const std::string& run_dir,
                                          bool measure_only, dist::Communicator& comm,
-                                         IbrnetModel* model, nn::Adam* adam, std::ostream& log) {
+                                         TrainableModel* model, std::ostream& log) {
   nn::ParameterSet& params = model->parameters();
+  nn::Adam* adam = &model->optimizer();
   train::TrainingState state;
   std::string resume;
   std::string initial;  // init_ckpt, when it gives a new run its weights
@@ -159,7 +160,7 @@ data::ReaderCursor restore_or_initialize(const TrainConfig& config, const std::s
 
 // Every rank renders a band of the held-out view's rows; rank 0 puts the image together into
 // `image` and scores it (the others return a view of -1).
-ViewMetrics validate(IbrnetModel& model, const data::TrainingSample& sample, RandomKey key,
+ViewMetrics validate(TrainableModel& model, const data::TrainingSample& sample, RandomKey key,
                      dist::Communicator& comm, RgbImage* image) {
   const int width = sample.target.camera.width, height = sample.target.camera.height;
   const int band = (height + comm.size() - 1) / comm.size();
@@ -236,7 +237,7 @@ namespace {
 class TrainingRun {
  public:
   TrainingRun(const TrainConfig& config, std::ostream& rank0_log, const RankContext& context);
-  bool finished() const { return adam_.steps() >= uint64_t(config_.n_iters); }
+  bool finished() const { return model_->updates() >= uint64_t(config_.n_iters); }
   // One update: the sample, the forward and backward passes, the all-reduces and Adam. False
   // when the update was skipped (fp16 overflow, a non-finite loss or gradient).
   bool step();
@@ -249,7 +250,9 @@ class TrainingRun {
 
  private:
   dist::Communicator& communicator(const RankContext& context);
-  std::unique_ptr<IbrnetModel> start_ranks();
+  std::unique_ptr<TrainableModel> start_ranks();
+  // The parameters' host copy, as of the last update (fetched from a device on demand).
+  const nn::ParameterSet& parameters() const { return std::as_const(*model_).parameters(); }
   void save_checkpoint();
 
   const TrainConfig& config_;
@@ -267,15 +270,13 @@ class TrainingRun {
   const bool fp16_;  // fp16 GEMMs scale the loss (1 and never changed otherwise)
   DynamicLossScale loss_scale_;
   int device_ = -1;  // the GPU of this rank, -1 on the CPU
-  std::unique_ptr<IbrnetModel> model_;
-  nn::ParameterSet& params_;
-  nn::Adam adam_;
+  std::unique_ptr<TrainableModel> model_;
   std::unique_ptr<dist::GradientBuckets> buckets_;
   std::unique_ptr<data::PrefetchReader> reader_;
   // Validation renders one held-out view with a copy of the weights in a model of its own
   // (deterministic samples, its own buffers), so training continues exactly as without it.
   std::optional<data::TrainingSample> heldout_;
-  std::unique_ptr<IbrnetModel> validation_model_;
+  std::unique_ptr<TrainableModel> validation_model_;
   std::unique_ptr<RunDirectoryLock> run_lock_;
   std::unique_ptr<MetricsLog> metrics_;
   uint64_t rays_per_update_ = 0;
@@ -307,24 +308,23 @@ TrainingRun::TrainingRun(const TrainConfig& config, std::ostream& rank0_log,
       log_(rank_ == 0 ? rank0_log : null_log_),
       fp16_(config.precision == Precision::kFp16),
       loss_scale_(fp16_ ? config.loss_scale : 1.0, config.loss_scale_window),
-      model_(start_ranks()),
-      params_(model_->parameters()),
-      adam_(params_, adam_options(config, ranks_)) {
+      model_(start_ranks()) {
+  model_->configure_optimizer(adam_options(config, ranks_));
   data::ReaderCursor cursor;
   {
     dist::Watchdog::Scope watch(watchdog_.get(), "the parameter broadcast at start");
     cursor = restore_or_initialize(config_, summary_.run_dir, context_.measure_only, comm_,
-                                   model_.get(), &adam_, log_);
-    dist::check_same_parameters(comm_, params_.values().data(), params_.size(), "start");
+                                   model_.get(), log_);
+    dist::check_same_parameters(comm_, parameters().values().data(), parameters().size(), "start");
   }
-  summary_.first_step = summary_.last_step = adam_.steps();
+  summary_.first_step = summary_.last_step = model_->updates();
 
   std::vector<dist::GradientRange> ready_order;
   for (const ParameterRange& r : model_->gradient_ready_order()) {
     ready_order.push_back({r.offset, r.count});
   }
-  // GPU ranks all-reduce their gradients where they are, with NCCL on the device; the CPU ones,
-  // and GPU ones asked for bf16 all-reduce (converted on the host), over MPI on the host.
+  // Gradients are all-reduced where the model keeps them: with NCCL in device memory, over MPI in
+  // host memory.
   {
     dist::Watchdog::Scope watch(watchdog_.get(), "the NCCL set-up at start");
     double device_ranks = model_->on_device() ? 1 : 0;
@@ -336,7 +336,13 @@ TrainingRun::TrainingRun(const TrainConfig& config, std::ostream& rank0_log,
                             "); give every rank one, or set device = cpu");
     }
     // One GPU rank too: its reduction is a copy, and single-GPU runs take the multi-GPU path.
-    if (model_->on_device() && config_.allreduce_dtype == AllreduceDtype::kFp32) {
+    if (model_->on_device()) {
+      if (config_.allreduce_dtype != AllreduceDtype::kFp32) {
+        throw InvalidArgument(std::string("config key 'allreduce_dtype': ") +
+                              name_of(config_.allreduce_dtype) +
+                              " is for CPU ranks (MPI on host gradients); GPU ranks reduce their "
+                              "gradients on the device with NCCL in fp32");
+      }
       nccl_ = dist::make_nccl_communicator(comm_, device_, config_.watchdog_s);
       if (watchdog_) watchdog_->abort_on_stall(nccl_.get());
     }
@@ -345,13 +351,13 @@ TrainingRun::TrainingRun(const TrainConfig& config, std::ostream& rank0_log,
   buckets_ = std::make_unique<dist::GradientBuckets>(
       gradients, ready_order, size_t(config_.bucket_mb * 1024 * 1024), dist::ReduceOp::kSum,
       config_.overlap_allreduce, config_.allreduce_dtype == AllreduceDtype::kBf16);
-  log_ << describe_job(config_, context_, gradients, device_, params_.size(),
+  log_ << describe_job(config_, context_, gradients, device_, parameters().size(),
                        buckets_->buckets().size());
 
   reader_ = std::make_unique<data::PrefetchReader>(reader_options(config_, rank_, ranks_), cursor);
   if (!context_.measure_only) heldout_ = first_heldout_sample(config_);
   if (heldout_) {
-    validation_model_ = std::make_unique<IbrnetModel>(evaluation_config(config_));
+    validation_model_ = make_model(evaluation_config(config_));
   } else if (!context_.measure_only) {
     log_ << "no test or val views in " << config_.datadir << ": no held-out validation\n";
   }
@@ -383,7 +389,7 @@ TrainingRun::TrainingRun(const TrainConfig& config, std::ostream& rank0_log,
 }
 
 // The watchdog, the same config on every rank, and the rank's device, before the model is made.
-std::unique_ptr<IbrnetModel> TrainingRun::start_ranks() {
+std::unique_ptr<TrainableModel> TrainingRun::start_ranks() {
   if (context_.on_stall && ranks_ > 1) {
     const std::string who = "rank " + std::to_string(rank_) +
                             (context_.topology.host.empty() ? "" : " on " + context_.topology.host);
@@ -399,11 +405,11 @@ std::unique_ptr<IbrnetModel> TrainingRun::start_ranks() {
   summary_.run_dir = (fs::path(config_.basedir) / config_.expname).string();
   // A GPU rank drives device local_rank % devices, chosen before the model allocates on it.
   device_ = runs_on_device(config_) ? dist::select_device(context_.topology) : -1;
-  return std::make_unique<IbrnetModel>(config_);
+  return make_model(config_);
 }
 
 bool TrainingRun::step() {
-  const uint64_t index = adam_.steps();
+  const uint64_t index = model_->updates();
   step_name_ = "step " + std::to_string(index + 1);
   const RandomKey key{config_.seed, index};
   StepReport report;
@@ -411,66 +417,47 @@ bool TrainingRun::step() {
   const double waited_before = reader_->wait_seconds();
   const data::TrainingSample sample = reader_->next();
   report.data_wait = reader_->wait_seconds() - waited_before;
-  params_.zero_grads();
   model_->set_loss_scale(loss_scale_.scale());
   model_->begin_step(sample);
-  RaySums sums;
+  LossSums sums(model_->loss_sums_size(), 0.0);
   for (int m = 0; m < config_.accumulation_steps; ++m) {
-    const uint32_t first_ray = uint32_t((rank_ * config_.accumulation_steps + m) * config_.N_rand);
-    const RayBatch rays = select_rays(sample.target, config_.N_rand, config_.sample_mode,
-                                      config_.center_ratio, key, first_ray);
-    sums += model_->accumulate(rays, key, first_ray);
+    const LossSums batch = model_->accumulate(key, rank_ * config_.accumulation_steps + m);
+    for (size_t i = 0; i < sums.size(); ++i) sums[i] += batch[i];
   }
   // The loss sums, and whether a rank was asked to stop: by a signal (its number) or, on rank
   // 0, by a stop request due after this step (kStopRequested, above every signal's number).
   const int signal = context_.stop_signal ? context_.stop_signal->load() : 0;
   const bool requested = run_lock_ && stop_request_due(summary_.run_dir, index + 1, log_);
-  double global[5] = {sums.squared_error_coarse, sums.squared_error_fine, sums.valid_coarse,
-                      sums.valid_fine, double(requested ? kStopRequested : signal)};
+  double stop = double(requested ? kStopRequested : signal);
   {
     dist::Watchdog::Scope watch(watchdog_.get(), "the loss all-reduce of " + step_name_);
     const auto reduce_start = std::chrono::steady_clock::now();
-    comm_.all_reduce(global, 4, dist::ReduceOp::kSum);
-    comm_.all_reduce(global + 4, 1, dist::ReduceOp::kMax);
+    comm_.all_reduce(sums.data(), sums.size(), dist::ReduceOp::kSum);
+    comm_.all_reduce(&stop, 1, dist::ReduceOp::kMax);
     report.loss_allreduce = seconds_since(reduce_start);
   }
-  stop_reason_ = int(global[4]);
-  const double coarse_denominator = masked_mse_denominator(global[2]);
-  const double fine_denominator = masked_mse_denominator(global[3]);
+  stop_reason_ = int(stop);
   dist::GradientBuckets& buckets = *buckets_;
-  const auto mark_ready = [&](ParameterRange r) { buckets.mark_ready(r.offset, r.count); };
   {
     // Without overlap the buckets are reduced inline, in the backward pass: watched with it.
     dist::Watchdog::Scope watch(config_.overlap_allreduce ? nullptr : watchdog_.get(),
                                 "the backward pass and gradient all-reduce of " + step_name_);
-    if (nccl_) {
-      buckets.begin(model_->device_gradients());
-      model_->end_step_on_device(coarse_denominator, fine_denominator, mark_ready);
-    } else {
-      buckets.begin(params_.grads().data());
-      model_->end_step(coarse_denominator, fine_denominator, mark_ready);
-    }
+    buckets.begin(model_->gradients());
+    result_ =
+        model_->end_step(sums, [&](ParameterRange r) { buckets.mark_ready(r.offset, r.count); });
   }
   {
     dist::Watchdog::Scope watch(config_.overlap_allreduce ? watchdog_.get() : nullptr,
                                 "the gradient all-reduce of " + step_name_);
     buckets.finish();
   }
-  if (nccl_) model_->gradients_to_host();
   report.allreduce = buckets.communication_seconds();
   report.allreduce_exposed = buckets.exposed_seconds();
   const auto optimizer_start = std::chrono::steady_clock::now();
 
-  StepResult& result = result_;
-  result = StepResult{};
-  result.mse_coarse = global[0] / coarse_denominator;
-  result.mse_fine = global[1] / fine_denominator;
-  result.loss = result.mse_coarse + result.mse_fine;
-  const bool fine = !config_.coarse_only && config_.N_importance > 0;
-  result.psnr = mse_to_psnr(fine ? result.mse_fine : result.mse_coarse);
-  result.valid_rays = int(fine ? global[3] : global[2]);
+  const StepResult& result = result_;
   // Every rank holds the same summed loss and gradients, so all decide alike.
-  const double norm = nn::global_grad_norm(params_.grads().data(), params_.size());
+  const double norm = model_->gradient_norm();
   grad_norm_ = norm;
   // fp16: gradients that overflowed at this loss scale skip the update at half the scale, as
   // GradScaler does; below a scale of 1 they are not an overflow but a failure.
@@ -499,8 +486,8 @@ bool TrainingRun::step() {
     return false;
   }
   consecutive_skips_ = 0;
-  adam_.step(&params_, norm);
-  const uint64_t done = adam_.steps();
+  model_->update(norm);
+  const uint64_t done = model_->updates();
   report.step = done;
   report.optimizer = seconds_since(optimizer_start);
   report.seconds = seconds_since(step_start);
@@ -519,11 +506,12 @@ bool TrainingRun::step() {
 // Every i_print steps and at the end: the ranks' parameters compared, the interval's times
 // gathered, a log line (or the progress line), an imbalance warning, the metrics.
 void TrainingRun::log_if_due() {
-  const uint64_t done = adam_.steps();
+  const uint64_t done = model_->updates();
   if (done % uint64_t(config_.i_print) != 0 && done != uint64_t(config_.n_iters)) return;
   {
     dist::Watchdog::Scope watch(watchdog_.get(), "the parameter check of " + step_name_);
-    dist::check_same_parameters(comm_, params_.values().data(), params_.size(), step_name_);
+    dist::check_same_parameters(comm_, parameters().values().data(), parameters().size(),
+                                step_name_);
   }
   std::vector<std::vector<std::pair<std::string, double>>> parts;
   {
@@ -556,15 +544,14 @@ void TrainingRun::log_if_due() {
   const std::string warning = imbalance_warning(balance, kImbalanceWarning, logged_step_ + 1, done);
   if (!warning.empty()) progress_->print(warning);
   if (metrics_) {
-    metrics_->write(
-        done,
-        {{"loss/total", "loss", result.loss},
-         {"loss/coarse", "mse_coarse", result.mse_coarse},
-         {"loss/fine", "mse_fine", result.mse_fine},
-         {"train/psnr", "psnr", result.psnr},
+    std::vector<Scalar> scalars = {{"loss/total", "loss", result.loss}};
+    scalars.insert(scalars.end(), result.terms.begin(), result.terms.end());
+    scalars.insert(
+        scalars.end(),
+        {{"train/psnr", "psnr", result.psnr},
          {"train/grad_norm", "grad_norm", grad_norm_},
-         {"lr/feature", "lr_feature", adam_.learning_rate(nn::ParameterGroup::kFeature)},
-         {"lr/mlp", "lr_mlp", adam_.learning_rate(nn::ParameterGroup::kMlp)},
+         {"lr/feature", "lr_feature", model_->learning_rate(nn::ParameterGroup::kFeature)},
+         {"lr/mlp", "lr_mlp", model_->learning_rate(nn::ParameterGroup::kMlp)},
          {"throughput/rays_per_second", "rays_per_second", rays_per_second},
          {"throughput/steps_per_second", "steps_per_second", 1.0 / step_seconds},
          {"time/step_seconds", "step_seconds", step_seconds},
@@ -575,11 +562,12 @@ void TrainingRun::log_if_due() {
          {"allreduce/seconds", "allreduce_seconds", interval.allreduce / steps},
          {"allreduce/exposed_seconds", "allreduce_exposed_seconds",
           interval.allreduce_exposed / steps},
-         {"allreduce/hidden_fraction", "allreduce_hidden_fraction", hidden}},
-        {{"valid_rays", result.valid_rays},
-         {"ranks", ranks_},
-         {"slowest_rank", balance.slow_rank},
-         {"interval_steps", steps}});
+         {"allreduce/hidden_fraction", "allreduce_hidden_fraction", hidden}});
+    metrics_->write(done, scalars,
+                    {{"valid_rays", result.valid_rays},
+                     {"ranks", ranks_},
+                     {"slowest_rank", balance.slow_rank},
+                     {"interval_steps", steps}});
   }
   interval_ = IntervalTimes{};
   logged_step_ = done;
@@ -587,9 +575,9 @@ void TrainingRun::log_if_due() {
 
 // Every i_img steps: the held-out view rendered by all ranks, scored and logged by rank 0.
 void TrainingRun::validate_if_due() {
-  const uint64_t done = adam_.steps();
+  const uint64_t done = model_->updates();
   if (!heldout_ || done % uint64_t(config_.i_img) != 0) return;
-  validation_model_->parameters().values() = params_.values();
+  validation_model_->parameters().values() = parameters().values();
   progress_->print("step " + std::to_string(done) + "/" + std::to_string(config_.n_iters) +
                    "  validating (every i_img = " + std::to_string(config_.i_img) +
                    " steps): rendering held-out view " + std::to_string(heldout_->target_view) +
@@ -615,7 +603,7 @@ void TrainingRun::validate_if_due() {
 
 // Every i_weights steps, at the end, and when asked to stop.
 void TrainingRun::checkpoint_if_due() {
-  const uint64_t done = adam_.steps();
+  const uint64_t done = model_->updates();
   if (context_.measure_only || (stop_reason_ == 0 && done % uint64_t(config_.i_weights) != 0 &&
                                 done != uint64_t(config_.n_iters))) {
     return;
@@ -630,12 +618,13 @@ void TrainingRun::save_checkpoint() {
                                    config_.seed};
   on_root(comm_, [&] {
     summary_.last_checkpoint =
-        train::save_checkpoint(summary_.run_dir, params_, adam_, state, config_.keep_checkpoints);
+        train::save_checkpoint(summary_.run_dir, parameters(), std::as_const(*model_).optimizer(),
+                               state, config_.keep_checkpoints);
   });
 }
 
 bool TrainingRun::stop_if_asked() {
-  const uint64_t done = adam_.steps();
+  const uint64_t done = model_->updates();
   if (stop_reason_ == 0 || done >= uint64_t(config_.n_iters)) return false;
   summary_.stopped_by = stop_reason_ == kStopRequested
                             ? "the stop request " + stop_request_path(summary_.run_dir)

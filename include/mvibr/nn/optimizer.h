@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "mvibr/nn/adam_math.h"
 #include "mvibr/nn/parameters.h"
 
 namespace mvibr::nn {
@@ -63,13 +64,17 @@ class Adam {
   // Continues from a checkpoint: the step count and both moments (sizes must match).
   void restore(uint64_t steps, std::vector<float> exp_avg, std::vector<float> exp_avg_sq);
 
- private:
   // A run of consecutive values that train with one learning rate.
   struct Span {
     size_t begin, end;
     ParameterGroup group;
   };
+  const std::vector<Span>& spans() const { return spans_; }
+  // The next update's scalars, counting the update as taken: for a backend that keeps the
+  // moments where it runs and applies adam_update_value there (the CUDA step).
+  AdamCoefficients begin_update();
 
+ private:
   AdamOptions options_;
   std::vector<Span> spans_;
   std::vector<float> exp_avg_, exp_avg_sq_;

@@ -15,7 +15,7 @@
 #include "mvibr/data/prefetch_reader.h"
 #include "mvibr/dist/communicator.h"
 #include "mvibr/train/config.h"
-#include "mvibr/train/ibrnet_model.h"
+#include "mvibr/train/model.h"
 
 namespace mvibr::train {
 
@@ -37,7 +37,7 @@ std::vector<float> pixel_rows(int width, int first_row, int rows);
 // Renders every pixel of the sample's target from its sources, at the integer pixel coordinates
 // (u, v) the training rays use, chunk_size rays at a time, without gradients; `on_chunk(rays
 // done, rays)` after each chunk.
-RenderedView render_view(IbrnetModel& model, const data::TrainingSample& sample, RandomKey key,
+RenderedView render_view(TrainableModel& model, const data::TrainingSample& sample, RandomKey key,
                          const std::function<void(int, int)>& on_chunk = {});
 
 // The view's own pixels as an RgbImage (uint8 / 255).
@@ -72,7 +72,7 @@ TrainConfig evaluation_config(const TrainConfig& config);
 // Renders the sample's target with `model` and scores it. With `png_dir` non-empty, writes
 // <png_dir>/<name>.png and <name>_depth.png (depth from near_depth black to far_depth white),
 // the name made file-safe (extension dropped, characters other than [A-Za-z0-9._-] become '_').
-ViewMetrics evaluate_view(IbrnetModel& model, const data::TrainingSample& sample, RandomKey key,
+ViewMetrics evaluate_view(TrainableModel& model, const data::TrainingSample& sample, RandomKey key,
                           const std::string& png_dir = "",
                           const std::function<void(int, int)>& on_chunk = {});
 

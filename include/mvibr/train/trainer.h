@@ -39,7 +39,7 @@
 #include "mvibr/dist/watchdog.h"
 #include "mvibr/nn/optimizer.h"
 #include "mvibr/train/config.h"
-#include "mvibr/train/ibrnet_model.h"
+#include "mvibr/train/model.h"
 
 namespace mvibr::train {
 

@@ -1,13 +1,11 @@
-// The device step in a build without the CUDA backend: `auto` means the CPU, `cuda` is an error
-// that says how to get it.
-#include "device_step.h"
+// The CUDA backend in a build without CUDA: `auto` means the CPU, `cuda` is an error that says how
+// to get it.
+#include "ibrnet_backend.h"
 #include "mvibr/core/error.h"
 
 namespace mvibr::train {
 
-std::unique_ptr<DeviceStep> make_cuda_step(const TrainConfig&, const nn::ResUNet&,
-                                           const nn::IbrnetAggregator&,
-                                           const nn::IbrnetAggregator*) {
+std::unique_ptr<IbrnetBackend> make_cuda_backend(const TrainConfig&, const IbrnetNetworks&) {
   throw RuntimeFailure("this mvibr was built without CUDA (configure with MVIBR_CUDA=ON)");
 }
 

@@ -1,15 +1,21 @@
-// The IBRNet training step on a CUDA device (see device_step.h): IbrnetModel's CPU step with
-// each call replaced by its device counterpart, on one stream, buffers kept from step to step.
-// Compiled only in a build with the CUDA backend; device_step_unavailable.cpp stands in without.
+// The IBRNet step on a CUDA device (see ibrnet_backend.h): the CPU backend's calls replaced by
+// their device counterparts, on one stream, buffers kept from step to step.
+// - Parameters, gradients and Adam's moments live on the device; per step the host sends the
+//   sources, the rays' pixels and colours, and reads the loss sums and the gradient norm.
+// - Compiled only in a build with the CUDA backend; ibrnet_cuda_unavailable.cpp stands in without.
 #include <algorithm>
+#include <cmath>
 #include <tuple>
+#include <utility>
+#include <vector>
 
-#include "device_step.h"
+#include "ibrnet_backend.h"
 #include "mvibr/core/device.h"
 #include "mvibr/core/error.h"
 #include "mvibr/nn/cuda_aggregator.h"
 #include "mvibr/nn/cuda_feature_net.h"
 #include "mvibr/nn/cuda_layers.h"
+#include "mvibr/nn/cuda_optimizer.h"
 #include "mvibr/ops/render_ops.h"
 #include "mvibr/render/loss.h"
 #include "phase_laps.h"
@@ -26,17 +32,16 @@ struct DevicePass {
   DeviceArray<float> grad_rgb_map, grad_sigma, grad_rgb, grad_rgb_features;
 };
 
-class CudaStep final : public DeviceStep {
+class CudaBackend final : public IbrnetBackend {
  public:
-  CudaStep(const TrainConfig& config, const nn::ResUNet& feature_net,
-           const nn::IbrnetAggregator& net_coarse, const nn::IbrnetAggregator* net_fine)
+  CudaBackend(const TrainConfig& config, const IbrnetNetworks& networks)
       : config_(config),
-        feature_net_(feature_net),
-        net_coarse_(net_coarse),
-        coarse_offset_(net_coarse.parameter_offset()) {
-    if (net_fine) {
-      net_fine_ = std::make_unique<nn::cuda::IbrnetAggregator>(*net_fine);
-      fine_offset_ = net_fine->parameter_offset();
+        feature_net_(networks.feature_net),
+        net_coarse_(networks.net_coarse),
+        coarse_offset_(networks.net_coarse.parameter_offset()) {
+    if (networks.net_fine) {
+      net_fine_ = std::make_unique<nn::cuda::IbrnetAggregator>(*networks.net_fine);
+      fine_offset_ = networks.net_fine->parameter_offset();
     }
     context_.set_gemm_precision(
         config.precision == Precision::kBf16   ? nn::cuda::GemmPrecision::kBf16
@@ -55,15 +60,32 @@ class CudaStep final : public DeviceStep {
     gradient_scale_ = scale / mean_divisor;
   }
 
-  void prepare_sources(const nn::ParameterSet& parameters, const HostSources& sources,
-                       bool training) override {
-    const size_t n_parameters = parameters.size();
-    copy_host_to_device(params_.reserve(n_parameters), parameters.values().data(),
-                        n_parameters * sizeof(float));
-    if (training) {
-      grads_.reserve(n_parameters);
-      device_memset_zero(grads_.data(), n_parameters * sizeof(float));
+  void load_state(const nn::ParameterSet& parameters, const nn::Adam& adam) override {
+    const size_t count = parameters.size();
+    count_ = count;
+    copy_host_to_device(params_.reserve(count), parameters.values().data(), count * sizeof(float));
+    copy_host_to_device(exp_avg_.reserve(count), adam.exp_avg().data(), count * sizeof(float));
+    copy_host_to_device(exp_avg_sq_.reserve(count), adam.exp_avg_sq().data(),
+                        count * sizeof(float));
+    if (grads_.size() < count) {
+      grads_.reserve(count);
+      device_memset_zero(grads_.data(), count * sizeof(float));
     }
+    norm_partials_.reserve(nn::cuda::gradient_norm_partials(count));
+  }
+
+  void store_state(nn::ParameterSet* parameters, nn::Adam* adam) override {
+    const size_t count = parameters->size();
+    copy_device_to_host(parameters->values().data(), params_.data(), count * sizeof(float));
+    copy_device_to_host(parameters->grads().data(), grads_.data(), count * sizeof(float));
+    std::vector<float> exp_avg(count), exp_avg_sq(count);
+    copy_device_to_host(exp_avg.data(), exp_avg_.data(), count * sizeof(float));
+    copy_device_to_host(exp_avg_sq.data(), exp_avg_sq_.data(), count * sizeof(float));
+    adam->restore(adam->steps(), std::move(exp_avg), std::move(exp_avg_sq));
+  }
+
+  void prepare_sources(const HostSources& sources, bool training) override {
+    if (training) device_memset_zero(grads_.data(), count_ * sizeof(float));
     sources_ = sources;
     const size_t pixels = size_t(sources.n_views) * sources.height * sources.width * 3;
     copy_host_to_device(images_.reserve(pixels), sources.images, pixels * sizeof(float));
@@ -100,12 +122,12 @@ class CudaStep final : public DeviceStep {
     lap(laps, &times->sampling);
     RaySums sums;
     run_pass(false, n_rays, target, true, &coarse_, laps, times);
-    take_sums(n_rays, &coarse_, &sums.squared_error_coarse, &sums.valid_coarse);
+    take_sums(&coarse_, &sums.squared_error_coarse, &sums.valid_coarse);
     if (has_fine()) {
       sample_fine(n_rays, key, first_ray);
       lap(laps, &times->sampling);
       run_pass(true, n_rays, target, true, &fine_, laps, times);
-      take_sums(n_rays, &fine_, &sums.squared_error_fine, &sums.valid_fine);
+      take_sums(&fine_, &sums.squared_error_fine, &sums.valid_fine);
     }
     lap(laps, &times->composite_loss);
     backward_pass(false, n_rays, &coarse_, laps, times);
@@ -114,23 +136,18 @@ class CudaStep final : public DeviceStep {
   }
 
   void end_step(double coarse_denominator, double fine_denominator,
-                const std::vector<ParameterRange>& order, nn::ParameterSet& parameters,
-                const std::function<void(ParameterRange)>& ready, bool keep_on_device,
-                PhaseTimes* times) override {
+                const std::vector<ParameterRange>& order,
+                const std::function<void(ParameterRange)>& ready, PhaseTimes* times) override {
     PhaseLaps laps;
     // The gradients of the summed loss times gradient_scale_, back to those of the loss.
     const auto divide = [&](float* values, size_t count, double denominator) {
       nn::cuda::scale(count, float(1.0 / (denominator * gradient_scale_)), values,
                       context_.stream());
     };
-    // The aggregation networks' ranges come first in `order`, the feature network's last.
+    // The aggregation networks' ranges come first in `order`, the feature network's last. This
+    // stream only: the NCCL stream's all-reduces of earlier ranges go on meanwhile.
     const auto publish = [&](const ParameterRange& range) {
-      if (keep_on_device) {
-        // This stream only: the NCCL stream's all-reduces of earlier ranges go on meanwhile.
-        context_.synchronize();
-      } else {
-        add_to_host(range, parameters);
-      }
+      context_.synchronize();
       if (ready) ready(range);
     };
     divide(grads_.data() + coarse_offset_, order[0].count, coarse_denominator);
@@ -150,10 +167,24 @@ class CudaStep final : public DeviceStep {
     lap(laps, &times->features_backward);
   }
 
-  float* device_gradients() override { return grads_.data(); }
+  float* gradients() override { return grads_.data(); }
 
-  void gradients_to_host(nn::ParameterSet& parameters) override {
-    add_to_host({0, parameters.size()}, parameters);
+  // Waits for the gradients' all-reduce (another stream) through the device.
+  double gradient_norm() override {
+    device_synchronize();
+    return nn::cuda::gradient_norm(count_, grads_.data(), norm_partials_.data(), context_.stream());
+  }
+
+  void update(nn::Adam& adam, double gradient_norm) override {
+    const double max_norm = adam.options().max_grad_norm;
+    const double clip = max_norm > 0 ? max_norm / (gradient_norm + 1e-6) : 1.0;
+    const float clip_factor = clip < 1.0 ? float(clip) : 1.0f;
+    const nn::AdamCoefficients c = adam.begin_update();
+    for (const nn::Adam::Span& span : adam.spans()) {
+      nn::cuda::adam_update(span.begin, span.end, c, c.step_size[size_t(span.group)], clip_factor,
+                            params_.data(), grads_.data(), exp_avg_.data(), exp_avg_sq_.data(),
+                            context_.stream());
+    }
   }
 
   void render(const data::View& target, const float* pixels, int n_rays, RandomKey key,
@@ -175,14 +206,6 @@ class CudaStep final : public DeviceStep {
 
  private:
   bool has_fine() const { return net_fine_ != nullptr && config_.N_importance > 0; }
-
-  void add_to_host(const ParameterRange& range, nn::ParameterSet& parameters) {
-    download_.resize(range.count);
-    copy_device_to_host(download_.data(), grads_.data() + range.offset,
-                        range.count * sizeof(float));
-    float* host = parameters.grads().data() + range.offset;
-    for (size_t i = 0; i < range.count; ++i) host[i] += download_[i];
-  }
 
   // Waits for the device so that the lap charges its work to the phase that queued it.
   void lap(PhaseLaps& laps, double* phase) {
@@ -275,13 +298,12 @@ class CudaStep final : public DeviceStep {
 
   // The pass's squared error and valid rays; then the loss's denominator becomes 1, so that the
   // backward gives the gradient of the sum (end_step divides by the global batch's).
-  void take_sums(int n_rays, DevicePass* p, double* squared_error, double* valid) {
+  void take_sums(DevicePass* p, double* squared_error, double* valid) {
     float loss[2];
     copy_device_to_host(loss, p->loss.data(), sizeof loss);
     *squared_error = double(loss[0]) * double(loss[1]);
-    ray_mask_host_.resize(size_t(n_rays));
-    copy_device_to_host(ray_mask_host_.data(), p->ray_mask.data(), size_t(n_rays) * sizeof(float));
-    *valid = double(std::count(ray_mask_host_.begin(), ray_mask_host_.end(), 1.0f));
+    // The denominator is float(3 valid + 1e-6): exact in float for fewer than 2^21 rays.
+    *valid = double(std::lround(double(loss[1]) / 3.0));
     const float one = 1.0f;
     copy_host_to_device(p->loss.data() + 1, &one, sizeof one);
   }
@@ -318,7 +340,9 @@ class CudaStep final : public DeviceStep {
   size_t coarse_offset_ = 0, fine_offset_ = 0;
   double gradient_scale_ = 1;  // what the backward's first gradient is multiplied by
 
-  DeviceArray<float> params_, grads_;
+  size_t count_ = 0;  // parameter values
+  DeviceArray<float> params_, grads_, exp_avg_, exp_avg_sq_;
+  DeviceArray<double> norm_partials_;
   HostSources sources_;  // sizes only after prepare_sources: the host arrays may be gone
   int feature_height_ = 0, feature_width_ = 0;
   DeviceArray<float> images_;
@@ -326,19 +350,16 @@ class CudaStep final : public DeviceStep {
   DeviceArray<float> coarse_maps_, fine_maps_, grad_coarse_maps_, grad_fine_maps_;
   DeviceArray<float> pixels_, target_rgb_, origins_, directions_;
   DevicePass coarse_, fine_;
-  std::vector<float> download_, ray_mask_host_;
 };
 
 }  // namespace
 
-std::unique_ptr<DeviceStep> make_cuda_step(const TrainConfig& config,
-                                           const nn::ResUNet& feature_net,
-                                           const nn::IbrnetAggregator& net_coarse,
-                                           const nn::IbrnetAggregator* net_fine) {
+std::unique_ptr<IbrnetBackend> make_cuda_backend(const TrainConfig& config,
+                                                 const IbrnetNetworks& networks) {
   if (cuda_device_count() == 0) {
     throw RuntimeFailure("device = cuda, but no CUDA device is visible to this process");
   }
-  return std::make_unique<CudaStep>(config, feature_net, net_coarse, net_fine);
+  return std::make_unique<CudaBackend>(config, networks);
 }
 
 bool use_cuda_step(Device device) {

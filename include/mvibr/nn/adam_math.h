@@ -1,0 +1,32 @@
+// Adam's arithmetic on one value and the gradient norm's chunking, shared by the CPU optimiser
+// (nn/optimizer.h) and its CUDA kernels (nn/cuda_optimizer.h).
+// - torch.optim.Adam's single-tensor path, operation by operation, in float.
+// - No fused multiply-adds on either side (-ffp-contract=off, -fmad=false): the same bits.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+
+#include "mvibr/core/hd.h"
+
+namespace mvibr::nn {
+
+// The norm sums squares in double per chunk of this many values, then adds the chunks in order.
+constexpr size_t kGradNormChunk = size_t(1) << 14;
+
+// One update's scalars, computed in double on the host as Python computes them, then rounded.
+struct AdamCoefficients {
+  float step_size[2] = {0, 0};  // per ParameterGroup: learning rate / bias correction 1
+  float bias_correction2_sqrt = 1;
+  float beta1 = 0, beta2 = 0, one_minus_beta1 = 1, one_minus_beta2 = 1, eps = 0;
+};
+
+MVIBR_HD void adam_update_value(const AdamCoefficients& c, float step_size, float grad,
+                                float* value, float* exp_avg, float* exp_avg_sq) {
+  *exp_avg = *exp_avg * c.beta1 + c.one_minus_beta1 * grad;
+  *exp_avg_sq = *exp_avg_sq * c.beta2 + c.one_minus_beta2 * grad * grad;
+  const float denom = sqrtf(*exp_avg_sq) / c.bias_correction2_sqrt + c.eps;
+  *value += -step_size * (*exp_avg / denom);
+}
+
+}  // namespace mvibr::nn
