@@ -159,6 +159,13 @@ void fail_allocation(size_t n);
 size_t live_allocations();
 size_t live_streams();
 
+// Bytes copied between host and device memory since the start, each way (cudaMemcpy*): what a
+// PCIe bus would carry.
+struct Transfers {
+  size_t host_to_device = 0, device_to_host = 0;
+};
+Transfers transfers_so_far();
+
 // Runs `body` as every thread of the grid; returns cudaSuccess or the error of the launch,
 // which also becomes the last error. `kernel` names the kernel in the coverage report.
 cudaError_t launch(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes,

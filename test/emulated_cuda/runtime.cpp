@@ -34,6 +34,7 @@ struct Allocation {
 std::map<uintptr_t, Allocation> allocations;
 uint64_t total_launches = 0;
 size_t failing_allocation = 0;  // fail the n-th cudaMalloc from now (0: none)
+Transfers transfers;
 std::set<const void*> streams, events;
 // Work issued on a stream that completes later (see enqueue_pending), by stream.
 std::map<const void*, std::vector<std::function<bool(bool)>>> pending_work;
@@ -141,6 +142,11 @@ void mark_device_range_written(const void* pointer, size_t bytes) {
 void fail_allocation(size_t n) {
   std::lock_guard<std::mutex> lock(state_mutex);
   failing_allocation = n;
+}
+
+Transfers transfers_so_far() {
+  std::lock_guard<std::mutex> lock(state_mutex);
+  return transfers;
 }
 
 size_t live_allocations() {
@@ -259,6 +265,8 @@ cudaError_t cudaMemcpyAsync(void* destination, const void* source, size_t bytes,
     }
     if (!ok) return fail(cudaErrorInvalidValue);
     mark_written(destination, bytes);
+    if (to_device && !from_device) transfers.host_to_device += bytes;
+    if (from_device && !to_device) transfers.device_to_host += bytes;
   }
   std::memmove(destination, source, bytes);
   return cudaSuccess;

@@ -31,6 +31,9 @@
 #include "mvibr/train/ibrnet_model.h"
 #include "mvibr/train/ray_batch.h"
 #include "mvibr/train/trainer.h"
+#if defined(MVIBR_EMULATED_CUDA)
+#include <cuda_runtime.h>  // the emulated runtime's transfer counts
+#endif
 
 namespace mvibr::train {
 namespace {
@@ -237,6 +240,51 @@ TEST_F(GpuTrainStep, TrainsAsTheCpuTrains) {
   EXPECT_NEAR(on_fp16.last_loss, on_gpu.last_loss, 2e-2 * on_gpu.last_loss);
   fs::remove_all(root);
 }
+
+#if defined(MVIBR_EMULATED_CUDA)
+// The training state stays on the device: between two updates of `mvibr train`'s loop the bus
+// carries the sample's sources, the rays' pixels and colours, 4 bytes per pass (the loss's
+// denominator reset) one way, and the two passes' loss sums and the gradient norm (24 bytes)
+// the other; no parameter, gradient or moment. Counted by the emulated runtime's cudaMemcpy.
+TEST_F(GpuTrainStep, AnUpdateMovesOnlyTheBatchAcrossTheBus) {
+  const fs::path root =
+      fs::temp_directory_path() / ("mvibr-gpu-transfers-" + std::to_string(getpid()));
+  testing::prepare_small_scene(root, 16, "gpu_train_step_test");
+  TrainConfig config = testing::small_config(root, "bus", 5, 64);
+  config.device = Device::kCuda;
+  config.i_print = config.i_img = config.i_weights = config.n_iters;
+  std::vector<emulated::Transfers> after_update;
+  RankContext context;
+  context.on_step = [&](const StepReport&) {
+    after_update.push_back(emulated::transfers_so_far());
+  };
+  std::ostringstream log;
+  train(config, log, context);
+  ASSERT_EQ(after_update.size(), 5u);
+
+  size_t source_bytes = 0;  // a sample's sources (every sample of the scene is alike)
+  {
+    data::PrefetchReader reader(reader_options(config, 0, 1));
+    for (const data::View& view : reader.next().sources) {
+      source_bytes += view.rgb.size() * sizeof(float) + sizeof(PinholeCamera<float>);
+    }
+  }
+  const size_t batch_bytes = size_t(config.N_rand) * (2 + 3) * sizeof(float);
+  const size_t parameter_bytes = IbrnetModel(config).parameters().size() * sizeof(float);
+  for (size_t i = 1; i < after_update.size(); ++i) {
+    const size_t up = after_update[i].host_to_device - after_update[i - 1].host_to_device;
+    const size_t down = after_update[i].device_to_host - after_update[i - 1].device_to_host;
+    EXPECT_EQ(up, source_bytes + batch_bytes + 2 * sizeof(float)) << "update " << i + 1;
+    EXPECT_EQ(down, 2 * 2 * sizeof(float) + sizeof(double)) << "update " << i + 1;
+    if (i == 1) {
+      std::cout << "[          ] per update: " << up << " bytes to the device (sources "
+                << source_bytes << ", rays " << batch_bytes << "), " << down
+                << " back; the parameters are " << parameter_bytes << " bytes\n";
+    }
+  }
+  fs::remove_all(root);
+}
+#endif
 
 }  // namespace
 }  // namespace mvibr::train
