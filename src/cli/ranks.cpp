@@ -6,7 +6,7 @@
 #include "commands.h"
 #include "mvibr/core/error.h"
 #include "mvibr/dist/nccl_communicator.h"
-#include "mvibr/train/ibrnet_model.h"
+#include "mvibr/train/model.h"
 
 namespace mvibr::cli {
 
