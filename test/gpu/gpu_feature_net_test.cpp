@@ -76,12 +76,12 @@ struct Network {
     after = set.add("other.after", {5}, nn::ParameterGroup::kMlp);
     nn::Initializer initializer(seed);
     cpu->initialize(initializer);
-    for (const nn::ResUNet::ConvUnit& unit : cpu->wiring().units) {
+    for (const nn::ResUNetGraph::Unit& unit : cpu->graph().units) {
       const size_t channels = size_t(unit.out_channels);
-      float* gamma = set.value(unit.gamma);
+      float* gamma = set.values().data() + unit.gamma;
       initializer.uniform(gamma, channels, 0.5f);
       for (size_t i = 0; i < channels; ++i) gamma[i] += 1.0f;
-      initializer.uniform(set.value(unit.beta), channels, 0.3f);
+      initializer.uniform(set.values().data() + unit.beta, channels, 0.3f);
     }
     initializer.uniform(set.value(before), 7, 1.0f);
     initializer.uniform(set.value(after), 5, 1.0f);

@@ -1,16 +1,9 @@
-// IBRNet's ResUNet feature network (nn/feature_net.h) on the GPU, forward and backward, so that
-// the source images' features are computed where the rest of the training step runs. It is
-// assembled from the GPU layers (nn/cuda_layers.h) in the CPU network's order and wiring, taken
-// from a CPU ResUNet: the same units on the same parameters, found by their offsets in the flat
-// ParameterSet layout, so it computes what the CPU network computes, to fp32 rounding in the
-// convolutions (cuDNN sums in another order than oneDNN) and bit for bit everywhere else.
-//
-// Parameters and their gradients are device copies of ParameterSet::values() and grads() (the
-// whole set: the network reads its own parameters at their offsets). Images and outputs are
-// channels last, as the CPU network's: images [V, H, W, 3], features [V, Hf, Wf, C].
-//
-// Everything is asynchronous on the Context's stream. This code exists only in a build with the
-// CUDA backend (MVIBR_HAVE_CUDA, library mvibr_cuda).
+// IBRNet's ResUNet feature network (nn/feature_net.h) on the GPU, forward and backward.
+// - The CPU network's graph (nn/resunet_graph.h) run over the GPU layers (nn/cuda_layers.h): the
+//   same code, units and parameter offsets, so it computes what the CPU computes, to fp32
+//   rounding in the convolutions (cuDNN sums in another order than oneDNN), bit for bit elsewhere.
+// - Parameters and gradients are device copies of ParameterSet::values() and grads().
+// - Asynchronous on the Context's stream; only in a build with the CUDA backend (mvibr_cuda).
 #pragma once
 
 #include <memory>
@@ -49,11 +42,7 @@ class ResUNet {
 
   // Every conv unit's output of the last forward (device maps, valid until the next forward),
   // named and ordered as nn::ResUNet::unit_outputs: for comparing with the CPU layer by layer.
-  struct UnitOutput {
-    std::string name;
-    Activation activation;
-    MapBatch output;
-  };
+  using UnitOutput = ResUNetGraph::UnitOutput;
   std::vector<UnitOutput> unit_outputs() const;
 
   const ResUNetOptions& options() const;

@@ -1,0 +1,72 @@
+// The layers a convolutional network runs over NCHW feature maps, as one interface that each
+// backend implements: the CPU's (conv_layers.h) and the CUDA one (cuda_layers.h).
+// - A graph written against MapOps (resunet_graph.h) is the same network on both backends.
+// - Semantics are conv_layers.h's, call for call; a CUDA implementation queues on its stream.
+// - Pointers are the backend's memory (host or device); make_buffer gives that memory.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "mvibr/nn/conv_layers.h"
+
+namespace mvibr::nn {
+
+// Backend memory for a workspace: reserve(count) returns at least `count` floats; growing may
+// lose the contents.
+class MapBuffer {
+ public:
+  virtual ~MapBuffer() = default;
+  virtual float* reserve(size_t count) = 0;
+  virtual size_t capacity() const = 0;  // floats
+};
+
+class MapOps {
+ public:
+  virtual ~MapOps() = default;
+  virtual std::unique_ptr<MapBuffer> make_buffer() const = 0;
+
+  // Data movement.
+  virtual void zero(float* data, size_t count) = 0;
+  virtual void add_into(size_t count, const float* values, float* target) = 0;  // target +=
+  // Channels-last in [B, H, W, count] -> channels [first, first + count) of maps (overwritten).
+  virtual void channels_last_to_planar(const float* in, int first, int count,
+                                       const MapBatch& maps) = 0;
+  // Channels [first, first + count) of maps -> channels-last out [B, H, W, count].
+  virtual void planar_to_channels_last(const MapBatch& maps, int first, int count, float* out) = 0;
+  // IBRNet's skipconnect: cat([decoder, encoder zero-padded to the decoder's size]) along
+  // channels (F.pad's split: diff // 2 before); the backward overwrites both gradients.
+  virtual void skip_concat_forward(const MapBatch& decoder, const MapBatch& encoder,
+                                   float* out) = 0;
+  virtual void skip_concat_backward(const float* grad_out, const MapBatch& decoder,
+                                    const MapBatch& encoder, float* grad_decoder,
+                                    float* grad_encoder) = 0;
+
+  // Layers (conv_layers.h).
+  virtual void conv2d_forward(const ConvShape& shape, const float* x, const float* weight,
+                              const float* bias, float* y) = 0;
+  virtual void conv2d_backward_data(const ConvShape& shape, const float* weight,
+                                    const float* grad_y, float* grad_x) = 0;
+  virtual void conv2d_backward_weights(const ConvShape& shape, const float* x, const float* grad_y,
+                                       float* grad_weight, float* grad_bias) = 0;
+  virtual void instance_norm_forward(const InstanceNormShape& shape, const float* x,
+                                     const float* gamma, const float* beta, const float* residual,
+                                     Activation activation, float* out) = 0;
+  virtual void instance_norm_backward(const InstanceNormShape& shape, const float* x,
+                                      const float* gamma, float* grad, float* grad_gamma,
+                                      float* grad_beta) = 0;
+  virtual void activation_backward(Activation activation, size_t count, const float* out,
+                                   float* grad) = 0;
+  virtual void reflect_pad_forward(int planes, int height, int width, int pad, const float* x,
+                                   float* padded) = 0;
+  virtual void reflect_pad_backward(int planes, int height, int width, int pad,
+                                    const float* grad_padded, float* grad_x) = 0;
+  virtual void upsample2x_forward(int planes, int height, int width, const float* x, float* y) = 0;
+  virtual void upsample2x_backward(int planes, int height, int width, const float* grad_y,
+                                   float* grad_x) = 0;
+};
+
+// The CPU's, on host memory (stateless; OpenMP inside the layers).
+MapOps& cpu_map_ops();
+
+}  // namespace mvibr::nn

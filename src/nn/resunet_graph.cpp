@@ -1,0 +1,276 @@
+// The ResUNet graph's forward and backward (see resunet_graph.h): the network's fixed wiring of
+// conv units, written out in mirror order, each layer call going to the backend's MapOps.
+#include "mvibr/nn/resunet_graph.h"
+
+#include <algorithm>
+
+#include "mvibr/core/error.h"
+
+namespace mvibr::nn {
+
+namespace {
+
+// The scratch buffers shared by all units: the padded input and its gradient; backward's.
+enum Scratch {
+  kPadded,
+  kGradPadded,
+  kGradA,
+  kGradB,
+  kGradInner,
+  kGradIdentity,
+  kGradSkip0,  // kGradSkip0 + stage: the gradient of encoder stage 0 or 1 from its skip
+  kScratchSlots = kGradSkip0 + 2
+};
+
+ConvShape conv_shape(const MapBatch& input, int out_channels, int kernel, int stride) {
+  return {input.batch, input.channels, out_channels, input.height, input.width, kernel, stride};
+}
+
+InstanceNormShape norm_shape(const MapBatch& maps) {
+  return {maps.batch, maps.channels, int(maps.plane_size())};
+}
+
+float* zeroed(MapOps& ops, float* data, size_t count) {
+  ops.zero(data, count);
+  return data;
+}
+
+}  // namespace
+
+ResUNetGraph::Workspace::Workspace(const MapOps& ops) : ops_(ops) {
+  for (int slot = 0; slot < kScratchSlots; ++slot) scratch_.push_back(ops.make_buffer());
+}
+
+size_t ResUNetGraph::Workspace::bytes() const {
+  size_t floats = 0;
+  for (const auto& buffer : buffers_) floats += buffer->capacity();
+  for (const auto& buffer : scratch_) floats += buffer->capacity();
+  return floats * sizeof(float);
+}
+
+MapBatch ResUNetGraph::Workspace::take(int batch, int channels, int height, int width) {
+  MapBatch maps{nullptr, batch, channels, height, width};
+  if (next_ == buffers_.size()) buffers_.push_back(ops_.make_buffer());
+  maps.data = buffers_[next_++]->reserve(maps.size());
+  return maps;
+}
+
+float* ResUNetGraph::Workspace::scratch(int slot, size_t count) {
+  return scratch_[size_t(slot)]->reserve(count);
+}
+
+// The input as the convolution reads it: reflect-padded into scratch, or itself when pad is 0.
+MapBatch ResUNetGraph::reflect_padded(MapOps& ops, Workspace& ws, const MapBatch& input, int pad) {
+  if (pad == 0) return input;
+  MapBatch padded = input;
+  padded.height += 2 * pad;
+  padded.width += 2 * pad;
+  padded.data = ws.scratch(kPadded, padded.size());
+  ops.reflect_pad_forward(input.batch * input.channels, input.height, input.width, pad, input.data,
+                          padded.data);
+  return padded;
+}
+
+std::pair<int, int> ResUNetGraph::output_size(int height, int width) {
+  if (height < 17 || width < 17) {
+    throw InvalidArgument("the feature network needs images of at least 17x17 pixels, not " +
+                          std::to_string(width) + "x" + std::to_string(height));
+  }
+  // Four stride-2 layers, each rounding up; two x2 upsamplings back.
+  return {4 * ((height + 15) / 16), 4 * ((width + 15) / 16)};
+}
+
+MapBatch ResUNetGraph::unit_forward(MapOps& ops, Workspace& ws, int index, const MapBatch& input,
+                                    const float* residual, const float* params) const {
+  const Unit& unit = units[size_t(index)];
+  const int pad = (unit.kernel - 1) / 2;
+  const MapBatch conv_input = reflect_padded(ops, ws, input, pad);
+  const ConvShape shape = conv_shape(conv_input, unit.out_channels, unit.kernel, unit.stride);
+  Workspace::UnitRecord record;
+  record.input = input;
+  record.conv_output =
+      ws.take(input.batch, unit.out_channels, shape.out_height(), shape.out_width());
+  record.output = ws.take(input.batch, unit.out_channels, shape.out_height(), shape.out_width());
+  const float* bias = unit.bias != kNoBias ? params + unit.bias : nullptr;
+  ops.conv2d_forward(shape, conv_input.data, params + unit.weight, bias, record.conv_output.data);
+  ops.instance_norm_forward(norm_shape(record.output), record.conv_output.data, params + unit.gamma,
+                            params + unit.beta, residual, unit.activation, record.output.data);
+  ws.records_[size_t(index)] = record;
+  return record.output;
+}
+
+void ResUNetGraph::forward(MapOps& ops, Workspace& ws, int views, int height, int width,
+                           const float* images, const float* params, float* coarse_out,
+                           float* fine_out) const {
+  const auto [out_height, out_width] = output_size(height, width);
+  if (views < 1 || !images || !params) {
+    throw InvalidArgument("feature network forward: needs at least one view, images, parameters");
+  }
+  ws.next_ = 0;
+  ws.forward_done_ = false;
+  ws.records_.assign(units.size(), {});
+  ws.images_ = ws.take(views, 3, height, width);
+  ops.channels_last_to_planar(images, 0, 3, ws.images_);
+
+  MapBatch x = unit_forward(ops, ws, stem, ws.images_, nullptr, params);
+  for (int stage = 0; stage < 3; ++stage) {
+    for (const Block& block : stages[size_t(stage)]) {
+      const MapBatch identity =
+          block.downsample >= 0 ? unit_forward(ops, ws, block.downsample, x, nullptr, params) : x;
+      const MapBatch inner = unit_forward(ops, ws, block.conv1, x, nullptr, params);
+      x = unit_forward(ops, ws, block.conv2, inner, identity.data, params);
+    }
+    ws.stages_[stage] = x;
+  }
+
+  // Decoder: upsample, conv, then the skip from the encoder at that resolution.
+  const auto upsample = [&](const MapBatch& in) {
+    MapBatch up = ws.take(in.batch, in.channels, 2 * in.height, 2 * in.width);
+    ops.upsample2x_forward(in.batch * in.channels, in.height, in.width, in.data, up.data);
+    return up;
+  };
+  const auto skip = [&](const MapBatch& decoder, const MapBatch& encoder) {
+    MapBatch cat =
+        ws.take(decoder.batch, decoder.channels + encoder.channels, decoder.height, decoder.width);
+    ops.skip_concat_forward(decoder, encoder, cat.data);
+    return cat;
+  };
+  ws.up3_ = upsample(ws.stages_[2]);
+  ws.skip3_ = skip(unit_forward(ops, ws, upconv3, ws.up3_, nullptr, params), ws.stages_[1]);
+  ws.up2_ = upsample(unit_forward(ops, ws, iconv3, ws.skip3_, nullptr, params));
+  ws.skip2_ = skip(unit_forward(ops, ws, upconv2, ws.up2_, nullptr, params), ws.stages_[0]);
+  ws.features_ = unit_forward(ops, ws, iconv2, ws.skip2_, nullptr, params);
+
+  const int out = out_channels();
+  ws.out_ = ws.take(views, out, out_height, out_width);
+  ops.conv2d_forward(conv_shape(ws.features_, out, 1, 1), ws.features_.data, params + out_weight,
+                     params + out_bias, ws.out_.data);
+  ws.forward_done_ = true;
+  if (coarse_out) ops.planar_to_channels_last(ws.out_, 0, coarse_channels, coarse_out);
+  if (fine_out && fine_channels > 0) {
+    ops.planar_to_channels_last(ws.out_, coarse_channels, fine_channels, fine_out);
+  }
+}
+
+std::vector<ResUNetGraph::UnitOutput> ResUNetGraph::unit_outputs(const Workspace& ws) const {
+  if (!ws.forward_done_)
+    throw InvalidArgument("feature network: no forward through this workspace");
+  std::vector<UnitOutput> outputs;
+  for (size_t i = 0; i < units.size(); ++i) {
+    outputs.push_back({units[i].name, units[i].activation, ws.records_[i].output});
+  }
+  return outputs;
+}
+
+void ResUNetGraph::unit_backward(MapOps& ops, Workspace& ws, int index, const float* params,
+                                 float* grads, float* grad_out, float* grad_in,
+                                 float* grad_residual) const {
+  const Unit& unit = units[size_t(index)];
+  const Workspace::UnitRecord& record = ws.records_[size_t(index)];
+  const MapBatch& input = record.input;
+  ops.activation_backward(unit.activation, record.output.size(), record.output.data, grad_out);
+  if (grad_residual) ops.add_into(record.output.size(), grad_out, grad_residual);
+  ops.instance_norm_backward(norm_shape(record.output), record.conv_output.data,
+                             params + unit.gamma, grad_out, grads + unit.gamma, grads + unit.beta);
+
+  // The padded input is rebuilt rather than kept: it costs one copy and saves its memory.
+  const int pad = (unit.kernel - 1) / 2;
+  const MapBatch conv_input = reflect_padded(ops, ws, input, pad);
+  const ConvShape shape = conv_shape(conv_input, unit.out_channels, unit.kernel, unit.stride);
+  // No bias gradient: the instance norm subtracts each plane's mean, so it is exactly zero.
+  ops.conv2d_backward_weights(shape, conv_input.data, grad_out, grads + unit.weight, nullptr);
+  if (!grad_in) return;
+  float* grad_conv_input = ws.scratch(kGradPadded, conv_input.size());
+  ops.conv2d_backward_data(shape, params + unit.weight, grad_out, grad_conv_input);
+  if (pad > 0) {
+    ops.reflect_pad_backward(input.batch * input.channels, input.height, input.width, pad,
+                             grad_conv_input, grad_in);
+  } else {
+    ops.add_into(input.size(), grad_conv_input, grad_in);
+  }
+}
+
+void ResUNetGraph::block_backward(MapOps& ops, Workspace& ws, const Block& block,
+                                  const float* params, float* grads, float* grad_out,
+                                  float* grad_in) const {
+  const size_t inner_size = ws.records_[size_t(block.conv1)].output.size();
+  float* inner = zeroed(ops, ws.scratch(kGradInner, inner_size), inner_size);
+  // Without a downsample the identity is the input itself: its gradient goes straight in.
+  float* identity = block.downsample >= 0
+                        ? zeroed(ops, ws.scratch(kGradIdentity, inner_size), inner_size)
+                        : grad_in;
+  unit_backward(ops, ws, block.conv2, params, grads, grad_out, inner, identity);
+  if (block.downsample >= 0) {
+    unit_backward(ops, ws, block.downsample, params, grads, identity, grad_in, nullptr);
+  }
+  unit_backward(ops, ws, block.conv1, params, grads, inner, grad_in, nullptr);
+}
+
+void ResUNetGraph::backward(MapOps& ops, Workspace& ws, const float* params, float* grads,
+                            const float* grad_coarse, const float* grad_fine) const {
+  if (!ws.forward_done_) {
+    throw InvalidArgument("feature network backward: no forward through this workspace");
+  }
+  if (!params || !grads) {
+    throw InvalidArgument("feature network backward: needs parameters and gradients");
+  }
+  size_t largest = ws.out_.size();
+  for (const auto& record : ws.records_) {
+    largest = std::max({largest, record.input.size(), record.output.size()});
+  }
+  float* grad_a = ws.scratch(kGradA, largest);
+  float* grad_b = ws.scratch(kGradB, largest);
+  const auto spare = [&](const float* in_use) { return in_use == grad_a ? grad_b : grad_a; };
+
+  // out_conv, from the two channels-last outputs.
+  const int out = out_channels();
+  MapBatch grad_out = ws.out_;
+  grad_out.data = zeroed(ops, grad_a, ws.out_.size());
+  if (grad_coarse) ops.channels_last_to_planar(grad_coarse, 0, coarse_channels, grad_out);
+  if (grad_fine && fine_channels > 0) {
+    ops.channels_last_to_planar(grad_fine, coarse_channels, fine_channels, grad_out);
+  }
+  const ConvShape out_shape = conv_shape(ws.features_, out, 1, 1);
+  ops.conv2d_backward_weights(out_shape, ws.features_.data, grad_out.data, grads + out_weight,
+                              grads + out_bias);
+  float* g = grad_b;
+  ops.conv2d_backward_data(out_shape, params + out_weight, grad_out.data, g);
+
+  // Decoder levels, finest first: iconv ← skip ← upconv ← upsample.
+  struct Level {
+    int iconv, upconv;
+    const MapBatch& skip;
+    int encoder_stage;
+    const MapBatch& up;
+  };
+  for (const Level& level : {Level{iconv2, upconv2, ws.skip2_, 0, ws.up2_},
+                             Level{iconv3, upconv3, ws.skip3_, 1, ws.up3_}}) {
+    float* grad_skip = zeroed(ops, spare(g), level.skip.size());
+    unit_backward(ops, ws, level.iconv, params, grads, g, grad_skip, nullptr);
+    const MapBatch& encoder = ws.stages_[level.encoder_stage];
+    const MapBatch& decoder = ws.records_[size_t(level.upconv)].output;
+    float* grad_encoder = ws.scratch(kGradSkip0 + level.encoder_stage, encoder.size());
+    ws.grad_skip_[level.encoder_stage] = grad_encoder;
+    ops.skip_concat_backward(grad_skip, decoder, encoder, g, grad_encoder);
+    float* grad_up = zeroed(ops, spare(g), level.up.size());
+    unit_backward(ops, ws, level.upconv, params, grads, g, grad_up, nullptr);
+    ops.upsample2x_backward(level.up.batch * level.up.channels, level.up.height / 2,
+                            level.up.width / 2, grad_up, g);
+  }
+
+  // Encoder, last block first; a stage's input gradient starts from the skip's.
+  for (int stage = 2; stage >= 0; --stage) {
+    const std::vector<Block>& blocks = stages[size_t(stage)];
+    for (size_t b = blocks.size(); b-- > 0;) {
+      const size_t in_size = ws.records_[size_t(blocks[b].conv1)].input.size();
+      float* grad_in =
+          b == 0 && stage > 0 ? ws.grad_skip_[stage - 1] : zeroed(ops, spare(g), in_size);
+      block_backward(ops, ws, blocks[b], params, grads, g, grad_in);
+      g = grad_in;
+    }
+  }
+  // The images need no gradient, so conv1's data pass is skipped.
+  unit_backward(ops, ws, stem, params, grads, g, nullptr, nullptr);
+}
+
+}  // namespace mvibr::nn
