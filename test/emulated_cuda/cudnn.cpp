@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cudnn.h"
+#include "status_text.h"
 
 struct cudnnContext {
   cudaStream_t stream = nullptr;
@@ -51,19 +52,14 @@ cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t stream) {
 }
 
 const char* cudnnGetErrorString(cudnnStatus_t status) {
-  switch (status) {
-    case CUDNN_STATUS_SUCCESS:
-      return "CUDNN_STATUS_SUCCESS";
-    case CUDNN_STATUS_NOT_INITIALIZED:
-      return "CUDNN_STATUS_NOT_INITIALIZED";
-    case CUDNN_STATUS_BAD_PARAM:
-      return "CUDNN_STATUS_BAD_PARAM";
-    case CUDNN_STATUS_NOT_SUPPORTED:
-      return "CUDNN_STATUS_NOT_SUPPORTED";
-    case CUDNN_STATUS_EXECUTION_FAILED:
-      return "CUDNN_STATUS_EXECUTION_FAILED";
-  }
-  return "an unknown cuDNN status";
+  static const std::pair<cudnnStatus_t, const char*> names[] = {
+      MVIBR_STATUS_NAME(CUDNN_STATUS_SUCCESS),
+      MVIBR_STATUS_NAME(CUDNN_STATUS_NOT_INITIALIZED),
+      MVIBR_STATUS_NAME(CUDNN_STATUS_BAD_PARAM),
+      MVIBR_STATUS_NAME(CUDNN_STATUS_NOT_SUPPORTED),
+      MVIBR_STATUS_NAME(CUDNN_STATUS_EXECUTION_FAILED),
+  };
+  return mvibr::emulated::status_text(status, names, "an unknown cuDNN status");
 }
 
 cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t* d) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cublas_v2.h"  // round_to_bfloat16
+#include "status_text.h"
 
 struct ncclComm {
   int rank = 0, size = 1;
@@ -239,25 +240,17 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error) {
 }
 
 const char* ncclGetErrorString(ncclResult_t result) {
-  switch (result) {
-    case ncclSuccess:
-      return "no error";
-    case ncclUnhandledCudaError:
-      return "unhandled cuda error";
-    case ncclSystemError:
-      return "unhandled system error";
-    case ncclInternalError:
-      return "internal error";
-    case ncclInvalidArgument:
-      return "invalid argument";
-    case ncclInvalidUsage:
-      return "invalid usage";
-    case ncclRemoteError:
-      return "remote process exited or there was a network error";
-    case ncclInProgress:
-      return "NCCL operation in progress";
-  }
-  return "unknown result code";
+  static const std::pair<ncclResult_t, const char*> texts[] = {
+      {ncclSuccess, "no error"},
+      {ncclUnhandledCudaError, "unhandled cuda error"},
+      {ncclSystemError, "unhandled system error"},
+      {ncclInternalError, "internal error"},
+      {ncclInvalidArgument, "invalid argument"},
+      {ncclInvalidUsage, "invalid usage"},
+      {ncclRemoteError, "remote process exited or there was a network error"},
+      {ncclInProgress, "NCCL operation in progress"},
+  };
+  return mvibr::emulated::status_text(result, texts, "unknown result code");
 }
 
 ncclResult_t ncclAllReduce(const void* send, void* receive, size_t count, ncclDataType_t type,
