@@ -32,28 +32,42 @@ __device__ SampleInView locate_sample(const float* origins, const float* directi
   return at;
 }
 
+// The sizes both gather kernels index with: a gathered row is `width` = 3 + channels wide, and
+// there is one per (ray, sample, view) triple.
+struct GatherLayout {
+  int n_views, channels, width;
+  size_t image_texels, feature_texels, n_triples;
+};
+
+__device__ GatherLayout gather_layout(int n_rays, int n_samples, const SourceViews<float>& views) {
+  const int channels = views.feature_channels;
+  return {views.n_views,
+          channels,
+          3 + channels,
+          size_t(views.image_height) * views.image_width,
+          size_t(views.feature_height) * views.feature_width,
+          size_t(n_rays) * n_samples * views.n_views};
+}
+
 __global__ void gather_samples_kernel(int n_rays, int n_samples, const float* origins,
                                       const float* directions, const float* depths,
                                       Vec3<float> target_center, SourceViews<float> views,
                                       GatherOutputs<float> out) {
-  const int n_views = views.n_views, channels = views.feature_channels, width = 3 + channels;
-  const size_t image_texels = size_t(views.image_height) * views.image_width;
-  const size_t feature_texels = size_t(views.feature_height) * views.feature_width;
-  const size_t n_triples = size_t(n_rays) * n_samples * n_views;
+  const GatherLayout layout = gather_layout(n_rays, n_samples, views);
   const int lane = int(threadIdx.x % kWarpSize);
   // The whole warp shares `rsv`, so the loop exits for all its lanes together.
-  for (size_t rsv = grid_thread_index() / kWarpSize; rsv < n_triples;
+  for (size_t rsv = grid_thread_index() / kWarpSize; rsv < layout.n_triples;
        rsv += grid_thread_count() / kWarpSize) {
-    const int v = int(rsv % n_views);
+    const int v = int(rsv % layout.n_views);
     const PinholeCamera<float>& camera = views.cameras[v];
     const SampleInView at =
-        locate_sample(origins, directions, depths, n_samples, rsv / n_views, camera, views);
-    const float* image = views.images + v * image_texels * 3;
-    const float* features = views.features + v * feature_texels * channels;
-    float* row = out.rgb_features + rsv * width;
-    for (int c = lane; c < width; c += kWarpSize) {
+        locate_sample(origins, directions, depths, n_samples, rsv / layout.n_views, camera, views);
+    const float* image = views.images + v * layout.image_texels * 3;
+    const float* features = views.features + v * layout.feature_texels * layout.channels;
+    float* row = out.rgb_features + rsv * layout.width;
+    for (int c = lane; c < layout.width; c += kWarpSize) {
       row[c] = c < 3 ? bilinear_read(at.image_taps, image, 3, c)
-                     : bilinear_read(at.feature_taps, features, channels, c - 3);
+                     : bilinear_read(at.feature_taps, features, layout.channels, c - 3);
     }
     if (lane < 4) {
       float difference[4];
@@ -91,23 +105,21 @@ __global__ void gather_samples_backward_kernel(int n_rays, int n_samples, const 
                                                SourceViews<float> views,
                                                const float* grad_rgb_features, float* grad_images,
                                                float* grad_features) {
-  const int n_views = views.n_views, channels = views.feature_channels, width = 3 + channels;
-  const size_t image_texels = size_t(views.image_height) * views.image_width;
-  const size_t feature_texels = size_t(views.feature_height) * views.feature_width;
-  const size_t n_triples = size_t(n_rays) * n_samples * n_views;
+  const GatherLayout layout = gather_layout(n_rays, n_samples, views);
   const int lane = int(threadIdx.x % kWarpSize);
-  for (size_t rsv = grid_thread_index() / kWarpSize; rsv < n_triples;
+  for (size_t rsv = grid_thread_index() / kWarpSize; rsv < layout.n_triples;
        rsv += grid_thread_count() / kWarpSize) {
-    const int v = int(rsv % n_views);
-    const SampleInView at = locate_sample(origins, directions, depths, n_samples, rsv / n_views,
-                                          views.cameras[v], views);
-    const float* grad_row = grad_rgb_features + rsv * width;
-    for (int c = lane; c < width; c += kWarpSize) {
+    const int v = int(rsv % layout.n_views);
+    const SampleInView at = locate_sample(origins, directions, depths, n_samples,
+                                          rsv / layout.n_views, views.cameras[v], views);
+    const float* grad_row = grad_rgb_features + rsv * layout.width;
+    for (int c = lane; c < layout.width; c += kWarpSize) {
       if (c >= 3) {
-        scatter_taps(at.feature_taps, grad_row[c], grad_features + v * feature_texels * channels,
-                     channels, c - 3);
+        scatter_taps(at.feature_taps, grad_row[c],
+                     grad_features + v * layout.feature_texels * layout.channels, layout.channels,
+                     c - 3);
       } else if (grad_images) {
-        scatter_taps(at.image_taps, grad_row[c], grad_images + v * image_texels * 3, 3, c);
+        scatter_taps(at.image_taps, grad_row[c], grad_images + v * layout.image_texels * 3, 3, c);
       }
     }
   }

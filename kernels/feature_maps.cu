@@ -134,6 +134,18 @@ void check_channels(const MapBatch& maps, int first, int count) {
   }
 }
 
+// Channels [first, first + count) of `maps` from `from` to `to`, by one of the two kernels above.
+void copy_channels(void (*kernel)(size_t, size_t, int, int, int, const float*, float*),
+                   const MapBatch& maps, int first, int count, const float* from, float* to,
+                   StreamHandle stream) {
+  check_channels(maps, first, count);
+  const size_t total = size_t(maps.batch) * size_t(count) * maps.plane_size();
+  if (total == 0) return;
+  MVIBR_LAUNCH(kernel, blocks_for(total, kThreadsPerBlock), kThreadsPerBlock, 0, stream)
+  (total, maps.plane_size(), maps.channels, first, count, from, to);
+  MVIBR_CUDA_CHECK_LAUNCH();
+}
+
 size_t concat_size(const MapBatch& decoder, const MapBatch& encoder) {
   return size_t(decoder.batch) * size_t(decoder.channels + encoder.channels) * decoder.plane_size();
 }
@@ -142,24 +154,12 @@ size_t concat_size(const MapBatch& decoder, const MapBatch& encoder) {
 
 void channels_last_to_planar(const float* in, int first, int count, const MapBatch& maps,
                              StreamHandle stream) {
-  check_channels(maps, first, count);
-  const size_t total = size_t(maps.batch) * size_t(count) * maps.plane_size();
-  if (total == 0) return;
-  MVIBR_LAUNCH(channels_last_to_planar_kernel, blocks_for(total, kThreadsPerBlock),
-               kThreadsPerBlock, 0, stream)
-  (total, maps.plane_size(), maps.channels, first, count, in, maps.data);
-  MVIBR_CUDA_CHECK_LAUNCH();
+  copy_channels(channels_last_to_planar_kernel, maps, first, count, in, maps.data, stream);
 }
 
 void planar_to_channels_last(const MapBatch& maps, int first, int count, float* out,
                              StreamHandle stream) {
-  check_channels(maps, first, count);
-  const size_t total = size_t(maps.batch) * size_t(count) * maps.plane_size();
-  if (total == 0) return;
-  MVIBR_LAUNCH(planar_to_channels_last_kernel, blocks_for(total, kThreadsPerBlock),
-               kThreadsPerBlock, 0, stream)
-  (total, maps.plane_size(), maps.channels, first, count, maps.data, out);
-  MVIBR_CUDA_CHECK_LAUNCH();
+  copy_channels(planar_to_channels_last_kernel, maps, first, count, maps.data, out, stream);
 }
 
 void skip_concat_forward(const MapBatch& decoder, const MapBatch& encoder, float* out,

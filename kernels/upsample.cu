@@ -31,14 +31,21 @@ __device__ __forceinline__ Tap tap(int o, int n) {
   return {low, high, __fsub_rn(1.0f, fraction), fraction};
 }
 
+// Element e of [planes, height, width] maps.
+struct Element {
+  int row, column;
+  size_t plane;
+};
+__device__ __forceinline__ Element element_of(size_t e, int height, int width) {
+  const size_t rest = e / size_t(width);
+  return {int(rest % size_t(height)), int(e % size_t(width)), rest / size_t(height)};
+}
+
 __global__ void upsample2x_forward_kernel(size_t count, int height, int width, const float* x,
                                           float* y) {
   const int out_height = 2 * height, out_width = 2 * width;
   for (size_t e = grid_thread_index(); e < count; e += grid_thread_count()) {
-    const int j = int(e % size_t(out_width));
-    const size_t rest = e / size_t(out_width);
-    const int i = int(rest % size_t(out_height));
-    const size_t plane = rest / size_t(out_height);
+    const auto [i, j, plane] = element_of(e, out_height, out_width);
     const Tap r = tap(i, height), c = tap(j, width);
     const float* low = x + (plane * size_t(height) + size_t(r.low)) * size_t(width);
     const float* high = x + (plane * size_t(height) + size_t(r.high)) * size_t(width);
@@ -54,10 +61,7 @@ __global__ void upsample2x_backward_kernel(size_t count, int height, int width, 
                                            float* grad_x) {
   const int out_height = 2 * height, out_width = 2 * width;
   for (size_t e = grid_thread_index(); e < count; e += grid_thread_count()) {
-    const int col = int(e % size_t(width));
-    const size_t rest = e / size_t(width);
-    const int row = int(rest % size_t(height));
-    const size_t plane = rest / size_t(height);
+    const auto [row, col, plane] = element_of(e, height, width);
     const float* in = grad_y + plane * size_t(out_height) * size_t(out_width);
     const int first_i = max(0, 2 * row - 2), last_i = min(out_height - 1, 2 * row + 2);
     const int first_j = max(0, 2 * col - 2), last_j = min(out_width - 1, 2 * col + 2);

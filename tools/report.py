@@ -204,6 +204,23 @@ def size_label(size):
     return f"{size:g}"
 
 
+def save_figure(fig, path):
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def finish_scaling_plot(fig, ax, train, ylabel, title, path):
+    """Ticks at the rank counts swept, the labels, grid and legend; saved to path."""
+    ax.set_xticks(sorted({n for results in train.values() for n in results}))
+    ax.set_xlabel("ranks")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    save_figure(fig, path)
+
+
 def plot_throughput(train, path):
     fig, ax = plt.subplots(figsize=(6, 4.5))
     for index, (mode, results) in enumerate(train.items()):
@@ -213,17 +230,8 @@ def plot_throughput(train, path):
                 color=colour, label=f"{mode}: measured")
         ax.plot([r["ranks"] for r in rows], [r["ideal_rays_per_second"] for r in rows], "--",
                 color=colour, alpha=0.6, label=f"{mode}: ideal")
-    ranks = sorted({n for results in train.values() for n in results})
-    ax.set_xticks(ranks)
-    ax.set_xlabel("ranks")
-    ax.set_ylabel("rays / s (whole job)")
-    ax.set_title("Training throughput")
     ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    finish_scaling_plot(fig, ax, train, "rays / s (whole job)", "Training throughput", path)
 
 
 def plot_efficiency(train, path):
@@ -232,19 +240,11 @@ def plot_efficiency(train, path):
         rows = scaling_rows(results)
         ax.plot([r["ranks"] for r in rows], [100 * r["efficiency"] for r in rows], "o-",
                 color=f"C{index}", label=mode)
-    ranks = sorted({n for results in train.values() for n in results})
     ax.axhline(100, color="grey", linestyle="--", linewidth=1, label="ideal")
-    ax.set_xticks(ranks)
-    ax.set_xlabel("ranks")
-    ax.set_ylabel("scaling efficiency (%)")
-    ax.set_title("Scaling efficiency (rays/s against the smallest rank count)")
     top = max([100] + [100 * r["efficiency"] for res in train.values() for r in scaling_rows(res)])
     ax.set_ylim(0, 1.1 * top)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    finish_scaling_plot(fig, ax, train, "scaling efficiency (%)",
+                        "Scaling efficiency (rays/s against the smallest rank count)", path)
 
 
 def plot_phases(train, path):
@@ -265,9 +265,7 @@ def plot_phases(train, path):
     handles, labels = ax.get_legend_handles_labels()
     ax.legend(handles[::-1], labels[::-1], loc="center left", bbox_to_anchor=(1.01, 0.5),
               fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_allreduce(allreduce, path):
@@ -284,9 +282,7 @@ def plot_allreduce(allreduce, path):
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3, which="both")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv):

@@ -45,6 +45,15 @@ void transpose_head(const T* rows, size_t stride, size_t first, size_t len, int 
   }
 }
 
+// Head h of sequence b of k and v ([len, n_head * d] rows each), as [d_k, len] and [d_v, len].
+template <typename T>
+void transpose_keys_values(const T* k, const T* v, size_t b, int h, size_t len, int n_head, int d_k,
+                           int d_v, T* keys, T* values) {
+  const size_t qk = size_t(n_head) * d_k, vw = size_t(n_head) * d_v;
+  transpose_head(k + b * len * qk, qk, size_t(h) * d_k, len, d_k, keys);
+  transpose_head(v + b * len * vw, vw, size_t(h) * d_v, len, d_v, values);
+}
+
 }  // namespace
 
 MultiHeadAttention::MultiHeadAttention(ParameterBlock& block, const std::string& name, int n_head,
@@ -100,8 +109,7 @@ void MultiHeadAttention::forward(const T* params, size_t batch, size_t len, cons
     for (size_t b = 0; b < batch; ++b) {
       const T* valid_b = valid + b * len;
       for (int h = 0; h < n_head_; ++h) {
-        transpose_head(k + b * len * qk, qk, size_t(h) * d_k_, len, d_k_, keys.data());
-        transpose_head(v + b * len * vw, vw, size_t(h) * d_v_, len, d_v_, values.data());
+        transpose_keys_values(k, v, b, h, len, n_head_, d_k_, d_v_, keys.data(), values.data());
         for (size_t i = 0; i < len; ++i) {
           const T* qi = q + (b * len + i) * qk + h * d_k_;
           T* p = probs + ((b * n_head_ + h) * len + i) * len;
@@ -164,8 +172,7 @@ void MultiHeadAttention::backward(const T* params, T* grads, size_t batch, size_
     for (size_t b = 0; b < batch; ++b) {
       const T* valid_b = valid + b * len;
       for (int h = 0; h < n_head_; ++h) {
-        transpose_head(k + b * len * qk, qk, size_t(h) * d_k_, len, d_k_, keys.data());
-        transpose_head(v + b * len * vw, vw, size_t(h) * d_v_, len, d_v_, values.data());
+        transpose_keys_values(k, v, b, h, len, n_head_, d_k_, d_v_, keys.data(), values.data());
         std::fill(grad_keys.begin(), grad_keys.end(), T(0));
         std::fill(grad_values.begin(), grad_values.end(), T(0));
         T* gs = grad_score.data();

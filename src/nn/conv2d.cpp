@@ -98,35 +98,37 @@ ConvPrimitives& primitives(const ConvShape& s, bool with_bias) {
   return *entry;
 }
 
-dnnl::convolution_backward_data& backward_data(const ConvShape& s, ConvPrimitives& p) {
+// The primitive in `slot`, made by make() on first use.
+template <typename Primitive, typename Make>
+Primitive& made_once(std::unique_ptr<Primitive>& slot, Make make) {
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
-  if (!p.backward_data) {
+  if (!slot) slot = make();
+  return *slot;
+}
+
+dnnl::convolution_backward_data& backward_data(const ConvShape& s, ConvPrimitives& p) {
+  return made_once(p.backward_data, [&] {
     const memory::dims strides{s.stride, s.stride}, no_padding{0, 0};
     const dnnl::convolution_backward_data::desc desc(
         dnnl::algorithm::convolution_direct, layout(s, p.plain_src), layout(s, p.plain_weights),
         layout(s, p.plain_dst), strides, no_padding, no_padding);
     p.backward_data_pd =
         dnnl::convolution_backward_data::primitive_desc(desc, cpu_engine(), p.forward_pd);
-    p.backward_data = std::make_unique<dnnl::convolution_backward_data>(p.backward_data_pd);
-  }
-  return *p.backward_data;
+    return std::make_unique<dnnl::convolution_backward_data>(p.backward_data_pd);
+  });
 }
 
 dnnl::convolution_backward_weights& backward_weights(const ConvShape& s, ConvPrimitives& p) {
-  static std::mutex mutex;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!p.backward_weights) {
+  return made_once(p.backward_weights, [&] {
     const memory::dims strides{s.stride, s.stride}, no_padding{0, 0};
     const dnnl::convolution_backward_weights::desc desc(
         dnnl::algorithm::convolution_direct, layout(s, p.plain_src), layout(s, p.plain_weights),
         p.bias, layout(s, p.plain_dst), strides, no_padding, no_padding);
     p.backward_weights_pd =
         dnnl::convolution_backward_weights::primitive_desc(desc, cpu_engine(), p.forward_pd);
-    p.backward_weights =
-        std::make_unique<dnnl::convolution_backward_weights>(p.backward_weights_pd);
-  }
-  return *p.backward_weights;
+    return std::make_unique<dnnl::convolution_backward_weights>(p.backward_weights_pd);
+  });
 }
 
 // Memory for the blocked copies, kept by each thread from call to call: a fresh allocation of

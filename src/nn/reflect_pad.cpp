@@ -33,45 +33,43 @@ std::vector<int> source_indices(int n, int pad) {
   return source;
 }
 
-}  // namespace
-
-void reflect_pad_forward(int planes, int height, int width, int pad, const float* x,
-                         float* padded) {
+// Calls visit(padded element, the element it copies) for every element of the padded planes,
+// row by row, left to right. Planes are independent, so the threads split them and each
+// writes only its own planes, in the map or in its gradient.
+template <typename Padded, typename Source, typename Visit>
+void for_each_padded_element(int planes, int height, int width, int pad, Padded* padded,
+                             Source* source, Visit visit) {
   check(height, width, pad);
   const int padded_height = height + 2 * pad, padded_width = width + 2 * pad;
   const std::vector<int> rows = source_indices(height, pad), columns = source_indices(width, pad);
 #pragma omp parallel for schedule(static)
   for (int p = 0; p < planes; ++p) {
-    const float* in = x + size_t(p) * size_t(height) * size_t(width);
-    float* out = padded + size_t(p) * size_t(padded_height) * size_t(padded_width);
+    Padded* padded_plane = padded + size_t(p) * size_t(padded_height) * size_t(padded_width);
+    Source* source_plane = source + size_t(p) * size_t(height) * size_t(width);
     for (int i = 0; i < padded_height; ++i) {
-      const float* in_row = in + size_t(rows[size_t(i)]) * size_t(width);
-      float* out_row = out + size_t(i) * size_t(padded_width);
-      for (int j = 0; j < pad; ++j) out_row[j] = in_row[columns[size_t(j)]];
-      for (int j = 0; j < width; ++j) out_row[pad + j] = in_row[j];
-      for (int j = pad + width; j < padded_width; ++j) out_row[j] = in_row[columns[size_t(j)]];
+      Padded* padded_row = padded_plane + size_t(i) * size_t(padded_width);
+      Source* source_row = source_plane + size_t(rows[size_t(i)]) * size_t(width);
+      for (int j = 0; j < pad; ++j) visit(padded_row[j], source_row[columns[size_t(j)]]);
+      for (int j = 0; j < width; ++j) visit(padded_row[pad + j], source_row[j]);
+      for (int j = pad + width; j < padded_width; ++j) {
+        visit(padded_row[j], source_row[columns[size_t(j)]]);
+      }
     }
   }
 }
 
+}  // namespace
+
+void reflect_pad_forward(int planes, int height, int width, int pad, const float* x,
+                         float* padded) {
+  for_each_padded_element(planes, height, width, pad, padded, x,
+                          [](float& out, const float& in) { out = in; });
+}
+
 void reflect_pad_backward(int planes, int height, int width, int pad, const float* grad_padded,
                           float* grad_x) {
-  check(height, width, pad);
-  const int padded_height = height + 2 * pad, padded_width = width + 2 * pad;
-  const std::vector<int> rows = source_indices(height, pad), columns = source_indices(width, pad);
-  // Planes are independent, so each thread scatters into its own planes without races.
-#pragma omp parallel for schedule(static)
-  for (int p = 0; p < planes; ++p) {
-    const float* in = grad_padded + size_t(p) * size_t(padded_height) * size_t(padded_width);
-    float* out = grad_x + size_t(p) * size_t(height) * size_t(width);
-    for (int i = 0; i < padded_height; ++i) {
-      const float* in_row = in + size_t(i) * size_t(padded_width);
-      float* out_row = out + size_t(rows[size_t(i)]) * size_t(width);
-      for (int j = 0; j < pad; ++j) out_row[columns[size_t(j)]] += in_row[j];
-      for (int j = 0; j < width; ++j) out_row[j] += in_row[pad + j];
-      for (int j = pad + width; j < padded_width; ++j) out_row[columns[size_t(j)]] += in_row[j];
-    }
-  }
+  for_each_padded_element(planes, height, width, pad, grad_padded, grad_x,
+                          [](const float& grad_out, float& grad_in) { grad_in += grad_out; });
 }
 
 }  // namespace mvibr::nn

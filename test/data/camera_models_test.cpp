@@ -3,6 +3,8 @@
 // input refused with an InvalidArgument that names the file.
 #include "importer_fixture.h"
 
+#include <array>
+
 namespace mvibr::data {
 namespace {
 
@@ -96,27 +98,37 @@ TEST(Undistort, IdentityLeavesPixelsAlone) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// COLMAP text model
+// COLMAP models
+
+// The cameras of the small COLMAP models below (image ids 1 to 3) and their images' names; the
+// views are imported in name order.
+std::vector<PinholeCamera<double>> colmap_cameras() {
+  return {look_at_camera<double>({3, -1, 2}, {0, 0, 0}, {0, 0, 1}, 50.0, 32, 24),
+          look_at_camera<double>({-2, -3, 1}, {0.1, 0, 0}, {0, 0, 1}, 50.0, 32, 24),
+          look_at_camera<double>({0.5, 3, 1.5}, {0, 0.2, 0}, {0, 0, 1}, 50.0, 32, 24)};
+}
+const char* const kColmapImageNames[] = {"c.png", "a.png", "b.png"};
+
+// A camera's w2c rotation as COLMAP's quaternion (w, x, y, z); these rotations have trace > -1.
+std::array<double, 4> colmap_quaternion(const PinholeCamera<double>& camera) {
+  const double* m = camera.w2c;
+  const double w = 0.5 * std::sqrt(1 + m[0] + m[5] + m[10]);
+  return {w, (m[9] - m[6]) / (4 * w), (m[2] - m[8]) / (4 * w), (m[4] - m[1]) / (4 * w)};
+}
 
 TEST(ImportColmap, TinyTextModelPosesIntrinsicsAndBounds) {
   TempDir dir;
-  const std::vector<PinholeCamera<double>> truth = {
-      look_at_camera<double>({3, -1, 2}, {0, 0, 0}, {0, 0, 1}, 50.0, 32, 24),
-      look_at_camera<double>({-2, -3, 1}, {0.1, 0, 0}, {0, 0, 1}, 50.0, 32, 24),
-      look_at_camera<double>({0.5, 3, 1.5}, {0, 0.2, 0}, {0, 0, 1}, 50.0, 32, 24)};
+  const std::vector<PinholeCamera<double>> truth = colmap_cameras();
   std::string images_txt = "# Image list with two lines of data per image:\n";
-  const char* names[] = {"c.png", "a.png", "b.png"};  // imported in name order
   for (size_t i = 0; i < truth.size(); ++i) {
-    // w2c rotation to quaternion (w, x, y, z); these rotations have trace > -1.
     const double* m = truth[i].w2c;
-    const double w = 0.5 * std::sqrt(1 + m[0] + m[5] + m[10]);
+    const std::array<double, 4> q = colmap_quaternion(truth[i]);
     char line[512];
     std::snprintf(line, sizeof line, "%zu %.17g %.17g %.17g %.17g %.17g %.17g %.17g 1 %s\n", i + 1,
-                  w, (m[9] - m[6]) / (4 * w), (m[2] - m[8]) / (4 * w), (m[4] - m[1]) / (4 * w),
-                  m[3], m[7], m[11], names[i]);
+                  q[0], q[1], q[2], q[3], m[3], m[7], m[11], kColmapImageNames[i]);
     images_txt += line;
     images_txt += i == 1 ? "\n" : "1.0 2.0 -1 3.5 4.5 7\n";  // 2D points: skipped
-    write_gradient_png(dir / ("images/" + std::string(names[i])), 32, 24, 3);
+    write_gradient_png(dir / ("images/" + std::string(kColmapImageNames[i])), 32, 24, 3);
   }
   write_text(dir / "sparse/0/cameras.txt", "# Camera list\n1 PINHOLE 32 24 50 51 16 12\n");
   write_text(dir / "sparse/0/images.txt", images_txt);
@@ -132,7 +144,7 @@ TEST(ImportColmap, TinyTextModelPosesIntrinsicsAndBounds) {
   for (size_t k = 0; k < 3; ++k) {
     const View& view = scene.views[k];
     const PinholeCamera<double>& expected = truth[truth_of[k]];
-    EXPECT_EQ(view.name, "images/" + std::string(names[truth_of[k]]));
+    EXPECT_EQ(view.name, "images/" + std::string(kColmapImageNames[truth_of[k]]));
     for (int j = 0; j < 12; ++j) EXPECT_NEAR(view.camera.c2w[j], expected.c2w[j], 1e-12) << k;
     EXPECT_EQ(view.camera.fx, 50);
     EXPECT_EQ(view.camera.fy, 51);
@@ -157,11 +169,7 @@ TEST(ImportColmap, TinyTextModelPosesIntrinsicsAndBounds) {
 // written here field by field as COLMAP's reconstruction_io does, reads as the text one does.
 TEST(ImportColmap, BinaryModelsReadAsTheirTextTwins) {
   TempDir dir;
-  const std::vector<PinholeCamera<double>> truth = {
-      look_at_camera<double>({3, -1, 2}, {0, 0, 0}, {0, 0, 1}, 50.0, 32, 24),
-      look_at_camera<double>({-2, -3, 1}, {0.1, 0, 0}, {0, 0, 1}, 50.0, 32, 24),
-      look_at_camera<double>({0.5, 3, 1.5}, {0, 0.2, 0}, {0, 0, 1}, 50.0, 32, 24)};
-  const char* names[] = {"c.png", "a.png", "b.png"};
+  const std::vector<PinholeCamera<double>> truth = colmap_cameras();
   std::string cameras_bin, images_bin, points_bin, images_txt;
   const auto put = [](std::string* out, const auto value) {
     out->append(reinterpret_cast<const char*>(&value), sizeof(value));
@@ -175,23 +183,21 @@ TEST(ImportColmap, BinaryModelsReadAsTheirTextTwins) {
   put(&images_bin, uint64_t(truth.size()));
   for (size_t i = 0; i < truth.size(); ++i) {
     const double* m = truth[i].w2c;
-    const double w = 0.5 * std::sqrt(1 + m[0] + m[5] + m[10]);
-    const double q[4] = {w, (m[9] - m[6]) / (4 * w), (m[2] - m[8]) / (4 * w),
-                         (m[4] - m[1]) / (4 * w)};
+    const std::array<double, 4> q = colmap_quaternion(truth[i]);
     put(&images_bin, uint32_t(i + 1));
     for (double x : q) put(&images_bin, x);
     for (double x : {m[3], m[7], m[11]}) put(&images_bin, x);
     put(&images_bin, uint32_t(1));
-    images_bin += std::string(names[i]) + '\0';
+    images_bin += std::string(kColmapImageNames[i]) + '\0';
     put(&images_bin, uint64_t(1));  // one 2D point
     for (double x : {1.0, 2.0}) put(&images_bin, x);
     put(&images_bin, uint64_t(7));
     char line[512];
     std::snprintf(line, sizeof line, "%zu %.17g %.17g %.17g %.17g %.17g %.17g %.17g 1 %s\n", i + 1,
-                  q[0], q[1], q[2], q[3], m[3], m[7], m[11], names[i]);
+                  q[0], q[1], q[2], q[3], m[3], m[7], m[11], kColmapImageNames[i]);
     images_txt += std::string(line) + "1.0 2.0 7\n";
-    write_gradient_png(dir / ("text/images/" + std::string(names[i])), 32, 24, 3);
-    write_gradient_png(dir / ("binary/images/" + std::string(names[i])), 32, 24, 3);
+    write_gradient_png(dir / ("text/images/" + std::string(kColmapImageNames[i])), 32, 24, 3);
+    write_gradient_png(dir / ("binary/images/" + std::string(kColmapImageNames[i])), 32, 24, 3);
   }
   put(&points_bin, uint64_t(2));
   const double points[2][3] = {{0, 0, 0}, {0.2, 0.1, 0.3}};

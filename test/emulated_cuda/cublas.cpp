@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cublas_v2.h"
+#include "status_text.h"
 
 struct cublasContext {
   cudaStream_t stream = nullptr;
@@ -80,27 +81,18 @@ cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
 }
 
 const char* cublasGetStatusName(cublasStatus_t status) {
-  switch (status) {
-    case CUBLAS_STATUS_SUCCESS:
-      return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED:
-      return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED:
-      return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE:
-      return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH:
-      return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_MAPPING_ERROR:
-      return "CUBLAS_STATUS_MAPPING_ERROR";
-    case CUBLAS_STATUS_EXECUTION_FAILED:
-      return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR:
-      return "CUBLAS_STATUS_INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED:
-      return "CUBLAS_STATUS_NOT_SUPPORTED";
-  }
-  return "an unknown cuBLAS status";
+  static const std::pair<cublasStatus_t, const char*> names[] = {
+      MVIBR_STATUS_NAME(CUBLAS_STATUS_SUCCESS),
+      MVIBR_STATUS_NAME(CUBLAS_STATUS_NOT_INITIALIZED),
+      MVIBR_STATUS_NAME(CUBLAS_STATUS_ALLOC_FAILED),
+      MVIBR_STATUS_NAME(CUBLAS_STATUS_INVALID_VALUE),
+      MVIBR_STATUS_NAME(CUBLAS_STATUS_ARCH_MISMATCH),
+      MVIBR_STATUS_NAME(CUBLAS_STATUS_MAPPING_ERROR),
+      MVIBR_STATUS_NAME(CUBLAS_STATUS_EXECUTION_FAILED),
+      MVIBR_STATUS_NAME(CUBLAS_STATUS_INTERNAL_ERROR),
+      MVIBR_STATUS_NAME(CUBLAS_STATUS_NOT_SUPPORTED),
+  };
+  return mvibr::emulated::status_text(status, names, "an unknown cuBLAS status");
 }
 
 namespace {

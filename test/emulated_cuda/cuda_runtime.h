@@ -221,6 +221,14 @@ inline int lane() {
   return int(linear % 32);
 }
 
+// An atomic: *address = update(old value), returning the old value (see the atomics below).
+template <typename T, typename Update>
+T read_modify_write(T* address, Update update) {
+  const T old = *address;
+  *address = update(old);
+  return old;
+}
+
 }  // namespace mvibr::emulated
 
 #define threadIdx (::mvibr::emulated::place().thread)
@@ -266,33 +274,26 @@ inline unsigned __ballot_sync(unsigned mask, int predicate) {
 // another, so a read-modify-write is atomic as it stands. They return the old value.
 template <typename T>
 T atomicAdd(T* address, T value) {
-  const T old = *address;
-  *address = old + value;
-  return old;
+  return ::mvibr::emulated::read_modify_write(address, [&](T old) { return old + value; });
 }
 template <typename T>
 T atomicMax(T* address, T value) {
-  const T old = *address;
-  *address = old < value ? value : old;
-  return old;
+  return ::mvibr::emulated::read_modify_write(address,
+                                              [&](T old) { return old < value ? value : old; });
 }
 template <typename T>
 T atomicMin(T* address, T value) {
-  const T old = *address;
-  *address = value < old ? value : old;
-  return old;
+  return ::mvibr::emulated::read_modify_write(address,
+                                              [&](T old) { return value < old ? value : old; });
 }
 template <typename T>
 T atomicExch(T* address, T value) {
-  const T old = *address;
-  *address = value;
-  return old;
+  return ::mvibr::emulated::read_modify_write(address, [&](T) { return value; });
 }
 template <typename T>
 T atomicCAS(T* address, T compare, T value) {
-  const T old = *address;
-  if (old == compare) *address = value;
-  return old;
+  return ::mvibr::emulated::read_modify_write(address,
+                                              [&](T old) { return old == compare ? value : old; });
 }
 
 // CUDA's integer min and max for device code.

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cudnn.h"
+#include "status_text.h"
 
 struct cudnnContext {
   cudaStream_t stream = nullptr;
@@ -51,19 +52,14 @@ cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t stream) {
 }
 
 const char* cudnnGetErrorString(cudnnStatus_t status) {
-  switch (status) {
-    case CUDNN_STATUS_SUCCESS:
-      return "CUDNN_STATUS_SUCCESS";
-    case CUDNN_STATUS_NOT_INITIALIZED:
-      return "CUDNN_STATUS_NOT_INITIALIZED";
-    case CUDNN_STATUS_BAD_PARAM:
-      return "CUDNN_STATUS_BAD_PARAM";
-    case CUDNN_STATUS_NOT_SUPPORTED:
-      return "CUDNN_STATUS_NOT_SUPPORTED";
-    case CUDNN_STATUS_EXECUTION_FAILED:
-      return "CUDNN_STATUS_EXECUTION_FAILED";
-  }
-  return "an unknown cuDNN status";
+  static const std::pair<cudnnStatus_t, const char*> names[] = {
+      MVIBR_STATUS_NAME(CUDNN_STATUS_SUCCESS),
+      MVIBR_STATUS_NAME(CUDNN_STATUS_NOT_INITIALIZED),
+      MVIBR_STATUS_NAME(CUDNN_STATUS_BAD_PARAM),
+      MVIBR_STATUS_NAME(CUDNN_STATUS_NOT_SUPPORTED),
+      MVIBR_STATUS_NAME(CUDNN_STATUS_EXECUTION_FAILED),
+  };
+  return mvibr::emulated::status_text(status, names, "an unknown cuDNN status");
 }
 
 cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t* d) {
@@ -235,6 +231,49 @@ cudnnStatus_t needs_workspace(size_t needed, const void* workspace, size_t bytes
                                                             : CUDNN_STATUS_BAD_PARAM;
 }
 
+// A convolution's operands, x (*) w = y: descriptors and device memory.
+struct Operands {
+  const cudnnTensorStruct* x;
+  const cudnnFilterStruct* w;
+  const cudnnTensorStruct* y;
+  const void* x_data;
+  const void* w_data;
+  const void* y_data;
+};
+enum Written { kX, kW, kY };  // the operand a convolution call writes
+
+// What the three convolution calls share: the operands checked and in device memory, then
+// `supported` (else CUDNN_STATUS_NOT_SUPPORTED), the workspace workspace_of(geometry) asks for,
+// and out (the written operand) = alpha * sums + beta * out, each sum over the products of the
+// other two operands' elements, in double.
+template <typename WorkspaceOf>
+cudnnStatus_t convolve(cudnnHandle_t handle, const cudnnConvolutionStruct* conv, const Operands& o,
+                       Written written, void* out, bool supported, WorkspaceOf workspace_of,
+                       void* workspace, size_t workspace_bytes, const void* alpha,
+                       const void* beta) {
+  Geometry g;
+  if (!handle || !geometry(conv, o.x, o.w, &g) || !output_matches(g, o.y) ||
+      !device_range(o.x_data, 4 * o.x->count()) || !device_range(o.w_data, 4 * o.w->count()) ||
+      !device_range(o.y_data, 4 * o.y->count())) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  if (!supported) return CUDNN_STATUS_NOT_SUPPORTED;
+  if (needs_workspace(workspace_of(g), workspace, workspace_bytes) != CUDNN_STATUS_SUCCESS) {
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  const float* data[] = {static_cast<const float*>(o.x_data), static_cast<const float*>(o.w_data),
+                         static_cast<const float*>(o.y_data)};
+  const size_t counts[] = {o.x->count(), o.w->count(), o.y->count()};
+  const int a = written == kX ? kW : kX, b = written == kY ? kW : kY;
+  std::vector<double> sums(counts[written], 0.0);
+  for_each_product(g, *conv, [&](size_t xi, size_t wi, size_t yi) {
+    const size_t at[] = {xi, wi, yi};
+    sums[at[written]] += double(data[a][at[a]]) * double(data[b][at[b]]);
+  });
+  blend(sums, alpha, beta, static_cast<float*>(out));
+  return CUDNN_STATUS_SUCCESS;
+}
+
 }  // namespace
 
 cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(cudnnConvolutionDescriptor_t conv,
@@ -392,25 +431,11 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha,
                                       cudnnConvolutionFwdAlgo_t algo, void* workspace,
                                       size_t workspace_bytes, const void* beta,
                                       cudnnTensorDescriptor_t y_desc, void* y) {
-  Geometry g;
-  if (!handle || !geometry(conv, x_desc, w_desc, &g) || !output_matches(g, y_desc) ||
-      !device_range(x, 4 * x_desc->count()) || !device_range(w, 4 * w_desc->count()) ||
-      !device_range(y, 4 * y_desc->count())) {
-    return CUDNN_STATUS_BAD_PARAM;
-  }
-  if (algo == CUDNN_CONVOLUTION_FWD_ALGO_DIRECT) return CUDNN_STATUS_NOT_SUPPORTED;
-  if (needs_workspace(forward_workspace(g, algo), workspace, workspace_bytes) !=
-      CUDNN_STATUS_SUCCESS) {
-    return CUDNN_STATUS_BAD_PARAM;
-  }
-  const float* xs = static_cast<const float*>(x);
-  const float* ws = static_cast<const float*>(w);
-  std::vector<double> sums(y_desc->count(), 0.0);
-  for_each_product(g, *conv, [&](size_t xi, size_t wi, size_t yi) {
-    sums[yi] += double(xs[xi]) * double(ws[wi]);
-  });
-  blend(sums, alpha, beta, static_cast<float*>(y));
-  return CUDNN_STATUS_SUCCESS;
+  return convolve(
+      handle, conv, {x_desc, w_desc, y_desc, x, w, y}, kY, y,
+      algo != CUDNN_CONVOLUTION_FWD_ALGO_DIRECT,
+      [algo](const Geometry& g) { return forward_workspace(g, algo); }, workspace, workspace_bytes,
+      alpha, beta);
 }
 
 cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alpha,
@@ -420,22 +445,10 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alp
                                            cudnnConvolutionBwdDataAlgo_t algo, void* workspace,
                                            size_t workspace_bytes, const void* beta,
                                            cudnnTensorDescriptor_t dx_desc, void* dx) {
-  Geometry g;
-  if (!handle || !geometry(conv, dx_desc, w_desc, &g) || !output_matches(g, dy_desc) ||
-      !device_range(w, 4 * w_desc->count()) || !device_range(dy, 4 * dy_desc->count()) ||
-      !device_range(dx, 4 * dx_desc->count()) ||
-      needs_workspace(data_workspace(g, algo), workspace, workspace_bytes) !=
-          CUDNN_STATUS_SUCCESS) {
-    return CUDNN_STATUS_BAD_PARAM;
-  }
-  const float* ws = static_cast<const float*>(w);
-  const float* dys = static_cast<const float*>(dy);
-  std::vector<double> sums(dx_desc->count(), 0.0);
-  for_each_product(g, *conv, [&](size_t xi, size_t wi, size_t yi) {
-    sums[xi] += double(dys[yi]) * double(ws[wi]);
-  });
-  blend(sums, alpha, beta, static_cast<float*>(dx));
-  return CUDNN_STATUS_SUCCESS;
+  return convolve(
+      handle, conv, {dx_desc, w_desc, dy_desc, dx, w, dy}, kX, dx, true,
+      [algo](const Geometry& g) { return data_workspace(g, algo); }, workspace, workspace_bytes,
+      alpha, beta);
 }
 
 cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* alpha,
@@ -445,22 +458,10 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* a
                                              cudnnConvolutionBwdFilterAlgo_t algo, void* workspace,
                                              size_t workspace_bytes, const void* beta,
                                              cudnnFilterDescriptor_t dw_desc, void* dw) {
-  Geometry g;
-  if (!handle || !geometry(conv, x_desc, dw_desc, &g) || !output_matches(g, dy_desc) ||
-      !device_range(x, 4 * x_desc->count()) || !device_range(dy, 4 * dy_desc->count()) ||
-      !device_range(dw, 4 * dw_desc->count()) ||
-      needs_workspace(filter_workspace(g, algo), workspace, workspace_bytes) !=
-          CUDNN_STATUS_SUCCESS) {
-    return CUDNN_STATUS_BAD_PARAM;
-  }
-  const float* xs = static_cast<const float*>(x);
-  const float* dys = static_cast<const float*>(dy);
-  std::vector<double> sums(dw_desc->count(), 0.0);
-  for_each_product(g, *conv, [&](size_t xi, size_t wi, size_t yi) {
-    sums[wi] += double(xs[xi]) * double(dys[yi]);
-  });
-  blend(sums, alpha, beta, static_cast<float*>(dw));
-  return CUDNN_STATUS_SUCCESS;
+  return convolve(
+      handle, conv, {x_desc, dw_desc, dy_desc, x, dw, dy}, kW, dw, true,
+      [algo](const Geometry& g) { return filter_workspace(g, algo); }, workspace, workspace_bytes,
+      alpha, beta);
 }
 
 cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t handle, const void* alpha,

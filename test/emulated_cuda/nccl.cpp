@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cublas_v2.h"  // round_to_bfloat16
+#include "status_text.h"
 
 struct ncclComm {
   int rank = 0, size = 1;
@@ -110,15 +111,19 @@ ncclResult_t issue(ncclComm_t comm, cudaStream_t stream, const void* send, size_
   return ncclSuccess;
 }
 
+// One rank's collective: its own `bytes` from `send` go straight to `finish`.
+ncclResult_t finish_at_once(const void* send, size_t bytes,
+                            const std::function<void(const std::vector<char>&)>& finish) {
+  const char* data = static_cast<const char*>(send);
+  finish(std::vector<char>(data, data + bytes));
+  return ncclSuccess;
+}
+
 // Every rank's `bytes` from `send`, rank by rank, to `finish`: at once for one rank, else in
 // flight on `stream`.
 ncclResult_t gather(ncclComm_t comm, cudaStream_t stream, const void* send, size_t bytes,
                     std::function<void(const std::vector<char>&)> finish) {
-  if (comm->size == 1) {
-    finish(
-        std::vector<char>(static_cast<const char*>(send), static_cast<const char*>(send) + bytes));
-    return ncclSuccess;
-  }
+  if (comm->size == 1) return finish_at_once(send, bytes, finish);
   MPI_Comm mpi = comm->mpi;
   return issue(
       comm, stream, send, bytes, bytes * size_t(comm->size),
@@ -239,25 +244,17 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error) {
 }
 
 const char* ncclGetErrorString(ncclResult_t result) {
-  switch (result) {
-    case ncclSuccess:
-      return "no error";
-    case ncclUnhandledCudaError:
-      return "unhandled cuda error";
-    case ncclSystemError:
-      return "unhandled system error";
-    case ncclInternalError:
-      return "internal error";
-    case ncclInvalidArgument:
-      return "invalid argument";
-    case ncclInvalidUsage:
-      return "invalid usage";
-    case ncclRemoteError:
-      return "remote process exited or there was a network error";
-    case ncclInProgress:
-      return "NCCL operation in progress";
-  }
-  return "unknown result code";
+  static const std::pair<ncclResult_t, const char*> texts[] = {
+      {ncclSuccess, "no error"},
+      {ncclUnhandledCudaError, "unhandled cuda error"},
+      {ncclSystemError, "unhandled system error"},
+      {ncclInternalError, "internal error"},
+      {ncclInvalidArgument, "invalid argument"},
+      {ncclInvalidUsage, "invalid usage"},
+      {ncclRemoteError, "remote process exited or there was a network error"},
+      {ncclInProgress, "NCCL operation in progress"},
+  };
+  return mvibr::emulated::status_text(result, texts, "unknown result code");
 }
 
 ncclResult_t ncclAllReduce(const void* send, void* receive, size_t count, ncclDataType_t type,
@@ -313,11 +310,7 @@ ncclResult_t ncclBroadcast(const void* send, void* receive, size_t count, ncclDa
   const auto deliver = [receive](const std::vector<char>& data) {
     std::memcpy(receive, data.data(), data.size());
   };
-  if (comm->size == 1) {
-    deliver(
-        std::vector<char>(static_cast<const char*>(send), static_cast<const char*>(send) + bytes));
-    return ncclSuccess;
-  }
+  if (comm->size == 1) return finish_at_once(send, bytes, deliver);
   MPI_Comm mpi = comm->mpi;
   return issue(
       comm, stream, sends ? send : nullptr, sends ? bytes : 0, bytes,

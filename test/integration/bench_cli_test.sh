@@ -5,11 +5,8 @@
 # in one clear line.
 #   bench_cli_test.sh MVIBR_BINARY SOURCE_DIR MPIEXEC
 set -euo pipefail
-mvibr=$1
-source_dir=$2
-mpiexec=$3
-source "$source_dir/test/integration/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+source "$2/test/integration/lib.sh"
+mpi_test_arguments "$@"
 
 "$mvibr" prep --out "$work/data" --shards 2 --views 12 --width 32 --height 24 >/dev/null
 io=(bench io --datadir "$work/data" --seconds 0.1 --step_ms 10 --num_source_views 3)

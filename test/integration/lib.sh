@@ -1,5 +1,6 @@
 # Shared by the CLI integration tests (sourced):
 # - a scratch folder $work removed on exit, and `fail`;
+# - `mpi_test_arguments MVIBR SOURCE_DIR MPIEXEC`: a test that starts ranks reads its arguments;
 # - `expect_error PATTERN COMMAND...`: the command fails with exactly one line on stderr
 #   containing PATTERN (the project's rule for bad input);
 # - `same_parameters`, `need_dataset`;
@@ -53,10 +54,24 @@ need_dataset() {
   exit 77
 }
 
+# Open MPI allowed to run as root (as in containers), one OpenMP thread a rank.
+mpi_environment() {
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+}
+
+# The arguments of a test that starts ranks, in $mvibr, $source_dir and $mpiexec, and
+# mpi_environment.
+mpi_test_arguments() {
+  mvibr=$1
+  source_dir=$2
+  mpiexec=$3
+  mpi_environment
+}
+
 # A 2-rank launcher in $mpirun, a tiny run's options in $small (needs $source_dir and $mpiexec)
 # and its data, 12 views in 2 shards, prepared by MVIBR under $work/data.
 small_job() {
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+  mpi_environment
   mpirun=("$mpiexec" -np 2 --oversubscribe)
   small=(--config "$source_dir/configs/synthetic.txt" --datadir "$work/data" --basedir "$work/runs"
     --N_rand 32 --N_samples 8 --N_importance 4 --num_source_views 3 --source_pool 4

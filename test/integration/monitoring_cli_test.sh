@@ -5,11 +5,8 @@
 # a file; a rank slowed down (stopped most of the time) is named in the imbalance warning.
 #   monitoring_cli_test.sh MVIBR_BINARY SOURCE_DIR MPIEXEC
 set -euo pipefail
-mvibr=$1
-source_dir=$2
-mpiexec=$3
-source "$source_dir/test/integration/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+source "$2/test/integration/lib.sh"
+mpi_test_arguments "$@"
 
 # Where scripts/setup.sh installs tensorboard (the same default).
 python_env=${MVIBR_PYTHON_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/mvibr/python}

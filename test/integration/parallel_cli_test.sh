@@ -7,10 +7,8 @@
 # the other rank's watchdog; a rank that is killed ends the job.
 #   parallel_cli_test.sh MVIBR_BINARY SOURCE_DIR MPIEXEC
 set -euo pipefail
-mvibr=$1
-source_dir=$2
-mpiexec=$3
-source "$source_dir/test/integration/lib.sh"
+source "$2/test/integration/lib.sh"
+mpi_test_arguments "$@"
 small_job "$mvibr"
 
 echo "== 2 ranks train"

@@ -6,11 +6,8 @@
 # folders end in one clear line.
 #   report_test.sh MVIBR_BINARY SOURCE_DIR MPIEXEC
 set -euo pipefail
-mvibr=$1
-source_dir=$2
-mpiexec=$3
-source "$source_dir/test/integration/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+source "$2/test/integration/lib.sh"
+mpi_test_arguments "$@"
 report=("/usr/bin/python3" "$source_dir/tools/report.py")
 
 small=(--config "$source_dir/configs/synthetic.txt" --datadir "$work/data" --N_samples 8

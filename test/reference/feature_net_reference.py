@@ -34,6 +34,16 @@ def save(case, name, tensor):
     np.save(case / f"ref_{name}.npy", values)
 
 
+def backward_and_save(case, name, output, **inputs):
+    """Saves `output` as `name` and, backpropagating the case's grad_<name> into it, the gradient
+    of each of `inputs` (those not None) as grad_<input>."""
+    (output * load(case, "grad_" + name)).sum().backward()
+    save(case, name, output)
+    for input_name, tensor in inputs.items():
+        if tensor is not None:
+            save(case, "grad_" + input_name, tensor.grad)
+
+
 def instance_norm(x, gamma, beta):
     """InstanceNorm2d(affine, track_running_stats=False): biased variance per (view, channel)."""
     mean = x.mean(dim=(2, 3), keepdim=True)
@@ -60,21 +70,14 @@ def conv(case, p):
     x, weight = load(case, "x", True), load(case, "weight", True)
     bias = load(case, "bias", True) if p["bias"] else None
     y = F.conv2d(x, weight, bias, stride=p["stride"])
-    (y * load(case, "grad_y")).sum().backward()
-    save(case, "y", y)
-    save(case, "grad_x", x.grad)
-    save(case, "grad_weight", weight.grad)
-    if bias is not None:
-        save(case, "grad_bias", bias.grad)
+    backward_and_save(case, "y", y, x=x, weight=weight, bias=bias)
 
 
 def reflect_pad(case, p):
     x = load(case, "x", True)  # [planes, H, W]
     pad = p["pad"]
     y = F.pad(x[None], (pad, pad, pad, pad), mode="reflect")[0]
-    (y * load(case, "grad_y")).sum().backward()
-    save(case, "y", y)
-    save(case, "grad_x", x.grad)
+    backward_and_save(case, "y", y, x=x)
 
 
 def norm(case, p):
@@ -85,21 +88,13 @@ def norm(case, p):
         residual = load(case, "residual", True)
         z = z + residual
     out = activate(z, p["activation"])
-    (out * load(case, "grad_out")).sum().backward()
-    save(case, "out", out)
-    save(case, "grad_x", x.grad)
-    save(case, "grad_gamma", gamma.grad)
-    save(case, "grad_beta", beta.grad)
-    if residual is not None:
-        save(case, "grad_residual", residual.grad)
+    backward_and_save(case, "out", out, x=x, gamma=gamma, beta=beta, residual=residual)
 
 
 def upsample_case(case, p):
     x = load(case, "x", True)  # [planes, H, W]
     y = upsample(x[None])[0]
-    (y * load(case, "grad_y")).sum().backward()
-    save(case, "y", y)
-    save(case, "grad_x", x.grad)
+    backward_and_save(case, "y", y, x=x)
 
 
 # --- the whole network -----------------------------------------------------------------------

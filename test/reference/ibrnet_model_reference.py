@@ -27,8 +27,6 @@ parameter of the checkpoint; it fails if the step leaves one unused.
 """
 import contextlib
 import json
-import pathlib
-import sys
 
 import h5py
 import numpy as np
@@ -132,11 +130,7 @@ def run_case(case):
 
 
 def main():
-    root = pathlib.Path(sys.argv[1])
-    cases = sorted(path.parent for path in root.glob("*/case.json"))
-    if not cases:
-        sys.exit(f"ibrnet_model_reference.py: no case.json under {root}")
-    for case in cases:
+    for case in render_ops.case_folders("ibrnet_model_reference.py"):
         run_case(case)
 
 

@@ -213,6 +213,23 @@ Arrays run_gather(const Arrays& in) {
           {"grad_features", array(grad_features, features.shape)}};
 }
 
+// A random scene of `n_views` views with width x height images and feature_width x
+// feature_height maps of `channels` features, and `n_rays` rays.
+testing::RandomSceneSize scene_size(int n_views, int width, int height, int feature_width,
+                                    int feature_height, int channels, int n_rays,
+                                    bool last_view_faces_away = false) {
+  testing::RandomSceneSize size;
+  size.n_views = n_views;
+  size.image_width = width;
+  size.image_height = height;
+  size.feature_width = feature_width;
+  size.feature_height = feature_height;
+  size.feature_channels = channels;
+  size.n_rays = n_rays;
+  size.last_view_faces_away = last_view_faces_away;
+  return size;
+}
+
 ReferenceCase gather_case(testing::RandomSceneSize size, int n_samples, uint64_t seed) {
   const auto scene = testing::make_random_scene(size, seed);
   const size_t R = size_t(size.n_rays), S = size_t(n_samples), V = size_t(size.n_views);
@@ -350,25 +367,9 @@ std::map<std::string, ReferenceCase> all_cases() {
       cases["importance_" + mode + "_large"] = importance_case(120, 32, 64, inv, det, 7);
     }
   }
-  testing::RandomSceneSize small;
-  small.n_views = 2;
-  small.image_width = 9;
-  small.image_height = 7;
-  small.feature_width = 4;
-  small.feature_height = 3;
-  small.feature_channels = 3;
-  small.n_rays = 5;
-  cases["gather_small"] = gather_case(small, 4, 8);
-  testing::RandomSceneSize medium;
-  medium.n_views = 5;
-  medium.image_width = 40;
-  medium.image_height = 30;
-  medium.feature_width = 10;
-  medium.feature_height = 8;
-  medium.feature_channels = 16;
-  medium.n_rays = 64;
-  medium.last_view_faces_away = true;
-  cases["gather_medium"] = gather_case(medium, 16, 9);
+  cases["gather_small"] = gather_case(scene_size(2, 9, 7, 4, 3, 3, 5), 4, 8);
+  cases["gather_medium"] =
+      gather_case(scene_size(5, 40, 30, 10, 8, 16, 64, /*last_view_faces_away=*/true), 16, 9);
   for (const std::string delta : {"unit", "interval"}) {
     for (bool white : {false, true}) {
       const std::string mode = delta + (white ? "_white" : "_black");

@@ -220,11 +220,17 @@ def masked_mse(case, p):
 OPS = {f.__name__: f for f in [rays, coarse, importance, gather, composite, ray_mask, masked_mse]}
 
 
-def main():
+def case_folders(script):
+    """The folders under the first argument that hold a case.json; none ends `script`."""
     root = pathlib.Path(sys.argv[1])
     cases = sorted(path.parent for path in root.glob("*/case.json"))
     if not cases:
-        sys.exit(f"render_ops_reference.py: no case.json under {root}")
+        sys.exit(f"{script}: no case.json under {root}")
+    return cases
+
+
+def main():
+    cases = case_folders("render_ops_reference.py")
     for case in cases:
         spec = json.loads((case / "case.json").read_text())
         OPS[spec["op"]](case, spec)

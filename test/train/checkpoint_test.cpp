@@ -95,13 +95,18 @@ std::set<std::string> files_in(const fs::path& dir) {
   return names;
 }
 
-// A checkpoint of the IBRNet-like model after 3 steps, at `run_dir`.
-std::string save_trained(const fs::path& run_dir, int keep_last = 0) {
+// The IBRNet-like model and its optimizer after 3 steps.
+struct TrainedModel {
   ParameterSet params = make_model(ibrnet_like(), 1);
-  Adam adam(params, AdamOptions());
-  train(&params, &adam, 3, 10);
-  return save_checkpoint(run_dir.string(), params, adam, training_state(), keep_last);
-}
+  Adam adam{params, AdamOptions()};
+
+  TrainedModel() { train(&params, &adam, 3, 10); }
+
+  // Its checkpoint at `run_dir`.
+  std::string save(const fs::path& run_dir) const {
+    return save_checkpoint(run_dir.string(), params, adam, training_state(), 0);
+  }
+};
 
 // The error of loading `path` into a fresh model of `layout` (empty when it loads).
 std::string load_error(const std::string& path, const std::vector<Entry>& layout) {
@@ -186,17 +191,15 @@ TEST(Checkpoint, RoundTripIsBitExactAndTrainingContinuesIdentically) {
 
 TEST(Checkpoint, AFailedWriteLeavesTheExistingFileAndNoTemporary) {
   TempDir dir;
-  ParameterSet params = make_model(ibrnet_like(), 1);
-  Adam adam(params, AdamOptions());
-  train(&params, &adam, 3, 10);
-  const std::string path = save_checkpoint(dir.path.string(), params, adam, training_state(), 0);
+  TrainedModel model;
+  const std::string path = model.save(dir.path);
   EXPECT_EQ(files_in(dir.path / "checkpoints"), std::set<std::string>{"ckpt-00000003.h5"});
   const std::string before = file_bytes(path);
 
   // The same step again, diverged: the last parameter fails after the others were written.
-  params.values().back() = NAN;
+  model.params.values().back() = NAN;
   try {
-    save_checkpoint(dir.path.string(), params, adam, training_state(), 0);
+    model.save(dir.path);
     FAIL() << "a NaN parameter was saved";
   } catch (const InvalidArgument& e) {
     const std::string message = e.what();
@@ -230,7 +233,7 @@ TEST(Checkpoint, KeepsTheNewestKAndAlwaysTheOneJustWritten) {
 
 TEST(Checkpoint, DamagedFilesFailWithOneLineNamingTheFileAndTheParameter) {
   TempDir dir;
-  const std::string good = save_trained(dir.path);
+  const std::string good = TrainedModel().save(dir.path);
   ASSERT_EQ(load_error(good, ibrnet_like()), "");
   const std::string path = (dir.path / "damaged.h5").string();
   const auto damaged = [&] {
@@ -264,11 +267,9 @@ TEST(Checkpoint, DamagedFilesFailWithOneLineNamingTheFileAndTheParameter) {
 
   // A flipped bit in a weight's data: the chunk's Fletcher32 checksum catches it.
   {
-    ParameterSet params = make_model(ibrnet_like(), 1);
-    Adam adam(params, AdamOptions());
-    train(&params, &adam, 3, 10);
-    const Parameter p = params.find("net_coarse.base_fc.0.weight");
-    const char* weight = reinterpret_cast<const char*>(params.value(p));
+    const TrainedModel model;
+    const Parameter p = model.params.find("net_coarse.base_fc.0.weight");
+    const char* weight = reinterpret_cast<const char*>(model.params.value(p));
     std::string bytes = file_bytes(damaged());
     const size_t at = bytes.find(std::string(weight, 64));
     ASSERT_NE(at, std::string::npos);
@@ -288,7 +289,7 @@ TEST(Checkpoint, DamagedFilesFailWithOneLineNamingTheFileAndTheParameter) {
 
 TEST(Checkpoint, AnotherModelFailsNamingTheParameter) {
   TempDir dir;
-  const std::string path = save_trained(dir.path);
+  const std::string path = TrainedModel().save(dir.path);
 
   std::vector<Entry> extra = ibrnet_like();
   extra.push_back({"net_fine.base_fc.0.weight", {64, 105}, ParameterGroup::kMlp});
@@ -308,14 +309,12 @@ TEST(Checkpoint, AnotherModelFailsNamingTheParameter) {
 
 TEST(Checkpoint, H5pyReadsTheParametersByTheirPyTorchNames) {
   TempDir dir;
-  ParameterSet params = make_model(ibrnet_like(), 1);
-  Adam adam(params, AdamOptions());
-  train(&params, &adam, 3, 10);
-  const std::string path = save_checkpoint(dir.path.string(), params, adam, training_state(), 0);
+  const TrainedModel model;
+  const std::string path = model.save(dir.path);
   std::string arguments;
-  for (const ParameterInfo& info : params.infos()) {
+  for (const ParameterInfo& info : model.params.infos()) {
     const std::string npy = (dir.path / (info.name + ".npy")).string();
-    const float* v = params.values().data() + info.offset;
+    const float* v = model.params.values().data() + info.offset;
     test::write_npy(npy, {std::vector<size_t>(info.shape.begin(), info.shape.end()),
                           std::vector<double>(v, v + info.size)});
     arguments += " " + info.name + "=" + npy;
@@ -339,7 +338,7 @@ with h5py.File(path, "r") as f:
     assert len(f["model"]) == len(sys.argv) - 4
 )";
   const std::string command = "/usr/bin/python3 -c '" + std::string(script) + "' " + path + " " +
-                              std::to_string(adam.steps()) + " " +
+                              std::to_string(model.adam.steps()) + " " +
                               std::to_string(training_state().random_seed) + arguments;
   EXPECT_EQ(std::system(command.c_str()), 0) << "h5py could not read " << path;
 }

@@ -9,26 +9,25 @@
 namespace mvibr::train {
 namespace {
 
+// From 1024: an overflow halves the scale, and the window's 3 finite steps, not 2, double it back.
+void halve_then_double_after_the_window(DynamicLossScale& scale) {
+  scale.update(false);
+  EXPECT_EQ(scale.scale(), 512);
+  scale.update(true);
+  scale.update(true);
+  EXPECT_EQ(scale.scale(), 512);
+  scale.update(true);
+  EXPECT_EQ(scale.scale(), 1024);
+}
+
 TEST(DynamicLossScale, HalvesOnOverflowAndDoublesAfterTheWindow) {
   DynamicLossScale scale(1024, 3);
   EXPECT_EQ(scale.scale(), 1024);
-  scale.update(false);
-  EXPECT_EQ(scale.scale(), 512);
-  scale.update(true);
-  scale.update(true);
-  EXPECT_EQ(scale.scale(), 512);
-  scale.update(true);
-  EXPECT_EQ(scale.scale(), 1024);
+  halve_then_double_after_the_window(scale);
   // An overflow in the middle of a window starts the count again.
   scale.update(true);
   scale.update(true);
-  scale.update(false);
-  EXPECT_EQ(scale.scale(), 512);
-  scale.update(true);
-  scale.update(true);
-  EXPECT_EQ(scale.scale(), 512);
-  scale.update(true);
-  EXPECT_EQ(scale.scale(), 1024);
+  halve_then_double_after_the_window(scale);
 }
 
 TEST(DynamicLossScale, BadSettingsAreRejected) {
