@@ -22,18 +22,8 @@ __global__ void blending_backward_kernel(size_t samples, int n_views, int featur
                                          float* g_logit) {
   for (size_t j = grid_thread_index(); j < samples; j += grid_thread_count()) {
     const size_t row = j * n_views;
-    const float* up = grad_rgb + j * 3;
-    float weighted = 0.0f;
-    for (int v = 0; v < n_views; ++v) {
-      const float* colour = rgb_features + (row + v) * feature_width;
-      const float g = up[0] * colour[0] + up[1] * colour[1] + up[2] * colour[2];
-      g_logit[row + v] = g;
-      weighted += blend[row + v] * g;
-    }
-    for (int v = 0; v < n_views; ++v) {
-      const size_t i = row + v;
-      g_logit[i] = mask[i] == 0.0f ? 0.0f : blend[i] * (g_logit[i] - weighted);
-    }
+    blend_views_backward(n_views, mask + row, rgb_features + row * feature_width,
+                         size_t(feature_width), blend + row, grad_rgb + j * 3, g_logit + row);
   }
 }
 
@@ -255,27 +245,9 @@ __global__ void sharpness_gradient_kernel(size_t samples, int n_views, const flo
   const double scale = fabs(double(*sharpness));
   for (size_t j = grid_thread_index(); j < samples; j += grid_thread_count()) {
     const size_t row = j * n_views;
-    const float* valid = mask + row;
-    double* e_j = e + row;
-    double* w_j = weight + row;
-    auto dot_minus_one = [&](int v) { return double(ray_diff[(row + v) * 4 + 3]) - 1; };
-    int low = 0;  // the first minimum, as torch.min picks
-    for (int v = 0; v < n_views; ++v) {
-      e_j[v] = exp(scale * dot_minus_one(v));
-      if (e_j[v] < e_j[low]) low = v;
-    }
-    double sum = 0;
-    for (int v = 0; v < n_views; ++v) sum += (e_j[v] - e_j[low]) * valid[v];
-    const double d = sum + kWeightEpsilonDouble;
-    for (int v = 0; v < n_views; ++v) w_j[v] = (e_j[v] - e_j[low]) * valid[v] / d;
-    const double low_slope = dot_minus_one(low) * e_j[low];
     double g_scale = 0;
-    for (int v = 0; v < n_views; ++v) {
-      if (valid[v] == 0.0f) continue;
-      const double g_raw =
-          normalisation_backward(n_views, v, w_j, g_pool + row, double(g_pool_common[j]), d);
-      g_scale += g_raw * (dot_minus_one(v) * e_j[v] - low_slope);
-    }
+    add_sharpness_gradient(n_views, scale, ray_diff + row * 4, mask + row, g_pool + row,
+                           double(g_pool_common[j]), e + row, weight + row, &g_scale);
     partial[j] = g_scale;
   }
 }

@@ -7,18 +7,17 @@
 #include "../src/cuda/nn_context.h"
 #include "../src/cuda/nn_device.h"
 #include "common.h"
+#include "mvibr/nn/aggregator_math.h"
 
 namespace mvibr::nn::cuda {
 
 namespace {
 
 constexpr int kReductionThreads = 1024;
-// IBRNet's guards against empty sums, and its fill for masked blending logits and attention
-// scores (-1e9, not -inf: a fully masked row becomes uniform), as in aggregator.cpp and
-// attention.cpp.
-constexpr float kWeightEpsilon = 1e-8f;
-constexpr double kWeightEpsilonDouble = 1e-8;
+// The fill for masked attention scores (-1e9, not -inf: a fully masked row becomes uniform), as
+// attention.cpp's; the pooling's guard as a float (aggregator_math.h).
 constexpr float kMaskedFill = -1e9f;
+constexpr float kWeightEpsilonFloat = float(kWeightEpsilon);
 
 // ---- Device math with the CPU's float semantics (src/nn/vector_math.h) ----
 
@@ -47,18 +46,6 @@ __device__ __forceinline__ int lane_index() {
   return int(threadIdx.x % kWarpSize);
 }
 
-// normalisation_backward (aggregator.cpp): for w_v = raw_v / D and dL/dw_u = g[u] + common,
-// dL/draw_v = (sum_u w_u (g_v - g_u) + (g_v + common) gap) / D.
-template <typename T, typename G>
-__device__ T normalisation_backward(int n_views, int v, const T* weight, const G* g, T common,
-                                    T denominator) {
-  const T gap = T(kWeightEpsilonDouble) / denominator;
-  const T g_v = T(g[v]);
-  T spread = 0;
-  for (int u = 0; u < n_views; ++u) spread += weight[u] * (g_v - T(g[u]));
-  return (spread + (g_v + common) * gap) / denominator;
-}
-
 // mean_var_backward (aggregator.cpp) for one sample, by one warp with lanes over channels: the
 // backward of mean = sum_v w_v x_v and var = sum_v w_v (x_v - mean)^2 over x [V, width]. Adds
 // the gradient of every x_v to g_x, writes the per-view part of each weight's gradient to
@@ -68,7 +55,7 @@ __device__ float mean_var_backward_warp(int n_views, int width, const float* x, 
                                         float denominator, const float* mean, const float* g_mean,
                                         const float* g_var, float* g_x, float* g_weight) {
   const int lane = lane_index();
-  const float gap = kWeightEpsilon / denominator;  // 1 - sum_v w_v
+  const float gap = kWeightEpsilonFloat / denominator;  // 1 - sum_v w_v
   // d var / d mean = -2 sum_v w_v (x_v - mean) = -2 mean gap.
   auto g_mean_total = [&](int c) { return g_mean[c] - 2 * g_var[c] * mean[c] * gap; };
   float common = 0.0f;
@@ -108,30 +95,14 @@ __global__ void accumulate_kernel(size_t count, const float* x, float* y) {
 __global__ void pooling_weights_kernel(size_t samples, int n_views, const float* sharpness,
                                        const float* ray_diff, const float* mask, float* pool,
                                        float* denominator) {
+  const float s = sharpness ? fabsf(*sharpness) : 0.0f;
   for (size_t j = grid_thread_index(); j < samples; j += grid_thread_count()) {
     const size_t row = j * n_views;
-    float* weight = pool + row;
-    const float* valid = mask + row;
-    float sum = 0.0f;
-    if (sharpness) {
-      const float s = fabsf(*sharpness);
-      float lowest = INFINITY;
-      for (int v = 0; v < n_views; ++v) {
-        weight[v] = expf(s * (ray_diff[(row + v) * 4 + 3] - 1.0f));
-        lowest = fminf(lowest, weight[v]);
-      }
-      for (int v = 0; v < n_views; ++v) sum += weight[v] = (weight[v] - lowest) * valid[v];
-    } else {
-      for (int v = 0; v < n_views; ++v) sum += weight[v] = valid[v];
-    }
-    const float d = sum + kWeightEpsilon;
-    denominator[j] = d;
-    for (int v = 0; v < n_views; ++v) weight[v] /= d;
+    denominator[j] = pooling_weights(n_views, sharpness != nullptr, s, ray_diff + row * 4,
+                                     mask + row, pool + row);
   }
 }
 
-// Weighted mean and variance over views, a thread per (sample, channel): x [samples * V, width],
-// weight [samples * V]; out[j * out_stride + c] = mean, out[j * out_stride + width + c] = var.
 // The features' under the pooling weights (into mean_var) and x's under the visibility weights
 // (into geometry_in).
 __global__ void weighted_mean_variance_kernel(size_t samples, int n_views, int width,
@@ -207,7 +178,7 @@ __global__ void visibility_weights_kernel(size_t samples, int n_views, const flo
       vis[row + v] = vis2[row + v] * mask[row + v];
       sum += vis[row + v];
     }
-    const float d = sum + kWeightEpsilon;
+    const float d = sum + kWeightEpsilonFloat;
     denominator[j] = d;
     float weights = 0.0f;
     for (int v = 0; v < n_views; ++v) {
@@ -317,22 +288,8 @@ __global__ void blending_kernel(size_t samples, int n_views, int feature_width, 
                                 const float* rgb_features, float* blend, float* rgb) {
   for (size_t j = grid_thread_index(); j < samples; j += grid_thread_count()) {
     const size_t row = j * n_views;
-    float* b = blend + row;
-    float top = -INFINITY;
-    for (int v = 0; v < n_views; ++v) {
-      if (mask[row + v] == 0.0f) b[v] = kMaskedFill;
-      top = fmaxf(top, b[v]);
-    }
-    float sum = 0.0f;
-    for (int v = 0; v < n_views; ++v) b[v] = exp_nonpositive(b[v] - top);
-    for (int v = 0; v < n_views; ++v) sum += b[v];
-    float colour[3] = {0.0f, 0.0f, 0.0f};
-    for (int v = 0; v < n_views; ++v) {
-      b[v] /= sum;
-      const float* features = rgb_features + (row + v) * feature_width;
-      for (int c = 0; c < 3; ++c) colour[c] += features[c] * b[v];
-    }
-    for (int c = 0; c < 3; ++c) rgb[j * 3 + c] = colour[c];
+    blend_views(n_views, mask + row, rgb_features + row * feature_width, size_t(feature_width),
+                blend + row, rgb + j * 3, [](float x) { return exp_nonpositive(x); });
   }
 }
 

@@ -17,13 +17,12 @@
 
 #include "aggregator_activations.h"
 #include "mvibr/core/error.h"
+#include "mvibr/nn/aggregator_math.h"
 #include "vector_math.h"
 
 namespace mvibr::nn {
 namespace {
 
-// IBRNet's guards against empty sums and its fill for masked blending logits.
-constexpr double kWeightEpsilon = 1e-8, kMaskedLogit = -1e9;
 // Rows per chunk (at least one ray): activations and gradients of about 4 KiB a row stay close to
 // L2 (2 MiB a core here; 2048 rows were 10% slower), GEMMs stay tall enough for BLAS.
 constexpr size_t kChunkRows = 640;
@@ -33,7 +32,7 @@ constexpr size_t kChunksPerWave = 64;
 // Pooling over the views of one sample uses weights w_v = raw_v / D with D = sum_u raw_u + eps.
 // Their sum is 1 - eps / D, which float cannot resolve from 1, and the gradients below depend on
 // that gap (for a sample one view sees, they are nothing else), so the backward passes never
-// form 1 - sum_u w_u by subtraction: they use eps / D.
+// form 1 - sum_u w_u by subtraction: they use eps / D (aggregator_math.h).
 
 // Backward of mean = sum_v w_v x_v and var = sum_v w_v (x_v - mean)^2 (mean not detached) over
 // rows x[V, width]: adds the gradient of every x_v to g_x, and writes the gradient of each
@@ -63,18 +62,6 @@ T mean_var_backward(size_t n_views, size_t width, const T* __restrict x, const T
     g_weight[v] = sum(term, width);
   }
   return dot(mean, g_mean_total, width);
-}
-
-// Backward of w_v = raw_v / D for view v, given dL/dw_u = g[u] + common:
-// dL/draw_v = (g_v - sum_u w_u g_u + common gap) / D, with g_v - sum_u w_u g_u formed as
-// sum_u w_u (g_v - g_u) + g_v gap.
-template <typename T>
-T normalisation_backward(size_t n_views, size_t v, const T* weight, const T* g, T common,
-                         T denominator) {
-  const T gap = T(kWeightEpsilon) / denominator;
-  T spread = 0;
-  for (size_t u = 0; u < n_views; ++u) spread += weight[u] * (g[v] - g[u]);
-  return (spread + (g[v] + common) * gap) / denominator;
 }
 
 // OpenBLAS's pthread build would start its own threads inside each of ours: it runs serially
@@ -331,19 +318,8 @@ void IbrnetAggregator::forward_chunk(const T* params, const Activations<T>& a,
   // Pooling weights over views: anti-aliased (sharper towards the target direction) or uniform.
   const T s = options_.anti_alias_pooling ? std::abs(params[s_]) : T(0);
   for (size_t j = 0; j < m; ++j) {
-    const T* d = ray_diff + j * V * 4;
-    const T* valid = mask + j * V;
-    T* pool = a.pool + j * V;
-    T sum = 0;
-    if (options_.anti_alias_pooling) {
-      for (size_t v = 0; v < V; ++v) pool[v] = std::exp(s * (d[v * 4 + 3] - 1));
-      const T lowest = *std::min_element(pool, pool + V);
-      for (size_t v = 0; v < V; ++v) sum += pool[v] = (pool[v] - lowest) * valid[v];
-    } else {
-      for (size_t v = 0; v < V; ++v) sum += pool[v] = valid[v];
-    }
-    a.pool_denominator[j] = sum + T(kWeightEpsilon);
-    for (size_t v = 0; v < V; ++v) pool[v] /= a.pool_denominator[j];
+    a.pool_denominator[j] = pooling_weights(int(V), options_.anti_alias_pooling, s,
+                                            ray_diff + j * V * 4, mask + j * V, a.pool + j * V);
   }
 
   // Weighted mean and variance over views, per sample. base_fc sees them next to the features
@@ -433,17 +409,8 @@ void IbrnetAggregator::forward_chunk(const T* params, const Activations<T>& a,
   rgb_2_.forward(params, n, a.h_rgb, a.h_rgb2, Activation::kElu);
   rgb_4_.forward(params, n, a.h_rgb2, a.blend);
   for (size_t j = 0; j < m; ++j) {
-    T* b = a.blend + j * V;
-    for (size_t v = 0; v < V; ++v) b[v] = mask[j * V + v] == 0 ? T(kMaskedLogit) : b[v];
-    const T top = *std::max_element(b, b + V);
-    T sum = 0;
-    for (size_t v = 0; v < V; ++v) b[v] = exp_nonpositive(b[v] - top);
-    for (size_t v = 0; v < V; ++v) sum += b[v];
-    for (int c = 0; c < 3; ++c) rgb[j * 3 + c] = 0;
-    for (size_t v = 0; v < V; ++v) {
-      b[v] /= sum;
-      for (int c = 0; c < 3; ++c) rgb[j * 3 + c] += rgb_features[(j * V + v) * w + c] * b[v];
-    }
+    blend_views(int(V), mask + j * V, rgb_features + j * V * w, w, a.blend + j * V, rgb + j * 3,
+                [](T x) { return exp_nonpositive(x); });
   }
 }
 
@@ -458,18 +425,8 @@ void IbrnetAggregator::backward_chunk(const T* params, T* grads, const Activatio
 
   // Colour: softmax over views (no gradient into masked logits), then rgb_fc.
   for (size_t j = 0; j < m; ++j) {
-    const T* b = a.blend + j * V;
-    const T* up = grad_rgb + j * 3;
-    T weighted = 0;
-    for (size_t v = 0; v < V; ++v) {
-      const T* colour = rgb_features + (j * V + v) * w;
-      a.g_logit[j * V + v] = up[0] * colour[0] + up[1] * colour[1] + up[2] * colour[2];
-      weighted += b[v] * a.g_logit[j * V + v];
-    }
-    for (size_t v = 0; v < V; ++v) {
-      T& g = a.g_logit[j * V + v];
-      g = mask[j * V + v] == 0 ? T(0) : b[v] * (g - weighted);
-    }
+    blend_views_backward(int(V), mask + j * V, rgb_features + j * V * w, w, a.blend + j * V,
+                         grad_rgb + j * 3, a.g_logit + j * V);
   }
   // rgb_fc.4's bias shifts every view's logit of a sample alike, which the softmax ignores: its
   // gradient is exactly zero and is left so, not summed from rounding noise that Adam, which
@@ -510,7 +467,7 @@ void IbrnetAggregator::backward_chunk(const T* params, T* grads, const Activatio
                           g_in + kWidth, a.g_x + j * V * kWidth, g_weight, scratch.data());
     const T g_mean_weight = g_in[2 * kWidth] / T(V);
     for (size_t v = 0; v < V; ++v) {
-      a.g_vis[j * V + v] += normalisation_backward(V, v, a.vis_weight + j * V, g_weight,
+      a.g_vis[j * V + v] += normalisation_backward(int(V), int(v), a.vis_weight + j * V, g_weight,
                                                    common + g_mean_weight, a.vis_denominator[j]);
     }
   }
@@ -577,29 +534,13 @@ void IbrnetAggregator::backward_chunk(const T* params, T* grads, const Activatio
   // weights recomputed in double, even in a float run (float alone leaves errors near 1e-3, as
   // PyTorch's float32 autograd shows). The incoming g_pool needs no such care.
   if (options_.anti_alias_pooling) {
-    const double s = params[s_], scale = std::abs(s);
-    std::vector<double> e(V), pool(V), g(V);
+    const double s = params[s_];
+    std::vector<double> e(V), weight(V);
     double g_scale = 0;
     for (size_t j = 0; j < m; ++j) {
-      const T* d = ray_diff + j * V * 4;
-      const T* valid = mask + j * V;
-      for (size_t v = 0; v < V; ++v) e[v] = std::exp(scale * (double(d[v * 4 + 3]) - 1));
-      // The first minimum, as torch.min picks (ties have equal slopes anyway).
-      const size_t low = size_t(std::min_element(e.begin(), e.end()) - e.begin());
-      double sum = 0;
-      for (size_t v = 0; v < V; ++v) sum += (e[v] - e[low]) * valid[v];
-      const double denominator = sum + kWeightEpsilon;
-      for (size_t v = 0; v < V; ++v) {
-        pool[v] = (e[v] - e[low]) * valid[v] / denominator;
-        g[v] = a.g_pool[j * V + v];
-      }
-      const double low_slope = (double(d[low * 4 + 3]) - 1) * e[low];
-      for (size_t v = 0; v < V; ++v) {
-        if (valid[v] == 0) continue;
-        const double g_raw = normalisation_backward(V, v, pool.data(), g.data(),
-                                                    double(a.g_pool_common[j]), denominator);
-        g_scale += g_raw * ((double(d[v * 4 + 3]) - 1) * e[v] - low_slope);
-      }
+      add_sharpness_gradient(int(V), std::abs(s), ray_diff + j * V * 4, mask + j * V,
+                             a.g_pool + j * V, double(a.g_pool_common[j]), e.data(), weight.data(),
+                             &g_scale);
     }
     grads[s_] += T((s > 0 ? 1 : (s < 0 ? -1 : 0)) * g_scale);  // d|s|/ds, 0 at 0
   }
