@@ -101,78 +101,30 @@ class Carver {
   size_t used_ = 0;
 };
 
-// The network's widths, from its layers.
-struct Widths {
-  explicit Widths(const nn::IbrnetAggregator& network) {
-    const nn::IbrnetAggregator::Layers layers = network.layers();
-    const MultiHeadAttention& attention = layers.ray_attention;
-    feature = network.options().feature_channels + 3;
-    dir_hidden = layers.ray_dir_0.out();
-    base_hidden = layers.base_0.out();
-    x = layers.base_2.out();
-    geometry_in = layers.geometry_0.in();
-    geometry_hidden = layers.geometry_0.out();
-    token = attention.d_model();
-    heads = attention.n_head();
-    d_k = attention.d_k();
-    d_v = attention.d_v();
-    sigma_hidden = layers.out_geometry_0.out();
-    rgb_in = layers.rgb_0.in();
-    rgb_hidden = layers.rgb_0.out();
-    rgb_hidden2 = layers.rgb_2.out();
-  }
-  int feature, dir_hidden, base_hidden, x, geometry_in, geometry_hidden, token, heads, d_k, d_v,
-      sigma_hidden, rgb_in, rgb_hidden, rgb_hidden2;
-};
+using Widths = AggregatorWidths;
 
 // One batch's sizes: rays, samples per ray, views; rows = R S V, samples = R S.
 struct Sizes {
   size_t rays = 0, len = 0, views = 0, rows = 0, samples = 0;
 };
 
-// What the forward keeps for the backward, named as in aggregator.cpp's Activations.
+#define MVIBR_AGGREGATOR_TAKE(name, per, width) \
+  name = carve.take<float>(aggregator_values(AggregatorPer::per, width, s.rows, s.samples));
+
+// What the forward keeps for the backward (aggregator_layout.h's tables: the GPU stores the
+// derived activations too), and the attention's saved state.
 struct ForwardArrays {
-  // per (ray, sample, view) row
-  float *h_dir, *dir, *feat, *pool, *h_base, *x_base, *x_pooled, *h_vis, *x_vis, *sig_vis, *x,
-      *x_vis_weighted, *h_vis2, *vis2, *vis, *vis_weight, *rgb_in, *h_rgb, *h_rgb2, *blend;
-  // per (ray, sample)
-  float *pool_denominator, *mean_var, *h_mean_var, *vis_denominator, *geometry_in, *h_geometry,
-      *geometry_out, *n_valid, *valid_tokens, *tokens, *q, *k, *v, *heads, *attention_sum, *xhat,
-      *rstd, *attention_out, *h_sigma, *sigma_relu;
+  using T = float;
+  MVIBR_AGGREGATOR_STORED(MVIBR_AGGREGATOR_MEMBER)
+  MVIBR_AGGREGATOR_DERIVED(MVIBR_AGGREGATOR_MEMBER)
+  // per sample: queries, keys, values, heads, the residual sum and its layer norm
+  float *q, *k, *v, *heads, *attention_sum, *xhat, *rstd;
   float* probs;  // [rays, heads, samples, samples]
 
   ForwardArrays(Carver& carve, const Sizes& s, const Widths& w) {
-    const size_t n = s.rows, m = s.samples;
-    h_dir = carve.take<float>(n * w.dir_hidden);
-    dir = carve.take<float>(n * w.feature);
-    feat = carve.take<float>(n * w.feature);
-    pool = carve.take<float>(n);
-    h_base = carve.take<float>(n * w.base_hidden);
-    x_base = carve.take<float>(n * w.x);
-    x_pooled = carve.take<float>(n * w.x);
-    h_vis = carve.take<float>(n * w.x);
-    x_vis = carve.take<float>(n * (w.x + 1));
-    sig_vis = carve.take<float>(n);
-    x = carve.take<float>(n * w.x);
-    x_vis_weighted = carve.take<float>(n * w.x);
-    h_vis2 = carve.take<float>(n * w.x);
-    vis2 = carve.take<float>(n);
-    vis = carve.take<float>(n);
-    vis_weight = carve.take<float>(n);
-    rgb_in = carve.take<float>(n * w.rgb_in);
-    h_rgb = carve.take<float>(n * w.rgb_hidden);
-    h_rgb2 = carve.take<float>(n * w.rgb_hidden2);
-    blend = carve.take<float>(n);
-    pool_denominator = carve.take<float>(m);
-    mean_var = carve.take<float>(m * 2 * w.feature);
-    h_mean_var = carve.take<float>(m * w.base_hidden);
-    vis_denominator = carve.take<float>(m);
-    geometry_in = carve.take<float>(m * w.geometry_in);
-    h_geometry = carve.take<float>(m * w.geometry_hidden);
-    geometry_out = carve.take<float>(m * w.token);
-    n_valid = carve.take<float>(m);
-    valid_tokens = carve.take<float>(m);
-    tokens = carve.take<float>(m * w.token);
+    MVIBR_AGGREGATOR_STORED(MVIBR_AGGREGATOR_TAKE)
+    MVIBR_AGGREGATOR_DERIVED(MVIBR_AGGREGATOR_TAKE)
+    const size_t m = s.samples;
     q = carve.take<float>(m * w.heads * w.d_k);
     k = carve.take<float>(m * w.heads * w.d_k);
     v = carve.take<float>(m * w.heads * w.d_v);
@@ -180,61 +132,30 @@ struct ForwardArrays {
     attention_sum = carve.take<float>(m * w.token);
     xhat = carve.take<float>(m * w.token);
     rstd = carve.take<float>(m);
-    attention_out = carve.take<float>(m * w.token);
-    h_sigma = carve.take<float>(m * w.sigma_hidden);
-    sigma_relu = carve.take<float>(m);
     probs = carve.take<float>(m * w.heads * s.len);
   }
 };
 
-// The backward's gradients, g_* of the activation of the same name, and its scratch.
+// The backward's gradients (aggregator_layout.h), the attention's and the pooling's scratch.
 struct BackwardArrays {
-  // per row
-  float *g_logit, *g_h_rgb2, *g_h_rgb, *g_rgb_in, *g_x, *g_vis, *g_vis_weight, *g_vis2, *g_h_vis2,
-      *g_x_vis_weighted, *g_x_vis, *g_h_vis, *g_x_pooled, *g_x_base, *g_pool, *g_pool_weight,
-      *g_h_base, *g_feat, *g_h_dir;
-  // per sample
-  float *g_sigma, *g_h_sigma, *g_attention_out, *g_attention_sum, *g_tokens, *g_heads, *g_q, *g_k,
-      *g_v, *g_h_geometry, *g_geometry_in, *g_h_mean_var, *g_mean_var, *g_pool_common;
+  using T = float;
+  MVIBR_AGGREGATOR_GRADIENTS(MVIBR_AGGREGATOR_MEMBER)
+  float* g_pool_weight;  // per row: the per-view parts of the pooling weights' gradient
+  // per sample: the attention's
+  float *g_attention_sum, *g_heads, *g_q, *g_k, *g_v;
   float* g_scores;  // [rays, heads, samples, samples]
   // the sharpness gradient in double (anti-aliased pooling only): weights per row, parts per sample
   double *pooling_exp, *pooling_weight, *sharpness_parts;
 
   BackwardArrays(Carver& carve, const Sizes& s, const Widths& w, bool anti_alias_pooling) {
+    MVIBR_AGGREGATOR_GRADIENTS(MVIBR_AGGREGATOR_TAKE)
     const size_t n = s.rows, m = s.samples;
-    g_logit = carve.take<float>(n);
-    g_h_rgb2 = carve.take<float>(n * w.rgb_hidden2);
-    g_h_rgb = carve.take<float>(n * w.rgb_hidden);
-    g_rgb_in = carve.take<float>(n * w.rgb_in);
-    g_x = carve.take<float>(n * w.x);
-    g_vis = carve.take<float>(n);
-    g_vis_weight = carve.take<float>(n);
-    g_vis2 = carve.take<float>(n);
-    g_h_vis2 = carve.take<float>(n * w.x);
-    g_x_vis_weighted = carve.take<float>(n * w.x);
-    g_x_vis = carve.take<float>(n * (w.x + 1));
-    g_h_vis = carve.take<float>(n * w.x);
-    g_x_pooled = carve.take<float>(n * w.x);
-    g_x_base = carve.take<float>(n * w.x);
-    g_pool = carve.take<float>(n);
     g_pool_weight = carve.take<float>(n);
-    g_h_base = carve.take<float>(n * w.base_hidden);
-    g_feat = carve.take<float>(n * w.feature);
-    g_h_dir = carve.take<float>(n * w.dir_hidden);
-    g_sigma = carve.take<float>(m);
-    g_h_sigma = carve.take<float>(m * w.sigma_hidden);
-    g_attention_out = carve.take<float>(m * w.token);
     g_attention_sum = carve.take<float>(m * w.token);
-    g_tokens = carve.take<float>(m * w.token);
     g_heads = carve.take<float>(m * w.heads * w.d_v);
     g_q = carve.take<float>(m * w.heads * w.d_k);
     g_k = carve.take<float>(m * w.heads * w.d_k);
     g_v = carve.take<float>(m * w.heads * w.d_v);
-    g_h_geometry = carve.take<float>(m * w.geometry_hidden);
-    g_geometry_in = carve.take<float>(m * w.geometry_in);
-    g_h_mean_var = carve.take<float>(m * w.base_hidden);
-    g_mean_var = carve.take<float>(m * 2 * w.feature);
-    g_pool_common = carve.take<float>(m);
     g_scores = carve.take<float>(m * w.heads * s.len);
     const size_t pooling = anti_alias_pooling ? 1 : 0;
     pooling_exp = carve.take<double>(pooling * n);
@@ -242,6 +163,7 @@ struct BackwardArrays {
     sharpness_parts = carve.take<double>(pooling * m);
   }
 };
+#undef MVIBR_AGGREGATOR_TAKE
 
 // Lays T's arrays out in `buffer`, grown to fit.
 template <typename T, typename... Args>
@@ -257,7 +179,7 @@ T lay_out(DeviceArray<char>& buffer, const Args&... args) {
 struct IbrnetAggregator::Impl {
   explicit Impl(const nn::IbrnetAggregator& network)
       : layers(network.layers()),
-        widths(network),
+        widths(network.widths()),
         n_samples_max(network.options().n_samples_max),
         anti_alias_pooling(network.options().anti_alias_pooling),
         mask_keys(layers.ray_attention.mask() == AttentionMask::kKeys),

@@ -159,6 +159,25 @@ IbrnetAggregator::IbrnetAggregator(ParameterSet& set, const std::string& prefix,
   }
 }
 
+AggregatorWidths IbrnetAggregator::widths() const {
+  AggregatorWidths w;
+  w.feature = options_.feature_channels + 3;
+  w.dir_hidden = ray_dir_0_.out();
+  w.base_hidden = base_0_.out();
+  w.x = base_2_.out();
+  w.geometry_in = geometry_0_.in();
+  w.geometry_hidden = geometry_0_.out();
+  w.token = ray_attention_.d_model();
+  w.heads = ray_attention_.n_head();
+  w.d_k = ray_attention_.d_k();
+  w.d_v = ray_attention_.d_v();
+  w.sigma_hidden = out_geometry_0_.out();
+  w.rgb_in = rgb_0_.in();
+  w.rgb_hidden = rgb_0_.out();
+  w.rgb_hidden2 = rgb_2_.out();
+  return w;
+}
+
 void IbrnetAggregator::initialize(Initializer& init) {
   float* p = block_.values();
   if (options_.anti_alias_pooling) p[s_] = 0.2f;
@@ -199,7 +218,7 @@ void IbrnetAggregator::forward(const T* params, int n_rays, int n_samples, int n
   }
   const ChunkPlan plan = plan_chunks(n_rays, n_samples, n_views);
   const int width = options_.feature_channels + 3;
-  Activations<T> full_chunk(n_samples, n_views, width);
+  Activations<T> full_chunk(n_samples, n_views, widths());
   full_chunk.set_rays(plan.rays_per_chunk);
   const size_t stride = full_chunk.layout_forward(nullptr, ray_attention_);
   T* stored = nullptr;  // chunk c's activations at stored + c * stride, or each thread's arena
@@ -223,7 +242,7 @@ void IbrnetAggregator::forward(const T* params, int n_rays, int n_samples, int n
   SerialBlas serial_blas;
 #pragma omp parallel
   {
-    Activations<T> a(n_samples, n_views, width);
+    Activations<T> a(n_samples, n_views, widths());
     a.set_rays(plan.rays_per_chunk);
     const size_t own = stored ? 0 : stride;  // the thread's arena: the stored part, if not stored
     T* arena = thread_buffer<T, Buffer::kChunk>(own + a.layout_derived(nullptr));
@@ -259,7 +278,7 @@ void IbrnetAggregator::backward(const T* params, T* grads, const AggregatorWorks
     const size_t wave_end = std::min(plan.n_chunks, wave + kChunksPerWave);
 #pragma omp parallel
     {
-      Activations<T> a(ws.n_samples, ws.n_views, width);
+      Activations<T> a(ws.n_samples, ws.n_views, widths());
       a.set_rays(plan.rays_per_chunk);
       const size_t forward_size = stored ? 0 : a.layout_forward(nullptr, ray_attention_);
       const size_t derived_size = a.layout_derived(nullptr);

@@ -5,6 +5,7 @@
 #include <cstddef>
 
 #include "mvibr/nn/aggregator.h"
+#include "mvibr/nn/aggregator_layout.h"
 
 namespace mvibr::nn {
 
@@ -38,8 +39,8 @@ struct Carver {
 
 template <typename T>
 struct IbrnetAggregator::Activations {
-  Activations(int samples_per_ray, int views, int channels)
-      : n_samples(samples_per_ray), n_views(views), width(channels) {}
+  Activations(int samples_per_ray, int views, const AggregatorWidths& widths)
+      : n_samples(samples_per_ray), n_views(views), width(widths.feature), w(widths) {}
 
   void set_rays(size_t count) {
     rays = count;
@@ -48,67 +49,30 @@ struct IbrnetAggregator::Activations {
   }
 
   int n_samples, n_views, width;  // width = 3 + C
+  AggregatorWidths w;
   size_t rays = 0, samples = 0, rows = 0;
-  // forward, per row
-  T *h_dir, *dir, *pool, *h_base, *x_base, *h_vis, *x_vis, *sig_vis, *h_vis2, *vis2, *vis,
-      *vis_weight, *h_rgb, *h_rgb2, *blend;
-  // derived, per row
-  T *feat, *x_pooled, *x, *x_vis_weighted, *rgb_in;
-  // forward, per sample
-  T *pool_denominator, *mean_var, *h_mean_var, *vis_denominator, *geometry_in, *h_geometry,
-      *geometry_out, *tokens, *valid_tokens, *n_valid, *attention_saved, *attention_out, *h_sigma,
-      *sigma_relu;
-  // backward
-  T *g_logit, *g_h_rgb2, *g_h_rgb, *g_rgb_in, *g_sigma, *g_h_sigma, *g_attention_out, *g_tokens,
-      *attention_scratch, *g_h_geometry, *g_geometry_in, *g_x, *g_vis, *g_vis_weight,
-      *g_x_vis_weighted, *g_h_vis2, *g_vis2, *g_x_vis, *g_h_vis, *g_x_pooled, *g_x_base, *g_pool,
-      *g_pool_common, *g_h_base, *g_h_mean_var, *g_mean_var, *g_feat, *g_dir, *g_h_dir;
+  MVIBR_AGGREGATOR_STORED(MVIBR_AGGREGATOR_MEMBER)
+  MVIBR_AGGREGATOR_DERIVED(MVIBR_AGGREGATOR_MEMBER)
+  MVIBR_AGGREGATOR_GRADIENTS(MVIBR_AGGREGATOR_MEMBER)
+  // The CPU's own: the attention's saved state and scratch (attention.cpp), and the direction
+  // features' gradient apart from the features'.
+  T *attention_saved, *attention_scratch, *g_dir;
+
+#define MVIBR_AGGREGATOR_TAKE(name, per, width) \
+  take(name, aggregator_values(AggregatorPer::per, width, rows, samples));
 
   // Lays the forward's buffers out over `arena` (null: only counts), returns the elements used.
   size_t layout_forward(T* arena, const MultiHeadAttention& attention) {
     Carver<T> take{arena};
-    const size_t n = rows, m = samples, w = size_t(width);
-    take(h_dir, n * kDirHidden);
-    take(dir, n * w);
-    take(pool, n);
-    take(h_base, n * kBase);
-    take(x_base, n * kWidth);
-    take(h_vis, n * kWidth);
-    take(x_vis, n * (kWidth + 1));
-    take(sig_vis, n);
-    take(h_vis2, n * kWidth);
-    take(vis2, n);
-    take(vis, n);
-    take(vis_weight, n);
-    take(h_rgb, n * kRgbHidden);
-    take(h_rgb2, n * kRgbHidden2);
-    take(blend, n);
-    take(pool_denominator, m);
-    take(mean_var, m * 2 * w);
-    take(h_mean_var, m * kBase);
-    take(vis_denominator, m);
-    take(geometry_in, m * kGeometryIn);
-    take(h_geometry, m * kGeometry);
-    take(geometry_out, m * kToken);
-    take(tokens, m * kToken);
-    take(valid_tokens, m);
-    take(n_valid, m);
+    MVIBR_AGGREGATOR_STORED(MVIBR_AGGREGATOR_TAKE)
     take(attention_saved, attention.saved_size(rays, size_t(n_samples)));
-    take(attention_out, m * kToken);
-    take(h_sigma, m * kToken);
-    take(sigma_relu, m);
     return take.used;
   }
 
   // The same for the derived activations.
   size_t layout_derived(T* arena) {
     Carver<T> take{arena};
-    const size_t n = rows;
-    take(feat, n * size_t(width));
-    take(x_pooled, n * kWidth);
-    take(x, n * kWidth);
-    take(x_vis_weighted, n * kWidth);
-    take(rgb_in, n * kRgbIn);
+    MVIBR_AGGREGATOR_DERIVED(MVIBR_AGGREGATOR_TAKE)
     return take.used;
   }
 
@@ -150,38 +114,12 @@ struct IbrnetAggregator::Activations {
   // The same for the backward's gradients.
   size_t layout_backward(T* arena, const MultiHeadAttention& attention) {
     Carver<T> take{arena};
-    const size_t n = rows, m = samples, w = size_t(width);
-    take(g_logit, n);
-    take(g_h_rgb2, n * kRgbHidden2);
-    take(g_h_rgb, n * kRgbHidden);
-    take(g_rgb_in, n * kRgbIn);
-    take(g_sigma, m);
-    take(g_h_sigma, m * kToken);
-    take(g_attention_out, m * kToken);
-    take(g_tokens, m * kToken);
+    MVIBR_AGGREGATOR_GRADIENTS(MVIBR_AGGREGATOR_TAKE)
     take(attention_scratch, attention.scratch_size(rays, size_t(n_samples)));
-    take(g_h_geometry, m * kGeometry);
-    take(g_geometry_in, m * kGeometryIn);
-    take(g_x, n * kWidth);
-    take(g_vis, n);
-    take(g_vis_weight, n);
-    take(g_x_vis_weighted, n * kWidth);
-    take(g_h_vis2, n * kWidth);
-    take(g_vis2, n);
-    take(g_x_vis, n * (kWidth + 1));
-    take(g_h_vis, n * kWidth);
-    take(g_x_pooled, n * kWidth);
-    take(g_x_base, n * kWidth);
-    take(g_pool, n);
-    take(g_pool_common, m);
-    take(g_h_base, n * kBase);
-    take(g_h_mean_var, m * kBase);
-    take(g_mean_var, m * 2 * w);
-    take(g_feat, n * w);
-    take(g_dir, n * w);
-    take(g_h_dir, n * kDirHidden);
+    take(g_dir, rows * size_t(width));
     return take.used;
   }
+#undef MVIBR_AGGREGATOR_TAKE
 };
 
 }  // namespace mvibr::nn

@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "mvibr/nn/aggregator_layout.h"
 #include "mvibr/nn/layers.h"
 #include "mvibr/nn/parameters.h"
 
@@ -155,6 +156,7 @@ class IbrnetAggregator {
             vis2_0_,         vis2_2_,    geometry_0_, geometry_2_, ray_attention_, out_geometry_0_,
             out_geometry_2_, rgb_0_,     rgb_2_,      rgb_4_};
   }
+  AggregatorWidths widths() const;  // its layers' widths (aggregator_layout.h)
   size_t sharpness_offset() const { return s_; }
   const std::vector<double>& positional_encoding() const { return positional_encoding_; }
 
