@@ -7,7 +7,7 @@
 #include "mvibr/core/error.h"
 #include "mvibr/geom/ray_sampling.h"
 #include "mvibr/ops/render_ops.h"
-#include "mvibr/testing/random_scene.h"
+#include "mvibr/synthetic/random_scene.h"
 
 namespace mvibr::bench {
 
@@ -16,7 +16,7 @@ namespace {
 // Host inputs of every op, float.
 struct Problem {
   RenderOpsSize size;
-  testing::RandomScene scene;
+  synthetic::RandomScene scene;
   std::vector<PinholeCamera<float>> cameras;
   std::vector<float> images, features, pixels, origins, directions, depths, weights, fine_depths;
   std::vector<float> grad_rgb_features, sample_mask, sigma, rgb, target, ray_mask, predicted;
@@ -24,7 +24,7 @@ struct Problem {
   SourceViews<float> views;
 
   explicit Problem(const RenderOpsSize& s) : size(s) {
-    testing::RandomSceneSize scene_size;
+    synthetic::RandomSceneSize scene_size;
     scene_size.n_views = s.views;
     scene_size.image_width = s.image_width;
     scene_size.image_height = s.image_height;
@@ -32,33 +32,36 @@ struct Problem {
     scene_size.feature_height = s.feature_height;
     scene_size.feature_channels = s.channels;
     scene_size.n_rays = s.rays;
-    scene = testing::make_random_scene(scene_size, 1);
-    cameras = testing::cast_cameras<float>(scene.sources);
-    images = testing::cast_values<float>(scene.images);
-    features = testing::cast_values<float>(scene.features);
-    pixels = testing::cast_values<float>(scene.pixels);
+    scene = synthetic::make_random_scene(scene_size, 1);
+    cameras = synthetic::cast_cameras<float>(scene.sources);
+    images = synthetic::cast_values<float>(scene.images);
+    features = synthetic::cast_values<float>(scene.features);
+    pixels = synthetic::cast_values<float>(scene.pixels);
     origins.resize(size_t(s.rays) * 3);
     directions.resize(size_t(s.rays) * 3);
     cpu::generate_rays(target_camera(), pixels.data(), s.rays, origins.data(), directions.data());
     depths.resize(size_t(s.rays) * s.samples);
     cpu::sample_coarse_depths(s.rays, coarse_sampling(), {1, 1}, 0, depths.data());
-    weights = testing::cast_values<float>(testing::random_values(depths.size(), 0, 1, 2));
+    weights = synthetic::cast_values<float>(synthetic::random_values(depths.size(), 0, 1, 2));
     fine_depths.resize(size_t(s.rays) * fine());
     cpu::sample_importance_depths(s.rays, importance_sampling(), depths.data(), weights.data(),
                                   {1, 1}, 0, fine_depths.data());
-    views = testing::scene_views(scene, cameras.data(), images.data(), features.data());
-    grad_rgb_features = testing::cast_values<float>(
-        testing::random_values(gather_rows() * (3 + s.channels), -1, 1, 3));
+    views = synthetic::scene_views(scene, cameras.data(), images.data(), features.data());
+    grad_rgb_features = synthetic::cast_values<float>(
+        synthetic::random_values(gather_rows() * (3 + s.channels), -1, 1, 3));
     // The ray mask reads the visibility a real gather produces.
     std::vector<float> rgb_features(gather_rows() * (3 + s.channels)), ray_diff(gather_rows() * 4);
     sample_mask.resize(gather_rows());
     cpu::gather_samples(
         s.rays, s.samples, origins.data(), directions.data(), depths.data(), target_center(), views,
         GatherOutputs<float>{rgb_features.data(), ray_diff.data(), sample_mask.data()});
-    sigma = testing::cast_values<float>(testing::random_values(size_t(s.rays) * fine(), 0, 2, 4));
-    rgb = testing::cast_values<float>(testing::random_values(size_t(s.rays) * fine() * 3, 0, 1, 5));
-    target = testing::cast_values<float>(testing::random_values(size_t(s.rays) * 3, 0, 1, 6));
-    predicted = testing::cast_values<float>(testing::random_values(size_t(s.rays) * 3, 0, 1, 7));
+    sigma =
+        synthetic::cast_values<float>(synthetic::random_values(size_t(s.rays) * fine(), 0, 2, 4));
+    rgb = synthetic::cast_values<float>(
+        synthetic::random_values(size_t(s.rays) * fine() * 3, 0, 1, 5));
+    target = synthetic::cast_values<float>(synthetic::random_values(size_t(s.rays) * 3, 0, 1, 6));
+    predicted =
+        synthetic::cast_values<float>(synthetic::random_values(size_t(s.rays) * 3, 0, 1, 7));
     ray_mask.assign(size_t(s.rays), 1.0f);
     loss_and_denominator.resize(2);
     cpu::masked_mse(s.rays, predicted.data(), target.data(), ray_mask.data(),
@@ -242,7 +245,7 @@ struct DeviceProblem {
         predicted(p.predicted),
         ray_mask(p.ray_mask),
         loss_and_denominator(p.loss_and_denominator),
-        views(testing::scene_views(p.scene, cameras.data(), images.data(), features.data())) {}
+        views(synthetic::scene_views(p.scene, cameras.data(), images.data(), features.data())) {}
   DeviceArray<PinholeCamera<float>> cameras;
   DeviceArray<float> images, features, pixels, origins, directions, depths, weights, fine_depths,
       grad_rgb_features, sample_mask, sigma, rgb, target, predicted, ray_mask, loss_and_denominator;

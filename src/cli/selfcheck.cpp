@@ -16,8 +16,8 @@
 #include "mvibr/core/config_file.h"
 #include "mvibr/core/device.h"
 #include "mvibr/core/error.h"
-#include "mvibr/testing/relative_error.h"
-#include "mvibr/testing/toy_pipeline.h"
+#include "mvibr/core/relative_error.h"
+#include "mvibr/synthetic/toy_pipeline.h"
 
 namespace po = boost::program_options;
 
@@ -34,11 +34,11 @@ struct Check {
 
 // Central differences of the double-precision loss in the feature entries with the largest
 // gradients (where an error would show) plus a spread of others.
-Check finite_difference_check(const testing::RandomScene& scene,
+Check finite_difference_check(const synthetic::RandomScene& scene,
                               const std::vector<double>& features,
                               const std::vector<double>& target,
-                              const testing::ToyPipelineOptions& options,
-                              const testing::ToyPipelineResult<double>& analytic) {
+                              const synthetic::ToyPipelineOptions& options,
+                              const synthetic::ToyPipelineResult<double>& analytic) {
   std::vector<size_t> order(features.size());
   std::iota(order.begin(), order.end(), 0);
   std::partial_sort(order.begin(), order.begin() + 12, order.end(), [&](size_t a, size_t b) {
@@ -52,24 +52,23 @@ Check finite_difference_check(const testing::RandomScene& scene,
     std::vector<double> shifted = features;
     shifted[entry] += h;
     const double up =
-        testing::run_toy_pipeline(scene, shifted, target, options, false, &analytic.fine_depths)
+        synthetic::run_toy_pipeline(scene, shifted, target, options, false, &analytic.fine_depths)
             .loss;
     shifted[entry] -= 2 * h;
     const double down =
-        testing::run_toy_pipeline(scene, shifted, target, options, false, &analytic.fine_depths)
+        synthetic::run_toy_pipeline(scene, shifted, target, options, false, &analytic.fine_depths)
             .loss;
     numeric.push_back((up - down) / (2 * h));
     exact.push_back(analytic.grad_features[entry]);
   }
-  return {"gradient vs finite differences (double)",
-          testing::normwise_relative_error(numeric, exact), 1e-6};
+  return {"gradient vs finite differences (double)", normwise_relative_error(numeric, exact), 1e-6};
 }
 
 }  // namespace
 
 int run_selfcheck(const std::vector<std::string>& args) {
-  testing::RandomSceneSize size;
-  testing::ToyPipelineOptions options;
+  synthetic::RandomSceneSize size;
+  synthetic::ToyPipelineOptions options;
   uint64_t seed = 1;
   std::string delta = "unit";
   po::options_description description("mvibr selfcheck options");
@@ -112,15 +111,17 @@ int run_selfcheck(const std::vector<std::string>& args) {
   size.feature_height = 12;
   options.key.seed = seed;
 
-  const testing::RandomScene scene = testing::make_random_scene(size, seed);
+  const synthetic::RandomScene scene = synthetic::make_random_scene(size, seed);
   const std::vector<double> target =
-      testing::random_values(size_t(size.n_rays) * 3, 0, 1, seed + 3);
+      synthetic::random_values(size_t(size.n_rays) * 3, 0, 1, seed + 3);
   const auto start = std::chrono::steady_clock::now();
-  const auto exact = testing::run_toy_pipeline(scene, scene.features, target, options, true);
-  const auto single = testing::run_toy_pipeline(scene, testing::cast_values<float>(scene.features),
-                                                testing::cast_values<float>(target), options, true);
-  const auto repeat = testing::run_toy_pipeline(scene, testing::cast_values<float>(scene.features),
-                                                testing::cast_values<float>(target), options, true);
+  const auto exact = synthetic::run_toy_pipeline(scene, scene.features, target, options, true);
+  const auto single =
+      synthetic::run_toy_pipeline(scene, synthetic::cast_values<float>(scene.features),
+                                  synthetic::cast_values<float>(target), options, true);
+  const auto repeat =
+      synthetic::run_toy_pipeline(scene, synthetic::cast_values<float>(scene.features),
+                                  synthetic::cast_values<float>(target), options, true);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
@@ -128,8 +129,7 @@ int run_selfcheck(const std::vector<std::string>& args) {
   checks.push_back(finite_difference_check(scene, scene.features, target, options, exact));
   checks.push_back({"float loss vs double", std::abs(single.loss - exact.loss) / exact.loss, 1e-5});
   checks.push_back({"float gradient vs double",
-                    testing::normwise_relative_error(single.grad_features, exact.grad_features),
-                    1e-4});
+                    normwise_relative_error(single.grad_features, exact.grad_features), 1e-4});
   checks.push_back(
       {"float run repeated, bit-identical",
        single.loss == repeat.loss && single.grad_features == repeat.grad_features ? 0.0 : 1.0,

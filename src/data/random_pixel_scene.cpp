@@ -4,16 +4,16 @@
 #include <random>
 
 #include "mvibr/data/neighbours.h"
-#include "mvibr/testing/random_scene.h"
+#include "mvibr/synthetic/random_scene.h"
 
 namespace mvibr::data {
 
 Scene make_random_pixel_scene(const RandomPixelSceneOptions& options) {
-  testing::RandomSceneSize size;
+  synthetic::RandomSceneSize size;
   size.n_views = options.n_views;
   size.image_width = options.width;
   size.image_height = options.height;
-  const testing::RandomScene rig = testing::make_random_scene(size, options.seed);
+  const synthetic::RandomScene rig = synthetic::make_random_scene(size, options.seed);
   Scene scene;
   scene.name = "random";
   scene.source_format = "synthetic";

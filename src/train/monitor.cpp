@@ -1,10 +1,14 @@
-// Interval times, the load-balance verdict and the progress line (see monitor.h).
+// The job's backend, interval times, the load-balance verdict and the progress line (see
+// monitor.h).
 #include "mvibr/train/monitor.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ostream>
+
+#include "mvibr/core/device.h"
+#include "mvibr/dist/nccl_communicator.h"
 
 namespace mvibr::train {
 
@@ -20,6 +24,18 @@ double seconds_between(std::chrono::steady_clock::time_point from,
 }
 
 }  // namespace
+
+JobBackend job_backend(const TrainConfig& config, const dist::Communicator& world,
+                       const dist::Topology& topology) {
+  JobBackend b;
+  b.ranks = world.size();
+  const bool on_device = runs_on_device(config);
+  b.reduction = on_device ? "nccl" : b.ranks > 1 ? world.backend() : "none";
+  b.device = on_device ? dist::select_device(topology) : -1;
+  if (b.device >= 0) b.device_description = cuda_device_description(b.device);
+  b.precision = config.precision;
+  return b;
+}
 
 void IntervalTimes::add(const StepReport& r) {
   const auto named = r.phases.named();
@@ -40,6 +56,19 @@ double IntervalTimes::busy() const {
   return seconds - loss_allreduce - allreduce_exposed;
 }
 
+std::vector<std::pair<std::string, double>> IntervalTimes::timed_parts() const {
+  std::vector<std::pair<std::string, double>> parts = {{"data_wait", data_wait}};
+  parts.insert(parts.end(), phases.begin(), phases.end());
+  parts.insert(parts.end(), {{"loss_allreduce", loss_allreduce},
+                             {"allreduce_exposed", allreduce_exposed},
+                             {"optimizer", optimizer}});
+  return parts;
+}
+
+double IntervalTimes::allreduce_hidden_fraction() const {
+  return allreduce > 0 ? 1.0 - std::min(1.0, allreduce_exposed / allreduce) : 0.0;
+}
+
 std::vector<std::pair<std::string, double>> IntervalTimes::busy_parts() const {
   std::vector<std::pair<std::string, double>> parts = {{"data_wait", data_wait}};
   double timed = data_wait + optimizer;
@@ -53,20 +82,25 @@ std::vector<std::pair<std::string, double>> IntervalTimes::busy_parts() const {
   return parts;
 }
 
-Imbalance assess_imbalance(const std::vector<std::vector<std::pair<std::string, double>>>& parts) {
+Imbalance busy_imbalance(const std::vector<double>& busy) {
   Imbalance result;
-  if (parts.empty()) return result;
+  if (busy.empty()) return result;
+  const auto slowest = std::max_element(busy.begin(), busy.end());
+  result.busy_max = *slowest;
+  result.busy_min = *std::min_element(busy.begin(), busy.end());
+  result.slow_rank = int(slowest - busy.begin());
+  result.imbalance = result.busy_min > 0 ? result.busy_max / result.busy_min - 1.0 : 0.0;
+  return result;
+}
+
+Imbalance assess_imbalance(const std::vector<std::vector<std::pair<std::string, double>>>& parts) {
   std::vector<double> busy;
   for (const auto& rank_parts : parts) {
     double sum = 0;
     for (const auto& part : rank_parts) sum += part.second;
     busy.push_back(sum);
   }
-  const auto slowest = std::max_element(busy.begin(), busy.end());
-  result.busy_max = *slowest;
-  result.busy_min = *std::min_element(busy.begin(), busy.end());
-  result.slow_rank = int(slowest - busy.begin());
-  result.imbalance = result.busy_min > 0 ? result.busy_max / result.busy_min - 1.0 : 0.0;
+  Imbalance result = busy_imbalance(busy);
   if (parts.size() < 2) return result;
 
   const auto& slow = parts[size_t(result.slow_rank)];

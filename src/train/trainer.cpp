@@ -15,7 +15,6 @@
 #include <sstream>
 
 #include "metrics_log.h"
-#include "mvibr/core/device.h"
 #include "mvibr/core/error.h"
 #include "mvibr/core/stopwatch.h"
 #include "mvibr/dist/agreement.h"
@@ -184,22 +183,20 @@ ViewMetrics validate(TrainableModel& model, const data::TrainingSample& sample, 
 }
 
 std::string describe_job(const TrainConfig& c, const RankContext& context,
-                         const dist::Communicator& comm, int device, size_t parameters,
-                         size_t buckets) {
+                         const dist::Communicator& world, size_t parameters, size_t buckets) {
   std::ostringstream out;
   const dist::Topology& t = context.topology;
-  out << "mvibr train: " << comm.size() << " rank(s) on " << t.hosts << " host(s) (" << t.local_size
-      << " on " << (t.host.empty() ? "this host" : t.host) << "), backend "
-      << (comm.size() > 1 || comm.backend() == "nccl" ? comm.backend() : "none") << ", "
-      << (device >= 0 ? "GPU " + std::to_string(device) + " (" + cuda_device_description(device) +
-                            ", " + name_of(c.precision) + " GEMMs)"
-                      : std::string("CPU"))
-      << "; global batch " << c.N_rand * c.accumulation_steps * comm.size() << " rays (N_rand "
-      << c.N_rand << " x " << c.accumulation_steps << " micro-steps x " << comm.size()
-      << " ranks); " << parameters << " parameters in " << buckets
-      << " all-reduce bucket(s) of <= " << c.bucket_mb << " MB (" << name_of(c.allreduce_dtype)
-      << ")";
-  if (c.lr_scaling != LrScaling::kNone) out << "; learning rates x " << lr_factor(c, comm.size());
+  const JobBackend b = job_backend(c, world, t);
+  out << "mvibr train: " << b.ranks << " rank(s) on " << t.hosts << " host(s) (" << t.local_size
+      << " on " << (t.host.empty() ? "this host" : t.host) << "), backend " << b.reduction << ", "
+      << (b.device >= 0 ? "GPU " + std::to_string(b.device) + " (" + b.device_description + ", " +
+                              name_of(b.precision) + " GEMMs)"
+                        : std::string("CPU"))
+      << "; global batch " << c.N_rand * c.accumulation_steps * b.ranks << " rays (N_rand "
+      << c.N_rand << " x " << c.accumulation_steps << " micro-steps x " << b.ranks << " ranks); "
+      << parameters << " parameters in " << buckets << " all-reduce bucket(s) of <= " << c.bucket_mb
+      << " MB (" << name_of(c.allreduce_dtype) << ")";
+  if (c.lr_scaling != LrScaling::kNone) out << "; learning rates x " << lr_factor(c, b.ranks);
   out << "\n";
   return out.str();
 }
@@ -351,8 +348,7 @@ TrainingRun::TrainingRun(const TrainConfig& config, std::ostream& rank0_log,
   buckets_ = std::make_unique<dist::GradientBuckets>(
       gradients, ready_order, size_t(config_.bucket_mb * 1024 * 1024), dist::ReduceOp::kSum,
       config_.overlap_allreduce, config_.allreduce_dtype == AllreduceDtype::kBf16);
-  log_ << describe_job(config_, context_, gradients, device_, parameters().size(),
-                       buckets_->buckets().size());
+  log_ << describe_job(config_, context_, comm_, parameters().size(), buckets_->buckets().size());
 
   reader_ = std::make_unique<data::PrefetchReader>(reader_options(config_, rank_, ranks_), cursor);
   if (!context_.measure_only) heldout_ = first_heldout_sample(config_);

@@ -18,7 +18,7 @@
 #include "mvibr/data/importers.h"
 #include "mvibr/data/npy.h"
 #include "mvibr/data/synthetic_scene.h"
-#include "mvibr/testing/datasets.h"
+#include "support/datasets.h"
 
 namespace mvibr::data {
 namespace {

@@ -28,7 +28,7 @@
 #include "mvibr/data/npz.h"
 #include "mvibr/data/undistort.h"
 #include "mvibr/geom/projection.h"
-#include "mvibr/testing/datasets.h"
+#include "support/datasets.h"
 
 namespace mvibr::data::testing {
 

@@ -15,7 +15,7 @@
 #include "mvibr/data/neighbours.h"
 #include "mvibr/data/random_pixel_scene.h"
 #include "mvibr/data/shards.h"
-#include "mvibr/testing/random_scene.h"
+#include "mvibr/synthetic/random_scene.h"
 
 namespace mvibr::data {
 namespace {

@@ -18,7 +18,7 @@
 #include "mvibr/data/prefetch_reader.h"
 #include "mvibr/data/random_pixel_scene.h"
 #include "mvibr/data/shards.h"
-#include "mvibr/testing/datasets.h"
+#include "support/datasets.h"
 
 namespace mvibr::data {
 namespace {

@@ -42,7 +42,7 @@
 #include "mvibr/nn/cuda_aggregator.h"
 #include "mvibr/nn/cuda_layers.h"
 #include "mvibr/nn/parameters.h"
-#include "mvibr/testing/random_scene.h"
+#include "mvibr/synthetic/random_scene.h"
 
 namespace mvibr {
 namespace {
@@ -67,7 +67,7 @@ std::unique_ptr<Network> make_network(int C, bool anti_alias, AttentionMask mask
   n->net = std::make_unique<nn::IbrnetAggregator>(n->set, "net_coarse.", options);
   nn::Initializer init(seed);
   n->net->initialize(init);
-  const std::vector<double> jitter = testing::random_values(n->set.size(), -0.05, 0.05, seed + 1);
+  const std::vector<double> jitter = synthetic::random_values(n->set.size(), -0.05, 0.05, seed + 1);
   for (size_t i = 0; i < n->set.size(); ++i) n->set.values()[i] += float(jitter[i]);
   if (anti_alias) n->set.value(n->set.find("net_coarse.s"))[0] = float(s);
   const auto begin = n->set.values().begin() + long(n->net->parameter_offset());
@@ -84,7 +84,7 @@ struct Inputs {
 };
 
 std::vector<float> random_floats(size_t count, double lo, double hi, uint64_t seed) {
-  return testing::cast_values<float>(testing::random_values(count, lo, hi, seed));
+  return synthetic::cast_values<float>(synthetic::random_values(count, lo, hi, seed));
 }
 
 Inputs make_inputs(int R, int S, int V, int C, uint64_t seed) {

@@ -6,7 +6,7 @@
 // gradients accumulated. Plain C++ (device memory through core/device.h), so it builds in every
 // build: without the CUDA backend it is one skipped test, and without a device every test skips.
 //
-// Bounds, normwise (max |gpu - cpu| / max |cpu|, testing/relative_error.h), per output, per unit
+// Bounds, normwise (max |gpu - cpu| / max |cpu|, core/relative_error.h), per output, per unit
 // and per parameter tensor:
 // - Forward 4e-5, gradients 2e-4. Both sides are fp32 implementations of the same float64
 //   network; the CPU one is within 1e-5 (forward) and 1e-4 (gradients) of PyTorch's float64 on
@@ -41,24 +41,22 @@
 #include "cuda_fixture.h"
 #include "mvibr/core/device.h"
 #include "mvibr/core/error.h"
+#include "mvibr/core/relative_error.h"
 #include "mvibr/nn/cuda_feature_net.h"
 #include "mvibr/nn/cuda_layers.h"
 #include "mvibr/nn/feature_net.h"
 #include "mvibr/nn/parameters.h"
-#include "mvibr/testing/random_scene.h"
-#include "mvibr/testing/relative_error.h"
+#include "mvibr/synthetic/random_scene.h"
 
 namespace mvibr {
 namespace {
-
-using testing::normwise_relative_error;
 
 constexpr double kForwardBound = 4e-5;
 constexpr double kGradientBound = 2e-4;
 constexpr int kDraws = 4;
 
 std::vector<float> random_floats(size_t count, double lo, double hi, uint64_t seed) {
-  return testing::cast_values<float>(testing::random_values(count, lo, hi, seed));
+  return synthetic::cast_values<float>(synthetic::random_values(count, lo, hi, seed));
 }
 
 // A CPU network in a ParameterSet of its own, between two parameters that are not its own (so

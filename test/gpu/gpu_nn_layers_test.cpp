@@ -4,7 +4,7 @@
 // builds in every build: without the CUDA backend it is one skipped test, and without a device
 // every test skips.
 //
-// Bounds, all normwise (max |a - b| / max |b|, testing/relative_error.h):
+// Bounds, all normwise (max |a - b| / max |b|, core/relative_error.h):
 // - GEMM-like sums (Linear, convolutions, parameter-gradient sums over rows): 8 sqrt(K) 2^-24 for
 //   sums of K products, at least 1e-6. A sum of K rounded fp32 additions of zero-mean terms has
 //   a rounding error of standard deviation about sqrt(K/2) 2^-24 relative to its partial sums
@@ -38,21 +38,20 @@
 #include "cuda_fixture.h"
 #include "mvibr/core/device.h"
 #include "mvibr/core/error.h"
+#include "mvibr/core/relative_error.h"
 #include "mvibr/nn/conv_layers.h"
 #include "mvibr/nn/cuda_layers.h"
 #include "mvibr/nn/cuda_optimizer.h"
 #include "mvibr/nn/layers.h"
 #include "mvibr/nn/optimizer.h"
 #include "mvibr/nn/parameters.h"
-#include "mvibr/testing/random_scene.h"
-#include "mvibr/testing/relative_error.h"
+#include "mvibr/synthetic/random_scene.h"
 
 namespace mvibr {
 namespace {
 
 using nn::Activation;
-using testing::cast_values;
-using testing::normwise_relative_error;
+using synthetic::cast_values;
 
 constexpr double kEps32 = 1.0 / 16777216.0;  // 2^-24, fp32's unit roundoff
 
@@ -70,7 +69,7 @@ double sum_bound(double k) {
 }
 
 std::vector<float> random_floats(size_t count, double lo, double hi, uint64_t seed) {
-  return cast_values<float>(testing::random_values(count, lo, hi, seed));
+  return cast_values<float>(synthetic::random_values(count, lo, hi, seed));
 }
 
 std::vector<double> to_double(const std::vector<float>& values) {

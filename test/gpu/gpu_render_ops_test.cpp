@@ -15,15 +15,15 @@
 
 #include "mvibr/core/device.h"
 #include "mvibr/core/error.h"
+#include "mvibr/core/relative_error.h"
 #include "mvibr/geom/ray_sampling.h"
 #include "mvibr/ops/render_ops.h"
-#include "mvibr/testing/random_scene.h"
-#include "mvibr/testing/relative_error.h"
+#include "mvibr/synthetic/random_scene.h"
 
 namespace mvibr {
 namespace {
 
-using testing::cast_values;
+using synthetic::cast_values;
 
 class CudaOps : public ::testing::Test {
  protected:
@@ -32,10 +32,8 @@ class CudaOps : public ::testing::Test {
   }
 };
 
-using testing::normwise_relative_error;
-
 std::vector<float> random_floats(size_t count, double lo, double hi, uint64_t seed) {
-  return cast_values<float>(testing::random_values(count, lo, hi, seed));
+  return cast_values<float>(synthetic::random_values(count, lo, hi, seed));
 }
 
 // Depths as the pipeline makes them: stratified, ascending along each ray.
@@ -53,9 +51,9 @@ const float* data_or_null(const std::vector<float>& values, bool present) {
 TEST_F(CudaOps, GenerateRaysMatchCpu) {
   for (int n_rays : {1, 1000, 100000}) {
     SCOPED_TRACE("n_rays " + std::to_string(n_rays));
-    testing::RandomSceneSize size;
+    synthetic::RandomSceneSize size;
     size.n_rays = n_rays;
-    const testing::RandomScene scene = testing::make_random_scene(size, 1);
+    const synthetic::RandomScene scene = synthetic::make_random_scene(size, 1);
     const PinholeCamera<float> camera = camera_cast<float>(scene.target);
     const std::vector<float> pixels = cast_values<float>(scene.pixels);
     std::vector<float> origins(size_t(n_rays) * 3), directions(size_t(n_rays) * 3);
@@ -131,7 +129,7 @@ TEST_F(CudaOps, ImportanceDepthsMatchCpu) {
 }
 
 struct GatherCase {
-  testing::RandomSceneSize size;
+  synthetic::RandomSceneSize size;
   int n_samples;
   bool with_grad_images;
 };
@@ -154,10 +152,10 @@ TEST_F(CudaOps, GatherAndItsBackwardMatchCpu) {
   };
   for (const GatherCase& c : cases) {
     SCOPED_TRACE(describe(c));
-    const testing::RandomScene scene = testing::make_random_scene(c.size, 21);
+    const synthetic::RandomScene scene = synthetic::make_random_scene(c.size, 21);
     const int n_rays = c.size.n_rays, n_samples = c.n_samples, n_views = c.size.n_views;
     const int width = 3 + c.size.feature_channels;
-    const std::vector<PinholeCamera<float>> cameras = testing::cast_cameras<float>(scene.sources);
+    const std::vector<PinholeCamera<float>> cameras = synthetic::cast_cameras<float>(scene.sources);
     const std::vector<float> images = cast_values<float>(scene.images);
     const std::vector<float> features = cast_values<float>(scene.features);
     const PinholeCamera<float> target = camera_cast<float>(scene.target);
@@ -167,7 +165,7 @@ TEST_F(CudaOps, GatherAndItsBackwardMatchCpu) {
     const std::vector<float> depths = coarse_depths(n_rays, n_samples, false, 22);
 
     const SourceViews<float> views =
-        testing::scene_views(scene, cameras.data(), images.data(), features.data());
+        synthetic::scene_views(scene, cameras.data(), images.data(), features.data());
     const size_t n_triples = size_t(n_rays) * n_samples * n_views;
     std::vector<float> rgb_features(n_triples * width), ray_diff(n_triples * 4), mask(n_triples);
     cpu::gather_samples(n_rays, n_samples, origins.data(), directions.data(), depths.data(),

@@ -25,8 +25,8 @@
 
 #include "../train/training_fixture.h"
 #include "mvibr/core/device.h"
+#include "mvibr/core/relative_error.h"
 #include "mvibr/data/synthetic_scene.h"
-#include "mvibr/testing/relative_error.h"
 #include "mvibr/train/evaluate.h"
 #include "mvibr/train/ibrnet_model.h"
 #include "mvibr/train/ray_batch.h"
@@ -49,7 +49,7 @@ TrainConfig step_config(Device device, bool inv_uniform) {
 // The normwise error of values [offset, offset + count) of two buffers.
 double normwise(const std::vector<float>& a, const std::vector<float>& b, size_t offset,
                 size_t count) {
-  return mvibr::testing::normwise_relative_error(
+  return mvibr::normwise_relative_error(
       std::vector<float>(a.begin() + offset, a.begin() + offset + count),
       std::vector<float>(b.begin() + offset, b.begin() + offset + count));
 }
@@ -130,8 +130,8 @@ TEST_F(GpuTrainStep, RendersWhatTheCpuRenders) {
   cpu.render(sample, pixels, RandomKey{1, 0}, &rgb_cpu, &depth_cpu);
   gpu.render(sample, pixels, RandomKey{1, 0}, &rgb_gpu, &depth_gpu);
   ASSERT_EQ(rgb_gpu.size(), rgb_cpu.size());
-  EXPECT_LE(mvibr::testing::normwise_relative_error(rgb_gpu, rgb_cpu), 1e-4);
-  EXPECT_LE(mvibr::testing::normwise_relative_error(depth_gpu, depth_cpu), 1e-4);
+  EXPECT_LE(mvibr::normwise_relative_error(rgb_gpu, rgb_cpu), 1e-4);
+  EXPECT_LE(mvibr::normwise_relative_error(depth_gpu, depth_cpu), 1e-4);
 }
 
 // One step on the device in `precision` with `loss_scale`; the losses and every gradient.
@@ -174,7 +174,7 @@ TEST_F(GpuTrainStep, LossScaleIsDividedOutExactly) {
     const std::vector<float> x(unscaled.begin() + first, unscaled.begin() + last),
         y(scaled.begin() + first, scaled.begin() + last);
     if (info.name.rfind("feature_net.", 0) == 0) {
-      EXPECT_LE(mvibr::testing::normwise_relative_error(y, x), 4e-6) << info.name;
+      EXPECT_LE(mvibr::normwise_relative_error(y, x), 4e-6) << info.name;
     } else {
       EXPECT_EQ(x, y) << info.name;
     }

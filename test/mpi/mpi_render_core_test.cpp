@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "mvibr/ops/render_ops.h"
-#include "mvibr/testing/random_scene.h"
+#include "mvibr/synthetic/random_scene.h"
 
 namespace mvibr {
 namespace {
@@ -40,7 +40,7 @@ TEST(MpiRenderCore, RanksDrawTheSameSamplesAsOneProcess) {
 
   std::vector<float> depths(size_t(per_rank) * 24), weights, merged(size_t(per_rank) * n_total);
   cpu::sample_coarse_depths(per_rank, coarse, key, uint32_t(rank * per_rank), depths.data());
-  weights = testing::cast_values<float>(testing::random_values(depths.size(), 0, 1, 7 + rank));
+  weights = synthetic::cast_values<float>(synthetic::random_values(depths.size(), 0, 1, 7 + rank));
   cpu::sample_importance_depths(per_rank, fine, depths.data(), weights.data(), key,
                                 uint32_t(rank * per_rank), merged.data());
 
@@ -62,19 +62,19 @@ TEST(MpiRenderCore, RanksDrawTheSameSamplesAsOneProcess) {
 }
 
 TEST(MpiRenderCore, AllReducedFeatureGradientEqualsTheWholeBatch) {
-  testing::RandomSceneSize size;
+  synthetic::RandomSceneSize size;
   size.n_rays = 40 * world_size();
   size.feature_channels = 6;
-  const auto scene = testing::make_random_scene(size, 31);  // the same scene on every rank
+  const auto scene = synthetic::make_random_scene(size, 31);  // the same scene on every rank
   const int S = 12, V = size.n_views, width = 3 + size.feature_channels;
   const int R = size.n_rays, per_rank = R / world_size(), first = world_rank() * per_rank;
   std::vector<double> origins(size_t(R) * 3), directions(size_t(R) * 3), depths(size_t(R) * S);
   cpu::generate_rays(scene.target, scene.pixels.data(), R, origins.data(), directions.data());
   cpu::sample_coarse_depths(R, {scene.near_depth, scene.far_depth, S, false, false}, {3, 4}, 0,
                             depths.data());
-  const auto upstream = testing::random_values(size_t(R) * S * V * width, -1, 1, 32);
-  const SourceViews<double> views =
-      testing::scene_views(scene, scene.sources.data(), scene.images.data(), scene.features.data());
+  const auto upstream = synthetic::random_values(size_t(R) * S * V * width, -1, 1, 32);
+  const SourceViews<double> views = synthetic::scene_views(
+      scene, scene.sources.data(), scene.images.data(), scene.features.data());
 
   std::vector<double> mine(scene.features.size(), 0.0), whole(scene.features.size(), 0.0);
   cpu::gather_samples_backward(per_rank, S, origins.data() + 3 * first,

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "mvibr/core/error.h"
-#include "mvibr/testing/random_scene.h"
+#include "mvibr/synthetic/random_scene.h"
 #include "npy.h"
 
 namespace mvibr::nn {
@@ -43,7 +43,7 @@ struct Problem {
 };
 
 std::vector<double> float_values(size_t count, double lo, double hi, uint64_t seed) {
-  std::vector<double> v = testing::random_values(count, lo, hi, seed);
+  std::vector<double> v = synthetic::random_values(count, lo, hi, seed);
   for (double& x : v) x = double(float(x));
   return v;
 }
@@ -294,7 +294,7 @@ TEST(Aggregator, DoubleBackwardMatchesFiniteDifferences) {
     const double h = 1e-6;
     for (const ParameterInfo& info : p->set.infos()) {
       const size_t begin = info.offset - p->net->parameter_offset();
-      const std::vector<double> direction = testing::random_values(info.size, -1, 1, 100 + begin);
+      const std::vector<double> direction = synthetic::random_values(info.size, -1, 1, 100 + begin);
       std::vector<double> plus = params, minus = params;
       double analytic = 0;
       for (size_t i = 0; i < info.size; ++i) {
@@ -305,7 +305,8 @@ TEST(Aggregator, DoubleBackwardMatchesFiniteDifferences) {
       const double numeric = (loss(plus, p->rgb_features) - loss(minus, p->rgb_features)) / (2 * h);
       EXPECT_NEAR(numeric, analytic, 1e-7 * std::max(1.0, std::abs(analytic))) << info.name;
     }
-    const std::vector<double> direction = testing::random_values(p->rgb_features.size(), -1, 1, 99);
+    const std::vector<double> direction =
+        synthetic::random_values(p->rgb_features.size(), -1, 1, 99);
     std::vector<double> plus = p->rgb_features, minus = p->rgb_features;
     double analytic = 0;
     for (size_t i = 0; i < plus.size(); ++i) {

@@ -23,7 +23,7 @@
 #include "mvibr/core/error.h"
 #include "mvibr/nn/conv_layers.h"
 #include "mvibr/nn/feature_net.h"
-#include "mvibr/testing/random_scene.h"
+#include "mvibr/synthetic/random_scene.h"
 #include "npy.h"
 
 #include <unistd.h>
@@ -47,7 +47,7 @@ NpyArray array(const std::vector<float>& data, std::vector<size_t> shape) {
 NpyArray random_array(std::vector<size_t> shape, double lo, double hi, uint64_t seed) {
   size_t count = 1;
   for (size_t d : shape) count *= d;
-  NpyArray a{std::move(shape), testing::random_values(count, lo, hi, seed)};
+  NpyArray a{std::move(shape), synthetic::random_values(count, lo, hi, seed)};
   for (double& v : a.data) v = double(float(v));
   return a;
 }
@@ -542,7 +542,7 @@ TEST(FeatureNet, BackwardNeedsAForward) {
 TEST(FeatureNet, DISABLED_TimeTenViewsOf400x300) {
   const int views = 10, height = 300, width = 400;
   const std::vector<double> random =
-      testing::random_values(size_t(views * height * width * 3), 0, 1, 1);
+      synthetic::random_values(size_t(views * height * width * 3), 0, 1, 1);
   const std::vector<float> images(random.begin(), random.end());
   for (const ResUNetPreset preset : {ResUNetPreset::kSmall, ResUNetPreset::kIbrnet}) {
     ParameterSet set;

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "mvibr/core/error.h"
-#include "mvibr/testing/random_scene.h"
+#include "mvibr/synthetic/random_scene.h"
 
 namespace mvibr::nn {
 namespace {
@@ -18,7 +18,7 @@ namespace {
 using Vector = std::vector<double>;
 
 Vector random_vector(size_t count, uint64_t seed, double lo = -1, double hi = 1) {
-  return testing::random_values(count, lo, hi, seed);
+  return synthetic::random_values(count, lo, hi, seed);
 }
 
 double dot(const Vector& a, const Vector& b) {

@@ -20,7 +20,7 @@
 
 #include "mvibr/core/error.h"
 #include "mvibr/nn/optimizer.h"
-#include "mvibr/testing/random_scene.h"
+#include "mvibr/synthetic/random_scene.h"
 #include "npy.h"
 
 namespace mvibr::nn {
@@ -39,7 +39,7 @@ ParameterSet reference_parameters() {
   set.add("feature_net.conv1.bias", {4}, ParameterGroup::kFeature);
   set.add("net_coarse.base_fc.0.bias", {8}, ParameterGroup::kMlp);
   // Small values, so that a wrong update shows against the values' own rounding.
-  const std::vector<double> values = testing::random_values(set.size(), -0.01, 0.01, 21);
+  const std::vector<double> values = synthetic::random_values(set.size(), -0.01, 0.01, 21);
   std::copy(values.begin(), values.end(), set.values().begin());
   return set;
 }
@@ -49,7 +49,7 @@ ParameterSet reference_parameters() {
 std::vector<std::vector<float>> reference_gradients(size_t count) {
   std::vector<std::vector<float>> steps;
   for (int s = 0; s < kSteps; ++s) {
-    const std::vector<double> g = testing::random_values(count, -1, 1, 100 + uint64_t(s));
+    const std::vector<double> g = synthetic::random_values(count, -1, 1, 100 + uint64_t(s));
     const double scale = std::pow(10.0, double(s % 4) - 2);
     std::vector<float> grad(count);
     for (size_t i = 0; i < count; ++i) grad[i] = i % 7 == 3 ? 0.0f : float(g[i] * scale);
@@ -262,7 +262,7 @@ TEST(Adam, IsBitIdenticalForAnyThreadCount) {
     Adam adam(params, options);
     std::vector<double> norms;
     for (int s = 0; s < 3; ++s) {
-      const std::vector<double> g = testing::random_values(params.size(), -1, 1, uint64_t(s));
+      const std::vector<double> g = synthetic::random_values(params.size(), -1, 1, uint64_t(s));
       std::copy(g.begin(), g.end(), params.grads().begin());
       norms.push_back(adam.step(&params));
     }

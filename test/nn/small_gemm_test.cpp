@@ -10,13 +10,13 @@
 #include <cstring>
 #include <vector>
 
-#include "mvibr/testing/random_scene.h"
+#include "mvibr/synthetic/random_scene.h"
 
 namespace mvibr::nn {
 namespace {
 
 std::vector<float> random_floats(size_t count, uint64_t seed) {
-  const std::vector<double> values = testing::random_values(count, -1, 1, seed);
+  const std::vector<double> values = synthetic::random_values(count, -1, 1, seed);
   return std::vector<float>(values.begin(), values.end());
 }
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "mvibr/ops/render_ops.h"
-#include "mvibr/testing/random_scene.h"
+#include "mvibr/synthetic/random_scene.h"
 #include "npy.h"
 
 #include <unistd.h>
@@ -51,7 +51,7 @@ NpyArray array(const std::vector<T>& data, std::vector<size_t> shape) {
 NpyArray random_array(std::vector<size_t> shape, double lo, double hi, uint64_t seed) {
   size_t count = 1;
   for (size_t d : shape) count *= d;
-  return {std::move(shape), testing::random_values(count, lo, hi, seed)};
+  return {std::move(shape), synthetic::random_values(count, lo, hi, seed)};
 }
 
 NpyArray camera_array(const PinholeCamera<double>& c) {
@@ -84,9 +84,9 @@ Arrays run_rays(const Arrays& in) {
 }
 
 ReferenceCase rays_case(int n_rays, uint64_t seed) {
-  testing::RandomSceneSize size;
+  synthetic::RandomSceneSize size;
   size.n_rays = n_rays;
-  const auto scene = testing::make_random_scene(size, seed);
+  const auto scene = synthetic::make_random_scene(size, seed);
   return {"rays",
           {},
           {{"camera", camera_array(scene.target)},
@@ -215,10 +215,10 @@ Arrays run_gather(const Arrays& in) {
 
 // A random scene of `n_views` views with width x height images and feature_width x
 // feature_height maps of `channels` features, and `n_rays` rays.
-testing::RandomSceneSize scene_size(int n_views, int width, int height, int feature_width,
-                                    int feature_height, int channels, int n_rays,
-                                    bool last_view_faces_away = false) {
-  testing::RandomSceneSize size;
+synthetic::RandomSceneSize scene_size(int n_views, int width, int height, int feature_width,
+                                      int feature_height, int channels, int n_rays,
+                                      bool last_view_faces_away = false) {
+  synthetic::RandomSceneSize size;
   size.n_views = n_views;
   size.image_width = width;
   size.image_height = height;
@@ -230,8 +230,8 @@ testing::RandomSceneSize scene_size(int n_views, int width, int height, int feat
   return size;
 }
 
-ReferenceCase gather_case(testing::RandomSceneSize size, int n_samples, uint64_t seed) {
-  const auto scene = testing::make_random_scene(size, seed);
+ReferenceCase gather_case(synthetic::RandomSceneSize size, int n_samples, uint64_t seed) {
+  const auto scene = synthetic::make_random_scene(size, seed);
   const size_t R = size_t(size.n_rays), S = size_t(n_samples), V = size_t(size.n_views);
   const size_t C = size_t(size.feature_channels);
   std::vector<double> origins(R * 3), directions(R * 3), depths(R * S);

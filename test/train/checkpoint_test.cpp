@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "mvibr/core/error.h"
-#include "mvibr/testing/random_scene.h"
+#include "mvibr/synthetic/random_scene.h"
 #include "mvibr/train/checkpoint.h"
 #include "npy.h"
 
@@ -59,14 +59,15 @@ std::vector<Entry> ibrnet_like() {
 ParameterSet make_model(const std::vector<Entry>& layout, uint64_t seed) {
   ParameterSet params;
   for (const Entry& e : layout) params.add(e.name, e.shape, e.group);
-  const std::vector<double> values = testing::random_values(params.size(), -1, 1, seed);
+  const std::vector<double> values = synthetic::random_values(params.size(), -1, 1, seed);
   std::copy(values.begin(), values.end(), params.values().begin());
   return params;
 }
 
 void train(ParameterSet* params, Adam* adam, int steps, uint64_t seed) {
   for (int s = 0; s < steps; ++s) {
-    const std::vector<double> g = testing::random_values(params->size(), -1, 1, seed + uint64_t(s));
+    const std::vector<double> g =
+        synthetic::random_values(params->size(), -1, 1, seed + uint64_t(s));
     std::copy(g.begin(), g.end(), params->grads().begin());
     adam->step(params);
   }

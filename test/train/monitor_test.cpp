@@ -1,7 +1,7 @@
 // Monitoring pieces on their own: CRC-32C and TFRecord's mask against published and independently
-// computed values, the event file's framing, the load-balance verdict on hand-made rank times, and
-// the progress line on a terminal and off one. (TensorBoard itself reads a real run's event files
-// in test/integration/monitoring_cli_test.sh.)
+// computed values, the event file's framing, the load-balance verdict on hand-made rank times, the
+// job's backend on one CPU rank, and the progress line on a terminal and off one. (TensorBoard
+// itself reads a real run's event files in test/integration/monitoring_cli_test.sh.)
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -140,6 +140,37 @@ TEST(IntervalTimes, BusyPartsSumToTheTimeNotSpentWaitingForOtherRanks) {
   EXPECT_NEAR(aggregator, 0.6, 1e-12);
   EXPECT_NEAR(other, 2 * (0.8 - 0.1 - 0.3 - 0.2 - 0.1), 1e-12);
   EXPECT_EQ(interval.busy_parts().front().first, "data_wait");
+  // Every timed part, the all-reduces too, in the step's order.
+  const Parts timed = interval.timed_parts();
+  EXPECT_EQ(timed.front(), (std::pair<std::string, double>{"data_wait", 0.2}));
+  EXPECT_EQ(timed[timed.size() - 3].first, "loss_allreduce");
+  EXPECT_NEAR(timed[timed.size() - 2].second, 0.3, 1e-12);  // allreduce_exposed
+  EXPECT_EQ(timed.back().first, "optimizer");
+  EXPECT_NEAR(interval.allreduce_hidden_fraction(), 0.5, 1e-12);
+  EXPECT_EQ(IntervalTimes{}.allreduce_hidden_fraction(), 0);
+}
+
+TEST(Imbalance, OfBusyTimesAloneNamesTheSlowestRank) {
+  const Imbalance m = busy_imbalance({1.0, 1.5, 1.2});
+  EXPECT_EQ(m.slow_rank, 1);
+  EXPECT_NEAR(m.imbalance, 0.5, 1e-12);
+  EXPECT_EQ(m.slow_part, "");
+  const Parts parts = {{"sampling", 1.0}};
+  EXPECT_EQ(busy_imbalance({1.0, 2.0}).imbalance,
+            assess_imbalance({parts, {{"sampling", 2.0}}}).imbalance);
+  EXPECT_EQ(busy_imbalance({0.0, 1.0}).imbalance, 0);
+}
+
+TEST(JobBackend, OneCpuRankReducesNothing) {
+  TrainConfig config;
+  config.device = Device::kCpu;
+  const auto world = dist::single_process_communicator();
+  const JobBackend b = job_backend(config, *world, dist::Topology{});
+  EXPECT_EQ(b.ranks, 1);
+  EXPECT_EQ(b.reduction, "none");
+  EXPECT_EQ(b.device, -1);
+  EXPECT_EQ(b.device_description, "");
+  EXPECT_EQ(b.precision, config.precision);
 }
 
 TEST(Progress, FormatsDurations) {

@@ -9,13 +9,13 @@
 #include "mvibr/core/error.h"
 #include "mvibr/geom/projection.h"
 #include "mvibr/ops/render_ops.h"
-#include "mvibr/testing/random_scene.h"
+#include "mvibr/synthetic/random_scene.h"
 
 namespace mvibr {
 namespace {
 
-using testing::RandomScene;
-using testing::RandomSceneSize;
+using synthetic::RandomScene;
+using synthetic::RandomSceneSize;
 
 struct Gathered {
   std::vector<double> rgb_features, ray_diff, mask;
@@ -28,7 +28,7 @@ struct Fixture {
   SourceViews<double> views;
 
   Fixture(RandomSceneSize size, int samples, uint64_t seed)
-      : scene(testing::make_random_scene(size, seed)), n_samples(samples) {
+      : scene(synthetic::make_random_scene(size, seed)), n_samples(samples) {
     const int R = size.n_rays;
     origins.resize(size_t(R) * 3);
     directions.resize(size_t(R) * 3);
@@ -36,8 +36,8 @@ struct Fixture {
     depths.resize(size_t(R) * samples);
     cpu::sample_coarse_depths(R, {scene.near_depth, scene.far_depth, samples, false, false},
                               {seed, 0}, 0, depths.data());
-    views = testing::scene_views(scene, scene.sources.data(), scene.images.data(),
-                                 scene.features.data());
+    views = synthetic::scene_views(scene, scene.sources.data(), scene.images.data(),
+                                   scene.features.data());
   }
 
   Gathered gather() const {
@@ -95,8 +95,8 @@ TEST(Gather, SamplesBehindEveryCameraGiveAnInvalidRayAndZeroLoss) {
   std::vector<double> rays(size.n_rays), loss(2), grad(size_t(size.n_rays) * 3, 1.0);
   cpu::ray_mask(size.n_rays, 12, size.n_views, g.mask.data(), RayMaskRule{}, rays.data());
   for (double r : rays) EXPECT_EQ(r, 0.0);
-  const auto predicted = testing::random_values(grad.size(), 0, 1, 1);
-  const auto target = testing::random_values(grad.size(), 0, 1, 2);
+  const auto predicted = synthetic::random_values(grad.size(), 0, 1, 1);
+  const auto target = synthetic::random_values(grad.size(), 0, 1, 2);
   cpu::masked_mse(size.n_rays, predicted.data(), target.data(), rays.data(), loss.data());
   cpu::masked_mse_backward(size.n_rays, predicted.data(), target.data(), rays.data(), loss.data(),
                            1.0, grad.data());
@@ -149,7 +149,7 @@ TEST(Gather, BackwardIsTheAdjointOfTheForward) {
   size.feature_channels = 5;
   const Fixture f(size, 12, 14);
   const Gathered g = f.gather();
-  const std::vector<double> upstream = testing::random_values(g.rgb_features.size(), -1, 1, 99);
+  const std::vector<double> upstream = synthetic::random_values(g.rgb_features.size(), -1, 1, 99);
   std::vector<double> grad_images(f.scene.images.size(), 0.0),
       grad_features(f.scene.features.size(), 0.0);
   cpu::gather_samples_backward(size.n_rays, 12, f.origins.data(), f.directions.data(),
@@ -181,7 +181,7 @@ TEST(Gather, BackwardIsTheSameOnAnyNumberOfThreads) {
   size.n_views = 5;
   size.feature_channels = 6;
   const Fixture f(size, 16, 23);
-  const std::vector<double> upstream = testing::random_values(
+  const std::vector<double> upstream = synthetic::random_values(
       size_t(size.n_rays) * 16 * size_t(size.n_views) * size_t(3 + size.feature_channels), -1, 1,
       5);
   auto backward = [&](int threads) {

@@ -6,9 +6,9 @@
 
 #include <vector>
 
+#include "mvibr/core/relative_error.h"
 #include "mvibr/ops/render_ops.h"
-#include "mvibr/testing/random_scene.h"
-#include "mvibr/testing/relative_error.h"
+#include "mvibr/synthetic/random_scene.h"
 
 namespace mvibr {
 namespace {
@@ -74,14 +74,15 @@ TEST(Composite, BackwardMatchesFiniteDifferences) {
   for (DeltaMode mode : {DeltaMode::kUnit, DeltaMode::kInterval}) {
     for (bool white : {false, true}) {
       const CompositeOptions options{mode, white};
-      const auto sigma = testing::random_values(R * S, 0.0, 2.0, 1);
-      const auto rgb = testing::random_values(R * S * 3, 0.0, 1.0, 2);
-      auto z = testing::random_values(R * S, 2.0, 6.0, 3);
+      const auto sigma = synthetic::random_values(R * S, 0.0, 2.0, 1);
+      const auto rgb = synthetic::random_values(R * S * 3, 0.0, 1.0, 2);
+      auto z = synthetic::random_values(R * S, 2.0, 6.0, 3);
       for (int r = 0; r < R; ++r) std::sort(z.begin() + r * S, z.begin() + (r + 1) * S);
-      const auto dirs = testing::random_values(R * 3, 0.2, 1.0, 4);
-      const auto a = testing::random_values(R * 3, -1, 1, 5),
-                 b = testing::random_values(R, -1, 1, 6), c = testing::random_values(R, -1, 1, 7),
-                 d = testing::random_values(R * S, -1, 1, 8);
+      const auto dirs = synthetic::random_values(R * 3, 0.2, 1.0, 4);
+      const auto a = synthetic::random_values(R * 3, -1, 1, 5),
+                 b = synthetic::random_values(R, -1, 1, 6),
+                 c = synthetic::random_values(R, -1, 1, 7),
+                 d = synthetic::random_values(R * S, -1, 1, 8);
       const auto loss = [&](const std::vector<double>& s, const std::vector<double>& colour) {
         const Composite out = composite(R, S, s, colour, z, dirs, options);
         double l = 0;
@@ -108,8 +109,8 @@ TEST(Composite, BackwardMatchesFiniteDifferences) {
         down[i] -= h;
         fd_rgb[i] = (loss(sigma, up) - loss(sigma, down)) / (2 * h);
       }
-      EXPECT_LT(testing::normwise_relative_error(grad_sigma, fd_sigma), 1e-7);
-      EXPECT_LT(testing::normwise_relative_error(grad_rgb, fd_rgb), 1e-7);
+      EXPECT_LT(normwise_relative_error(grad_sigma, fd_sigma), 1e-7);
+      EXPECT_LT(normwise_relative_error(grad_rgb, fd_rgb), 1e-7);
     }
   }
 }

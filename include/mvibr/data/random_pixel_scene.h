@@ -1,4 +1,4 @@
-// A scene of random pixels on the random test rig (testing/random_scene.h), for tests and
+// A scene of random pixels on the random test rig (synthetic/random_scene.h), for tests and
 // benchmarks of the data layer that need real files but not real images.
 #pragma once
 

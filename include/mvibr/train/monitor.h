@@ -1,5 +1,8 @@
-// Rank 0's view of a running job: the time every rank spent over a logging interval (all-gathered
-// every i_print steps), the load-balance verdict drawn from it, and the progress line.
+// Rank 0's view of a running job, which `mvibr train` and `mvibr bench train` both report from.
+// - What the job runs on: ranks, gradient reduction, device, precision.
+// - The time every rank spent over a logging interval (all-gathered every i_print steps) and the
+//   load-balance verdict drawn from it.
+// - The progress line.
 #pragma once
 
 #include <chrono>
@@ -13,6 +16,21 @@
 
 namespace mvibr::train {
 
+// Where a job trains and how its ranks reduce gradients.
+struct JobBackend {
+  int ranks = 1;
+  // "nccl" on GPU ranks (one too: its reduction is a copy), else the job's communicator's
+  // backend, or "none" for one CPU rank.
+  std::string reduction;
+  int device = -1;                         // this rank's GPU (local rank % devices), -1 on the CPU
+  std::string device_description;          // cuda_device_description(device); "" on the CPU
+  Precision precision = Precision::kFp32;  // of the GEMMs
+};
+
+// `world`: the job's communicator. Chooses this rank's GPU as the trainer does.
+JobBackend job_backend(const TrainConfig& config, const dist::Communicator& world,
+                       const dist::Topology& topology);
+
 // One rank's steps since the last log, summed.
 struct IntervalTimes {
   uint64_t steps = 0;
@@ -22,6 +40,11 @@ struct IntervalTimes {
   double loss_allreduce = 0, allreduce = 0, allreduce_exposed = 0, optimizer = 0;
 
   void add(const StepReport& report);
+  // Every timed part in the step's order: data_wait, the model's phases, loss_allreduce,
+  // allreduce_exposed, optimizer.
+  std::vector<std::pair<std::string, double>> timed_parts() const;
+  // The share of the gradient all-reduce the backward pass hid (0 without one).
+  double allreduce_hidden_fraction() const;
   // Ranks wait for each other in the all-reduces, so every rank's update takes as long as the
   // slowest one's; what tells the slow rank is the time it was busy outside those waits: the
   // update less the loss all-reduce and the gradient all-reduce the backward pass did not hide
@@ -41,6 +64,9 @@ struct Imbalance {
   std::string slow_part;
   double slow_part_seconds = 0, others_part_seconds = 0;
 };
+
+// busy[r]: rank r's busy time per update; no slow part.
+Imbalance busy_imbalance(const std::vector<double>& busy);
 
 // parts[r]: rank r's busy_parts() divided by its steps (the same names in the same order on every
 // rank). With one rank there is nothing to compare: imbalance 0 and no slow part.

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "mvibr/ops/render_ops.h"
-#include "mvibr/testing/random_scene.h"
+#include "mvibr/synthetic/random_scene.h"
 
-namespace mvibr::testing {
+namespace mvibr::synthetic {
 
 struct ToyPipelineOptions {
   int n_samples = 16;
@@ -40,4 +40,4 @@ ToyPipelineResult<T> run_toy_pipeline(const RandomScene& scene, const std::vecto
                                       const ToyPipelineOptions& options, bool with_backward,
                                       const std::vector<T>* frozen_fine_depths = nullptr);
 
-}  // namespace mvibr::testing
+}  // namespace mvibr::synthetic

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-namespace mvibr::testing {
+namespace mvibr {
 
 template <typename A, typename B>
 double normwise_relative_error(const std::vector<A>& a, const std::vector<B>& b) {
@@ -21,4 +21,4 @@ double normwise_relative_error(const std::vector<A>& a, const std::vector<B>& b)
   return difference / std::max(scale, 1e-300);
 }
 
-}  // namespace mvibr::testing
+}  // namespace mvibr

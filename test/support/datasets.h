@@ -8,41 +8,15 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <string>
 
 namespace mvibr::testing {
 
-inline std::string datasets_folder() {
-  const char* chosen = std::getenv("MVIBR_DATASETS");
-  return chosen && *chosen ? chosen : MVIBR_SHARED_DATASETS;
-}
-
-inline bool running_in_ci() {
-  const char* ci = std::getenv("CI");
-  return ci && std::string(ci) == "true";
-}
+bool running_in_ci();
 
 // The folder of data set `name`; "" with `*missing` set to the line to report when it is absent.
 // What each set is and the file a test needs in it come from test/datasets.tsv.
-inline std::string find_dataset(const std::string& name, std::string* missing) {
-  const std::string folder = datasets_folder() + "/" + name;
-  std::ifstream table(MVIBR_DATASETS_TABLE);
-  for (std::string line; std::getline(table, line);) {
-    const size_t tab1 = line.find('\t'), tab2 = line.find('\t', tab1 + 1);
-    if (line.empty() || line[0] == '#' || tab2 == std::string::npos) continue;
-    if (line.substr(0, tab1) != name) continue;
-    const std::string file = folder + "/" + line.substr(tab1 + 1, tab2 - tab1 - 1);
-    if (std::filesystem::exists(file)) return folder;
-    *missing = "missing data set " + name + " (" + line.substr(tab2 + 1) + "): expected " + file +
-               "; put it there or point MVIBR_DATASETS at a folder holding it";
-    return "";
-  }
-  *missing = "data set '" + name + "' is not in " + MVIBR_DATASETS_TABLE;
-  return "";
-}
+std::string find_dataset(const std::string& name, std::string* missing);
 
 }  // namespace mvibr::testing
 

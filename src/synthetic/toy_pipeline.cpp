@@ -1,9 +1,9 @@
 // The end-to-end check chain of toy_pipeline.h on the CPU backend.
-#include "mvibr/testing/toy_pipeline.h"
+#include "mvibr/synthetic/toy_pipeline.h"
 
 #include <cmath>
 
-namespace mvibr::testing {
+namespace mvibr::synthetic {
 
 namespace {
 
@@ -166,4 +166,4 @@ template ToyPipelineResult<double> run_toy_pipeline(const RandomScene&, const st
                                                     const ToyPipelineOptions&, bool,
                                                     const std::vector<double>*);
 
-}  // namespace mvibr::testing
+}  // namespace mvibr::synthetic

@@ -1,10 +1,10 @@
 // Random scenes for checks of the rendering core (see random_scene.h).
-#include "mvibr/testing/random_scene.h"
+#include "mvibr/synthetic/random_scene.h"
 
 #include <cmath>
 #include <random>
 
-namespace mvibr::testing {
+namespace mvibr::synthetic {
 
 std::vector<double> random_values(size_t count, double lo, double hi, uint64_t seed) {
   std::mt19937_64 generator(seed);
@@ -50,4 +50,4 @@ RandomScene make_random_scene(const RandomSceneSize& size, uint64_t seed) {
   return scene;
 }
 
-}  // namespace mvibr::testing
+}  // namespace mvibr::synthetic

@@ -9,7 +9,7 @@
 #include "mvibr/geom/camera.h"
 #include "mvibr/ops/render_ops.h"
 
-namespace mvibr::testing {
+namespace mvibr::synthetic {
 
 struct RandomSceneSize {
   int n_views = 4;
@@ -65,4 +65,4 @@ std::vector<PinholeCamera<To>> cast_cameras(const std::vector<PinholeCamera<doub
   return out;
 }
 
-}  // namespace mvibr::testing
+}  // namespace mvibr::synthetic
