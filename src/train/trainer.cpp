@@ -524,9 +524,7 @@ void TrainingRun::log_if_due() {
   const double rays_per_second = double(rays_per_update_) / step_seconds;
   const double data_wait_fraction = data_wait / step_seconds;
   const double allreduce_fraction = interval.allreduce / interval.seconds;
-  const double hidden = interval.allreduce > 0
-                            ? 1.0 - std::min(1.0, interval.allreduce_exposed / interval.allreduce)
-                            : 0;
+  const double hidden = interval.allreduce_hidden_fraction();
   if (!progress_->in_place()) {
     char line[320];
     std::snprintf(line, sizeof(line),
