@@ -103,10 +103,18 @@ struct IbrnetModel::State {
   }
 
   // The host copy, fetched from the backend when a step has changed it.
-  void fetch() {
-    if (current != Current::kBackend) return;
-    backend->store_state(&parameters, &adam);
-    current = Current::kBoth;
+  State& fetch() {
+    if (current == Current::kBackend) {
+      backend->store_state(&parameters, &adam);
+      current = Current::kBoth;
+    }
+    return *this;
+  }
+  // The host copy, to be written: the next step starts from it.
+  State& edit() {
+    fetch();
+    current = Current::kHost;
+    return *this;
   }
   // The backend's copy, sent from the host after an edit there.
   void send() {
@@ -143,41 +151,32 @@ IbrnetModel::IbrnetModel(const TrainConfig& config) : state_(std::make_unique<St
 IbrnetModel::~IbrnetModel() = default;
 
 const nn::ParameterSet& IbrnetModel::parameters() const {
-  state_->fetch();
-  return state_->parameters;
+  return state_->fetch().parameters;
 }
 
 nn::ParameterSet& IbrnetModel::parameters() {
-  state_->fetch();
-  state_->current = State::Current::kHost;
-  return state_->parameters;
+  return state_->edit().parameters;
 }
 
 const nn::Adam& IbrnetModel::optimizer() const {
-  state_->fetch();
-  return state_->adam;
+  return state_->fetch().adam;
 }
 
 nn::Adam& IbrnetModel::optimizer() {
-  state_->fetch();
-  state_->current = State::Current::kHost;
-  return state_->adam;
+  return state_->edit().adam;
 }
 
 void IbrnetModel::configure_optimizer(const nn::AdamOptions& options) {
-  state_->fetch();
-  state_->adam = nn::Adam(state_->parameters, options);
-  state_->current = State::Current::kHost;
+  State& s = state_->edit();
+  s.adam = nn::Adam(s.parameters, options);
 }
 
 void IbrnetModel::initialize(uint64_t seed) {
-  State& s = *state_;
-  s.fetch();
+  State& s = state_->edit();
   nn::Initializer init(seed);
   s.feature_net.initialize(init);
   s.net_coarse.initialize(init);
   if (s.net_fine) s.net_fine->initialize(init);
-  s.current = State::Current::kHost;
 }
 
 uint64_t IbrnetModel::updates() const {

@@ -77,7 +77,7 @@ for ranks, path in ((1, sys.argv[1]), (2, sys.argv[2])):
     assert len(r["busy_seconds_per_rank"]) == ranks and len(r["peak_rss_mb_per_rank"]) == ranks
     assert all(m > 10 for m in r["peak_rss_mb_per_rank"]), r
     # The phases are parts of the step: never more than it (how much of it they cover depends on
-    # the machine's load, so no lower bound).
+    # the load of the machine, so no lower bound).
     covered = sum(r["phases_rank0"].values()) / r["step_seconds"]
     assert all(t >= 0 for t in r["phases_rank0"].values()) and 0 < covered <= 1.0001, (covered, r)
     assert 0 <= r["allreduce_hidden_fraction"] <= 1, r
