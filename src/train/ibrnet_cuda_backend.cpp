@@ -147,8 +147,9 @@ class CudaBackend final : public IbrnetBackend {
     // The aggregation networks' ranges come first in `order`, the feature network's last. This
     // stream only: the NCCL stream's all-reduces of earlier ranges go on meanwhile.
     const auto publish = [&](const ParameterRange& range) {
+      if (!ready) return;
       context_.synchronize();
-      if (ready) ready(range);
+      ready(range);
     };
     divide(grads_.data() + coarse_offset_, order[0].count, coarse_denominator);
     publish(order[0]);

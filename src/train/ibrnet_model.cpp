@@ -50,14 +50,6 @@ nn::ResUNetOptions feature_net_options(const TrainConfig& config) {
   return o;
 }
 
-RaySums& RaySums::operator+=(const RaySums& o) {
-  squared_error_coarse += o.squared_error_coarse;
-  squared_error_fine += o.squared_error_fine;
-  valid_coarse += o.valid_coarse;
-  valid_fine += o.valid_fine;
-  return *this;
-}
-
 namespace {
 
 nn::AggregatorOptions aggregator_options(const TrainConfig& c, int channels) {
@@ -77,6 +69,7 @@ struct IbrnetModel::State {
   nn::IbrnetAggregator net_coarse;
   std::unique_ptr<nn::IbrnetAggregator> net_fine;
   nn::Adam adam;
+  bool on_device;  // the backend the config's `device` picked at construction
   std::unique_ptr<IbrnetBackend> backend;
   // Which copy of the training state is current: the host's (after an edit), the backend's
   // (after a step), or both. The CPU backend's is the host's, so syncing costs nothing there.
@@ -98,8 +91,9 @@ struct IbrnetModel::State {
                            parameters, "net_fine.", aggregator_options(c, c.fine_feat_dim))),
         adam(parameters, nn::AdamOptions{}) {
     const IbrnetNetworks networks{feature_net, net_coarse, net_fine.get()};
-    backend = runs_on_device(c) ? make_cuda_backend(c, networks)
-                                : make_cpu_backend(c, parameters, networks);
+    on_device = runs_on_device(c);
+    backend =
+        on_device ? make_cuda_backend(c, networks) : make_cpu_backend(c, parameters, networks);
   }
 
   // The host copy, fetched from the backend when a step has changed it.
@@ -188,7 +182,7 @@ double IbrnetModel::learning_rate(nn::ParameterGroup group) const {
 }
 
 bool IbrnetModel::on_device() const {
-  return runs_on_device(state_->config);
+  return state_->on_device;
 }
 
 size_t IbrnetModel::loss_sums_size() const {
@@ -231,8 +225,7 @@ LossSums IbrnetModel::accumulate(RandomKey key, int batch) {
   const uint32_t first_ray = uint32_t(batch * c.N_rand);
   const RayBatch rays =
       select_rays(s.step_sample->target, c.N_rand, c.sample_mode, c.center_ratio, key, first_ray);
-  const RaySums sums = accumulate_rays(rays, key, first_ray);
-  return {sums.squared_error_coarse, sums.squared_error_fine, sums.valid_coarse, sums.valid_fine};
+  return accumulate_rays(rays, key, first_ray).values();
 }
 
 StepResult IbrnetModel::end_step(const LossSums& global,
@@ -280,9 +273,7 @@ const PhaseTimes& IbrnetModel::phase_times() const {
 StepResult IbrnetModel::train_step(const data::TrainingSample& sample, const RayBatch& rays,
                                    RandomKey key, uint32_t first_ray) {
   begin_step(sample);
-  const RaySums sums = accumulate_rays(rays, key, first_ray);
-  return end_step(
-      {sums.squared_error_coarse, sums.squared_error_fine, sums.valid_coarse, sums.valid_fine}, {});
+  return end_step(accumulate_rays(rays, key, first_ray).values(), {});
 }
 
 void IbrnetModel::render(const data::TrainingSample& sample, const std::vector<float>& pixels,

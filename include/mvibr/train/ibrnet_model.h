@@ -29,7 +29,10 @@ namespace mvibr::train {
 struct RaySums {
   double squared_error_coarse = 0, squared_error_fine = 0;
   double valid_coarse = 0, valid_fine = 0;  // rays that count (IBRNet's ray mask) in each pass
-  RaySums& operator+=(const RaySums& o);
+  // As the model's LossSums, in this order (summed over ranks and micro-steps by the trainer).
+  LossSums values() const {
+    return {squared_error_coarse, squared_error_fine, valid_coarse, valid_fine};
+  }
 };
 
 // The feature network the config asks for (feature_net preset, feature dims, coarse_only).
