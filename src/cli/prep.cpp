@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "mvibr/core/config_file.h"
 #include "mvibr/core/error.h"
+#include "mvibr/data/dynibar_folder.h"
 #include "mvibr/data/importers.h"
 #include "mvibr/data/neighbours.h"
 #include "mvibr/data/shards.h"
@@ -23,7 +24,8 @@ namespace po = boost::program_options;
 namespace mvibr::cli {
 
 int run_prep(const std::vector<std::string>& args, const std::string& command_line) {
-  std::string input = "synthetic", out, format = "auto", background = "white", config, test_ids;
+  std::string input = "synthetic", out, format = "auto", background = "white", config, test_ids,
+              dynibar_folder;
   data::PrepOptions prep;
   data::NeighbourOptions neighbours;
   data::SyntheticSceneOptions synthetic;
@@ -37,19 +39,23 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
                                                                       "output folder (required)")(
       "shards", po::value(&prep.n_shards)->default_value(1), "number of shards")(
       "format", po::value(&format)->default_value(format),
-      "auto | synthetic | blender | llff | colmap | dnerf")(
+      "auto | synthetic | blender | llff | colmap | dnerf | dynibar")(
       "compress", po::value(&prep.gzip_level)->default_value(0),
       "gzip level of the frames, 0 (off, fastest to read) to 9")(
       "neighbours", po::value(&neighbours.max_neighbours)->default_value(20),
       "source-view candidates kept per view")(
       "time_window", po::value(&neighbours.time_window)->default_value(1),
-      "dynamic scenes: sources within this many time steps");
+      "dynamic scenes: sources within this many time steps")(
+      "dynibar_folder", po::value(&dynibar_folder),
+      "also write the scene as DynIBaR's preprocessed folder DIR/dense (a monocular video with "
+      "flows and masks: --rig monocular --time_steps N)");
   po::options_description generated("built-in synthetic scene");
   generated.add_options()("width", po::value(&synthetic.width)->default_value(synthetic.width),
                           "image width (imported scenes: downscale to this width)")(
       "height", po::value(&synthetic.height)->default_value(synthetic.height), "image height")(
       "views", po::value(&synthetic.n_views)->default_value(synthetic.n_views), "cameras")(
-      "rig", po::value(&synthetic.rig)->default_value(synthetic.rig), "orbit | forward")(
+      "rig", po::value(&synthetic.rig)->default_value(synthetic.rig),
+      "orbit | forward | monocular (one moving camera, a frame per time step)")(
       "time_steps", po::value(&synthetic.n_time_steps)->default_value(1),
       "time steps (more than 1: moving objects)")(
       "seed", po::value(&synthetic.seed)->default_value(0), "layout and texture seed")(
@@ -149,6 +155,7 @@ const auto start = std::chrono::steady_clock::now();
 data::Scene scene =
     built_in ? data::make_synthetic_scene(synthetic) : data::import_scene(format, input, import);
 data::select_neighbours(&scene, neighbours);
+if (!dynibar_folder.empty()) data::write_dynibar_folder(scene, dynibar_folder);
 const data::PrepReport report = data::write_prepared_scene(scene, out, prep);
 const double seconds =
     std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -172,6 +179,7 @@ for (const std::string& warning : scene.warnings) std::printf("warning: %s\n", w
 std::printf("%d shard(s), %lld frames written, duplication factor %.2f, %.2f s\n", report.n_shards,
             report.frames_written, report.duplication_factor, seconds);
 std::printf("wrote %s\n", (out + "/scene.h5").c_str());
+if (!dynibar_folder.empty()) std::printf("wrote %s/dense\n", dynibar_folder.c_str());
 return 0;
 }  // namespace mvibr::cli
 

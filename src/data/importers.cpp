@@ -18,7 +18,12 @@ std::string detect_format(const std::string& path) {
     if (p.extension() == ".npz") return "dnerf";
     if (p.extension() == ".json") return "blender";
     if (p.filename() == "poses_bounds.npy") return "llff";
+    if (p.filename() == "poses_bounds_cvd.npy") return "dynibar";
   } else if (fs::is_directory(p)) {
+    if (fs::exists(p / "poses_bounds_cvd.npy") ||
+        fs::exists(p / "dense" / "poses_bounds_cvd.npy")) {
+      return "dynibar";
+    }
     for (const char* file : {"transforms_train.json", "transforms_val.json", "transforms_test.json",
                              "transforms.json"}) {
       if (fs::exists(p / file)) return "blender";
@@ -30,8 +35,9 @@ std::string detect_format(const std::string& path) {
   }
   throw InvalidArgument(
       path +
-      ": cannot tell the scene format (looked for transforms*.json, "
-      "poses_bounds.npy, cameras.bin or cameras.txt in sparse/0, sparse or the folder, *.npz)");
+      ": cannot tell the scene format (looked for transforms*.json, poses_bounds.npy, "
+      "poses_bounds_cvd.npy in the folder or dense/, cameras.bin or cameras.txt in sparse/0, "
+      "sparse or the folder, *.npz)");
 }
 
 std::vector<std::string> parse_test_ids(const std::string& list) {
@@ -62,8 +68,13 @@ Scene import_scene(const std::string& format, const std::string& path,
   if (chosen == "llff") return import_llff(path, options);
   if (chosen == "colmap") return import_colmap(path, options);
   if (chosen == "dnerf") return import_dnerf(path, options);
+  if (chosen == "dynibar") {
+    // The file itself names its folder, as for LLFF.
+    const fs::path p(path);
+    return import_dynibar(fs::is_regular_file(p) ? p.parent_path().string() : path, options);
+  }
   throw InvalidArgument("unknown scene format '" + format +
-                        "' (auto, blender, llff, colmap or dnerf)");
+                        "' (auto, blender, llff, colmap, dnerf or dynibar)");
 }
 
 }  // namespace mvibr::data

@@ -21,9 +21,28 @@ size_t item_size(NpyType type) {
     case NpyType::kInt32:
       return 4;
     case NpyType::kUInt8:
+    case NpyType::kBool:
       return 1;
   }
   return 0;
+}
+
+const char* descr(NpyType type) {
+  switch (type) {
+    case NpyType::kFloat64:
+      return "<f8";
+    case NpyType::kFloat32:
+      return "<f4";
+    case NpyType::kInt64:
+      return "<i8";
+    case NpyType::kInt32:
+      return "<i4";
+    case NpyType::kUInt8:
+      return "|u1";
+    case NpyType::kBool:
+      return "|b1";
+  }
+  return "";
 }
 
 // The text after "'key':" in the header dict, leading spaces skipped.
@@ -45,8 +64,9 @@ NpyType parse_type(const std::string& header, const std::string& source) {
   if (descr == "<i8") return NpyType::kInt64;
   if (descr == "<i4") return NpyType::kInt32;
   if (descr == "|u1" || descr == "<u1") return NpyType::kUInt8;
+  if (descr == "|b1") return NpyType::kBool;
   throw InvalidArgument(source + ": npy dtype '" + descr +
-                        "' is not supported (little-endian f8, f4, i8, i4 or u1)");
+                        "' is not supported (little-endian f8, f4, i8, i4, u1 or b1)");
 }
 
 // Each dimension is checked against the data actually present while the product is formed,
@@ -115,6 +135,8 @@ double NpyArray::at(size_t index) const {
     }
     case NpyType::kUInt8:
       return double(*p);
+    case NpyType::kBool:
+      return *p ? 1.0 : 0.0;
   }
   return 0;
 }
@@ -157,6 +179,33 @@ NpyArray parse_npy(const uint8_t* data, size_t size, const std::string& source) 
   }
   array.bytes.assign(data + data_start, data + size);
   return array;
+}
+
+std::string encode_npy(const NpyArray& array) {
+  size_t count = 1;
+  for (const size_t d : array.shape) count *= d;
+  if (count * item_size(array.type) != array.bytes.size()) {
+    throw InvalidArgument("encode_npy: " + std::to_string(array.bytes.size()) +
+                          " bytes do not fill the shape");
+  }
+  // numpy's spelling: (), (3,), (3, 4).
+  std::string shape = "(";
+  for (size_t i = 0; i < array.shape.size(); ++i) {
+    shape += (i ? ", " : "") + std::to_string(array.shape[i]);
+  }
+  shape += array.shape.size() == 1 ? ",)" : ")";
+  std::string header = std::string("{'descr': '") + descr(array.type) +
+                       "', 'fortran_order': False, 'shape': " + shape + ", }";
+  // numpy pads with spaces and a newline so that the data starts on a 64-byte boundary.
+  const size_t unpadded = 10 + header.size() + 1;
+  header.append((64 - unpadded % 64) % 64, ' ');
+  header += '\n';
+  std::string out("\x93NUMPY\x01\x00", 8);
+  out += char(header.size() & 0xff);
+  out += char(header.size() >> 8);
+  out += header;
+  out.append(reinterpret_cast<const char*>(array.bytes.data()), array.bytes.size());
+  return out;
 }
 
 NpyArray read_npy(const std::string& path) {

@@ -13,6 +13,7 @@
 #include <iterator>
 #include <vector>
 
+#include "mvibr/core/durable_file.h"
 #include "mvibr/core/error.h"
 
 namespace mvibr::data {
@@ -196,6 +197,61 @@ std::map<std::string, NpyArray> read_npz(const std::string& path) {
     arrays[key] = parse_npy(npy.data(), npy.size(), source);
   }
   return arrays;
+}
+
+namespace {
+
+void put_le(std::string* out, uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) out->push_back(char((value >> (8 * i)) & 0xff));
+}
+
+}  // namespace
+
+void write_npz(const std::string& path, const std::map<std::string, NpyArray>& arrays) {
+  constexpr uint32_t kCentralHeader = 0x02014b50, kEndOfDirectory = 0x06054b50;
+  constexpr uint16_t kVersion = 20, kDate1980 = 0x21;  // 1 January 1980, as numpy's members
+  std::string zip, directory;
+  for (const auto& [key, array] : arrays) {
+    const std::string name = key + ".npy";
+    const std::string npy = encode_npy(array);
+    if (npy.size() >= UINT32_MAX || zip.size() >= UINT32_MAX) {
+      throw InvalidArgument(path + ": member " + name + " needs zip64, which is not written");
+    }
+    const uInt crc = uInt(crc32(0, reinterpret_cast<const Bytef*>(npy.data()), uInt(npy.size())));
+    const uint64_t offset = zip.size();
+    // The fields the local and the central headers share: version, flags, method (0: stored),
+    // time, date, CRC, sizes, name length.
+    std::string common;
+    put_le(&common, kVersion, 2);
+    put_le(&common, 0, 2);
+    put_le(&common, 0, 2);
+    put_le(&common, 0, 2);
+    put_le(&common, kDate1980, 2);
+    put_le(&common, crc, 4);
+    put_le(&common, npy.size(), 4);
+    put_le(&common, npy.size(), 4);
+    put_le(&common, name.size(), 2);
+    put_le(&zip, kLocalHeader, 4);
+    zip += common;
+    put_le(&zip, 0, 2);  // no extra field
+    zip += name + npy;
+    put_le(&directory, kCentralHeader, 4);
+    put_le(&directory, kVersion, 2);  // made by
+    directory += common;
+    directory.append(2 + 2 + 2 + 2 + 4, '\0');  // extra, comment, disk, attributes
+    put_le(&directory, offset, 4);
+    directory += name;
+  }
+  const uint64_t directory_offset = zip.size();
+  zip += directory;
+  put_le(&zip, kEndOfDirectory, 4);
+  put_le(&zip, 0, 4);  // this disk, the directory's disk
+  put_le(&zip, arrays.size(), 2);
+  put_le(&zip, arrays.size(), 2);
+  put_le(&zip, directory.size(), 4);
+  put_le(&zip, directory_offset, 4);
+  put_le(&zip, 0, 2);  // no comment
+  write_file_atomically(path, zip);
 }
 
 }  // namespace mvibr::data

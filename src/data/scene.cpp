@@ -46,6 +46,45 @@ std::string check_rigid_pose(const double c2w[12]) {
   return "";
 }
 
+namespace {
+
+// A frame's motion arrays: all present or all absent, as on the first view, of the frame's size,
+// finite, masks 0 or 1.
+template <typename Fail>
+void check_motion(const View& v, bool absent, const Fail& fail) {
+  const FrameMotion& m = v.motion;
+  if (m.empty() != absent || (m.empty() && !(m.motion_mask.empty() && m.static_mask.empty() &&
+                                             m.flow.empty() && m.flow_valid.empty()))) {
+    fail("has flows, masks and disparity where other views have none, or the reverse");
+  }
+  if (m.empty()) return;
+  const size_t pixels = size_t(v.camera.width) * v.camera.height;
+  const auto sized = [&](size_t size, size_t expected, const char* what) {
+    if (size != expected) {
+      fail(std::string(what) + " has " + std::to_string(size) + " values, expected " +
+           std::to_string(expected));
+    }
+  };
+  sized(m.disparity.size(), pixels, "disparity");
+  sized(m.motion_mask.size(), pixels, "motion mask");
+  sized(m.static_mask.size(), pixels, "static mask");
+  sized(m.flow.size(), size_t(kFlowCount) * pixels * 2, "flow");
+  sized(m.flow_valid.size(), size_t(kFlowCount) * pixels, "flow mask");
+  for (const float d : m.disparity) {
+    if (!(d >= 0) || !std::isfinite(d)) fail("disparity must be finite and non-negative");
+  }
+  for (const float f : m.flow) {
+    if (!std::isfinite(f)) fail("flow has a non-finite value");
+  }
+  for (const auto* mask : {&m.motion_mask, &m.static_mask, &m.flow_valid}) {
+    for (const uint8_t b : *mask) {
+      if (b > 1) fail("masks must hold 0 or 1");
+    }
+  }
+}
+
+}  // namespace
+
 void validate_scene(const Scene& scene) {
   const auto fail = [&](const std::string& where, const std::string& what) {
     throw InvalidArgument("scene '" + scene.name + "'" + where + ": " + what);
@@ -81,6 +120,8 @@ void validate_scene(const Scene& scene) {
     if (v.split != Split::kTrain && v.split != Split::kValidation && v.split != Split::kTest) {
       fail(where, "unknown split");
     }
+    check_motion(v, scene.views[0].motion.empty(),
+                 [&](const std::string& what) { fail(where, what); });
     // An importer that forgot set_world_to_camera would project with a stale w2c.
     const Vec3<double> probe{0.3, -0.2, 1.7};
     const Vec3<double> back = transform_point(c.c2w, transform_point(c.w2c, probe));

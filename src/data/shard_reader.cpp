@@ -65,7 +65,10 @@ SceneIndex read_scene_index(const std::string& path) {
 struct ShardReader::State {
   explicit State(h5::File opened) : file(std::move(opened)) {}
   h5::File file;
-  std::unique_ptr<h5::FrameDataset> frames;
+  std::unique_ptr<h5::RecordDataset> frames;
+  // The motion group's datasets (motion_mask, static_mask, disparity, flow, flow_valid), when
+  // the shard has one.
+  std::vector<h5::RecordDataset> motion;
   int shard_index = 0, n_shards = 0, width = 0, height = 0;
   std::string prep_command;
   std::vector<View> views;
@@ -102,8 +105,22 @@ ShardReader::ShardReader(const std::string& path) : state_(nullptr) {
   const auto table = file.read_ints("target_sources", {n_targets, (long long)shape[1]});
   s.target_sources =
       unpad_neighbours(file, "target_sources", table, n_targets, (long long)shape[1], n_frames);
-  s.frames = std::make_unique<h5::FrameDataset>(h5::FrameDataset::open(
-      file, "frames", hsize_t(n_frames), hsize_t(s.height), hsize_t(s.width)));
+  const hsize_t height = hsize_t(s.height), width = hsize_t(s.width), flows = kFlowCount;
+  const auto frames = hsize_t(n_frames), targets = hsize_t(n_targets);
+  s.frames = std::make_unique<h5::RecordDataset>(
+      h5::RecordDataset::open(file, "frames", frames, {height, width, 3}, h5::RecordType::kUInt8));
+  if (file.has("motion")) {
+    using h5::RecordType;
+    const auto open = [&](const char* name, hsize_t count, std::vector<hsize_t> record,
+                          RecordType type) {
+      s.motion.push_back(h5::RecordDataset::open(file, name, count, record, type));
+    };
+    open("motion/motion_mask", frames, {height, width}, RecordType::kUInt8);
+    open("motion/static_mask", frames, {height, width}, RecordType::kUInt8);
+    open("motion/disparity", targets, {height, width}, RecordType::kFloat32);
+    open("motion/flow", targets, {flows, height, width, 2}, RecordType::kFloat32);
+    open("motion/flow_valid", targets, {flows, height, width}, RecordType::kUInt8);
+  }
 }
 
 ShardReader::~ShardReader() {
@@ -153,6 +170,34 @@ int ShardReader::target_frame(int t) const {
 const std::vector<int>& ShardReader::target_sources(int t) const {
   return state_->target_sources.at(size_t(t));
 }
+bool ShardReader::has_motion() const {
+  return !state_->motion.empty();
+}
+
+void ShardReader::read_frame_masks(int f, uint8_t* motion_mask, uint8_t* static_mask) const {
+  if (!has_motion()) state_->file.fail("has no motion masks (not a dynamic scene's shard)");
+  if (f < 0 || f >= n_frames()) state_->file.fail("frame " + std::to_string(f) + " out of range");
+  const h5::LibraryGuard guard(h5::library_lock());
+  state_->motion[0].read(hsize_t(f), motion_mask);
+  state_->motion[1].read(hsize_t(f), static_mask);
+}
+
+void ShardReader::read_target_motion(int t, FrameMotion* motion) const {
+  if (!has_motion()) state_->file.fail("has no flows or masks (not a dynamic scene's shard)");
+  if (t < 0 || t >= n_targets()) state_->file.fail("target " + std::to_string(t) + " out of range");
+  const size_t pixels = size_t(width()) * size_t(height());
+  motion->disparity.resize(pixels);
+  motion->motion_mask.resize(pixels);
+  motion->static_mask.resize(pixels);
+  motion->flow.resize(kFlowCount * pixels * 2);
+  motion->flow_valid.resize(kFlowCount * pixels);
+  read_frame_masks(target_frame(t), motion->motion_mask.data(), motion->static_mask.data());
+  const h5::LibraryGuard guard(h5::library_lock());
+  state_->motion[2].read(hsize_t(t), motion->disparity.data());
+  state_->motion[3].read(hsize_t(t), motion->flow.data());
+  state_->motion[4].read(hsize_t(t), motion->flow_valid.data());
+}
+
 void ShardReader::read_frame(int f, uint8_t* rgb) const {
   if (f < 0 || f >= n_frames()) state_->file.fail("frame " + std::to_string(f) + " out of range");
   const h5::LibraryGuard guard(h5::library_lock());

@@ -95,15 +95,46 @@ void write_shard(const Scene& scene, int shard, const std::vector<int>& shard_of
   write_view_table(file, views);
   file.write("frame_view", {hsize_t(frame_views.size())}, frame_views.data());
   file.write("targets", {hsize_t(targets.size())}, target_frames.data());
-  int width = 0;
-  const std::vector<int> table = pad_neighbours(local_sources, &width);
-  file.write("target_sources", {hsize_t(targets.size()), hsize_t(width)}, table.data());
-  const PinholeCamera<double>& size = scene.views[0].camera;
-  const h5::FrameDataset dataset =
-      h5::FrameDataset::create(file, "frames", frame_views.size(), hsize_t(size.height),
-                               hsize_t(size.width), options.gzip_level);
+  int sources_width = 0;
+  const std::vector<int> table = pad_neighbours(local_sources, &sources_width);
+  file.write("target_sources", {hsize_t(targets.size()), hsize_t(sources_width)}, table.data());
+  const hsize_t height = hsize_t(scene.views[0].camera.height);
+  const hsize_t width = hsize_t(scene.views[0].camera.width);
+  const auto records = [&](const char* name, size_t count, std::vector<hsize_t> record,
+                           h5::RecordType type) {
+    return h5::RecordDataset::create(file, name, count, record, type, options.gzip_level);
+  };
+  const h5::RecordDataset dataset =
+      records("frames", frame_views.size(), {height, width, 3}, h5::RecordType::kUInt8);
   for (size_t f = 0; f < frame_views.size(); ++f) {
     dataset.write(f, scene.views[size_t(frame_views[f])].rgb.data());
+  }
+  if (!scene.views[0].motion.empty()) {
+    // Every frame's masks (the static model's sources are masked), the targets' flows and
+    // disparities (only the losses at a target read them).
+    file.create_group("motion");
+    const h5::RecordDataset motion_masks =
+        records("motion/motion_mask", frame_views.size(), {height, width}, h5::RecordType::kUInt8);
+    const h5::RecordDataset static_masks =
+        records("motion/static_mask", frame_views.size(), {height, width}, h5::RecordType::kUInt8);
+    for (size_t f = 0; f < frame_views.size(); ++f) {
+      const FrameMotion& m = scene.views[size_t(frame_views[f])].motion;
+      motion_masks.write(f, m.motion_mask.data());
+      static_masks.write(f, m.static_mask.data());
+    }
+    const hsize_t flows = kFlowCount;
+    const h5::RecordDataset disparity =
+        records("motion/disparity", targets.size(), {height, width}, h5::RecordType::kFloat32);
+    const h5::RecordDataset flow =
+        records("motion/flow", targets.size(), {flows, height, width, 2}, h5::RecordType::kFloat32);
+    const h5::RecordDataset flow_valid = records("motion/flow_valid", targets.size(),
+                                                 {flows, height, width}, h5::RecordType::kUInt8);
+    for (size_t t = 0; t < targets.size(); ++t) {
+      const FrameMotion& m = scene.views[size_t(targets[t])].motion;
+      disparity.write(t, m.disparity.data());
+      flow.write(t, m.flow.data());
+      flow_valid.write(t, m.flow_valid.data());
+    }
   }
   file.flush();
   *frames += (long long)frame_views.size();

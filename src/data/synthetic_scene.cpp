@@ -8,6 +8,7 @@
 #include "mvibr/data/synthetic_scene.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -162,11 +163,26 @@ Content make_content(const SyntheticSceneOptions& options, double t) {
   return c;
 }
 
+// What a ray can hit: the objects' identities, which a point keeps from one time step to the next.
+enum Object { kGround, kBandedSphere, kMovingSphere, kCheckeredSphere, kBox, kNothing };
+
+bool moves(int object) {
+  return object == kMovingSphere || object == kBox;
+}
+
+// Where a point of `object` at one time step is at another: the objects only translate.
+V3 object_travel(const Content& from, const Content& to, int object) {
+  if (object == kMovingSphere) return to.spheres[1].centre - from.spheres[1].centre;
+  if (object == kBox) return to.box.lo - from.box.lo;
+  return {0, 0, 0};
+}
+
 struct Hit {
   double depth = kInfinity;  // ray parameter; camera-z depth for camera rays
   V3 normal{0, 0, 0};
   V3 local{0, 0, 0};  // texture coordinates: the point in the object's own frame
   const Material* material = nullptr;
+  int object = kNothing;
 };
 
 void intersect_ground(const Material& ground, V3 origin, V3 direction, Hit* hit) {
@@ -175,10 +191,10 @@ void intersect_ground(const Material& ground, V3 origin, V3 direction, Hit* hit)
   if (!(t > 0) || t >= hit->depth) return;
   const V3 p = origin + t * direction;
   if (p.x * p.x + p.y * p.y > kGroundRadius * kGroundRadius) return;
-  *hit = {t, {0, 0, 1}, p, &ground};
+  *hit = {t, {0, 0, 1}, p, &ground, kGround};
 }
 
-void intersect_sphere(const Sphere& s, V3 origin, V3 direction, Hit* hit) {
+void intersect_sphere(const Sphere& s, int object, V3 origin, V3 direction, Hit* hit) {
   const V3 oc = origin - s.centre;
   const double a = dot(direction, direction), b = dot(oc, direction);
   const double discriminant = b * b - a * (dot(oc, oc) - s.radius * s.radius);
@@ -188,7 +204,7 @@ void intersect_sphere(const Sphere& s, V3 origin, V3 direction, Hit* hit) {
   if (!(t > 0)) t = (-b + root) / a;
   if (!(t > 0) || t >= hit->depth) return;
   const V3 normal = (1.0 / s.radius) * (origin + t * direction - s.centre);
-  *hit = {t, normal, normal, &s.material};
+  *hit = {t, normal, normal, &s.material, object};
 }
 
 // Slabs; the normal is that of the face the ray enters through.
@@ -214,13 +230,14 @@ void intersect_box(const Box& box, V3 origin, V3 direction, Hit* hit) {
   const double sign = component(direction, enter_axis) > 0 ? -1.0 : 1.0;
   const V3 normal{enter_axis == 0 ? sign : 0, enter_axis == 1 ? sign : 0,
                   enter_axis == 2 ? sign : 0};
-  *hit = {t_enter, normal, origin + t_enter * direction - box.lo, &box.material};
+  *hit = {t_enter, normal, origin + t_enter * direction - box.lo, &box.material, kBox};
 }
 
 Hit trace(const Content& c, V3 origin, V3 direction) {
   Hit hit;
   intersect_ground(c.ground, origin, direction, &hit);
-  for (const Sphere& s : c.spheres) intersect_sphere(s, origin, direction, &hit);
+  for (int i = 0; i < 3; ++i)
+    intersect_sphere(c.spheres[i], kBandedSphere + i, origin, direction, &hit);
   intersect_box(c.box, origin, direction, &hit);
   return hit;
 }
@@ -379,6 +396,8 @@ std::vector<PinholeCamera<double>> rig_cameras(const SyntheticSceneOptions& o) {
     return cameras;
   }
   // forward: one rotation, the grid in the image plane, like a hand-held LLFF capture.
+  // monocular: the same rotation, one camera per time step sweeping across the grid's width and
+  // bobbing up and down once, like a hand-held video.
   const double elevation = o.forward_elevation_degrees * degrees;
   const V3 grid_centre =
       kSceneCentre + o.forward_distance * V3{0, -std::cos(elevation), std::sin(elevation)};
@@ -386,12 +405,17 @@ std::vector<PinholeCamera<double>> rig_cameras(const SyntheticSceneOptions& o) {
       look_at_camera(grid_centre, kSceneCentre, kWorldUp, focal, o.width, o.height);
   const V3 right{middle.c2w[0], middle.c2w[4], middle.c2w[8]};
   const V3 down{middle.c2w[1], middle.c2w[5], middle.c2w[9]};
-  const int columns = int(std::ceil(std::sqrt(double(o.n_views))));
-  const int rows = (o.n_views + columns - 1) / columns;
+  const bool monocular = o.rig == "monocular";
+  const int n_cameras = monocular ? o.n_time_steps : o.n_views;
+  const int columns = int(std::ceil(std::sqrt(double(n_cameras))));
+  const int rows = (n_cameras + columns - 1) / columns;
   const double step = o.forward_spread / std::max(columns - 1, 1);
-  for (int i = 0; i < o.n_views; ++i) {
-    const V3 offset = (step * (i % columns - 0.5 * (columns - 1))) * right +
-                      (step * (i / columns - 0.5 * (rows - 1))) * down;
+  for (int i = 0; i < n_cameras; ++i) {
+    const double s = n_cameras > 1 ? double(i) / (n_cameras - 1) : 0.5;
+    const V3 offset = monocular ? (o.forward_spread * (s - 0.5)) * right +
+                                      (0.25 * o.forward_spread * std::sin(2 * kPi * s)) * down
+                                : (step * (i % columns - 0.5 * (columns - 1))) * right +
+                                      (step * (i / columns - 0.5 * (rows - 1))) * down;
     PinholeCamera<double> camera = middle;
     camera.c2w[3] += offset.x;
     camera.c2w[7] += offset.y;
@@ -400,6 +424,81 @@ std::vector<PinholeCamera<double>> rig_cameras(const SyntheticSceneOptions& o) {
     cameras.push_back(camera);
   }
   return cameras;
+}
+
+// How far DynIBaR's static_masks reach beyond the moving pixels (a square window's half side):
+// past the anti-aliased edges, so the pixels left are certainly static.
+constexpr int kStaticMaskGrowth = 2;
+// A point is seen in another frame when the ray there hits it within this relative depth.
+constexpr double kVisibleDepthTolerance = 1e-6;
+
+// A pixel shows moving content: a moving object, or the shadow one casts.
+bool shows_motion(const Content& c, const Hit& hit, V3 point) {
+  if (moves(hit.object)) return true;
+  if (hit.object == kNothing || dot(hit.normal, kToLight) <= 0) return false;
+  return moves(trace(c, point + kSurfaceOffset * hit.normal, kToLight).object);
+}
+
+// The exact flows, masks and disparity of one frame, through each pixel's centre ray; partners[f]
+// is the same video's frame at step + kFlowOffsets[f], or null past the video's ends.
+FrameMotion frame_motion(const std::vector<Content>& contents, const View& view,
+                         const std::array<const View*, kFlowCount>& partners) {
+  const PinholeCamera<double>& camera = view.camera;
+  const int width = camera.width, height = camera.height;
+  const size_t pixels = size_t(width) * height;
+  const Content& here = contents[size_t(view.time_index)];
+  FrameMotion m;
+  m.disparity.assign(pixels, 0.0f);
+  m.motion_mask.assign(pixels, 0);
+  m.static_mask.assign(pixels, 0);
+  m.flow.assign(kFlowCount * pixels * 2, 0.0f);
+  m.flow_valid.assign(kFlowCount * pixels, 0);
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int row = 0; row < height; ++row) {
+    for (int u = 0; u < width; ++u) {
+      const size_t p = size_t(row) * width + u;
+      V3 origin, direction;
+      pixel_to_ray(camera, double(u), double(row), &origin, &direction);
+      const Hit hit = trace(here, origin, direction);
+      if (hit.object == kNothing) continue;
+      const V3 point = origin + hit.depth * direction;
+      m.disparity[p] = float(1.0 / hit.depth);
+      m.motion_mask[p] = shows_motion(here, hit, point) ? 1 : 0;
+      for (int f = 0; f < kFlowCount; ++f) {
+        const View* other = partners[size_t(f)];
+        if (!other) continue;
+        const Content& there = contents[size_t(other->time_index)];
+        const PinholeCamera<double>& c = other->camera;
+        const V3 moved = point + object_travel(here, there, hit.object);
+        const V3 in_camera = transform_point(c.w2c, moved);
+        if (!(in_camera.z > 0)) continue;
+        const double u2 = c.fx * in_camera.x / in_camera.z + c.cx;
+        const double v2 = c.fy * in_camera.y / in_camera.z + c.cy;
+        m.flow[(f * pixels + p) * 2] = float(u2 - u);
+        m.flow[(f * pixels + p) * 2 + 1] = float(v2 - row);
+        if (u2 < -0.5 || u2 >= width - 0.5 || v2 < -0.5 || v2 >= height - 0.5) continue;
+        V3 o2, d2;
+        pixel_to_ray(c, u2, v2, &o2, &d2);
+        const double seen = trace(there, o2, d2).depth;
+        m.flow_valid[f * pixels + p] =
+            std::abs(seen - in_camera.z) <= kVisibleDepthTolerance * in_camera.z ? 1 : 0;
+      }
+    }
+  }
+  for (int row = 0; row < height; ++row) {
+    for (int u = 0; u < width; ++u) {
+      bool near_motion = false;
+      for (int y = std::max(0, row - kStaticMaskGrowth);
+           y <= std::min(height - 1, row + kStaticMaskGrowth) && !near_motion; ++y) {
+        for (int x = std::max(0, u - kStaticMaskGrowth);
+             x <= std::min(width - 1, u + kStaticMaskGrowth); ++x) {
+          if (m.motion_mask[size_t(y) * width + x]) near_motion = true;
+        }
+      }
+      m.static_mask[size_t(row) * width + u] = near_motion ? 1 : 0;
+    }
+  }
+  return m;
 }
 
 }  // namespace
@@ -416,9 +515,9 @@ void validate_synthetic_scene_options(const SyntheticSceneOptions& o) {
   require(o.width >= 2 && o.width <= kMaxSide, "width", "in [2, 16384]", o.width);
   require(o.height >= 2 && o.height <= kMaxSide, "height", "in [2, 16384]", o.height);
   require(o.n_views >= 1, "n_views", "at least 1", o.n_views);
-  if (o.rig != "orbit" && o.rig != "forward") {
-    throw InvalidArgument("synthetic scene option rig must be orbit or forward, got '" + o.rig +
-                          "'");
+  if (o.rig != "orbit" && o.rig != "forward" && o.rig != "monocular") {
+    throw InvalidArgument("synthetic scene option rig must be orbit, forward or monocular, got '" +
+                          o.rig + "'");
   }
   require(o.n_time_steps >= 1, "n_time_steps", "at least 1", o.n_time_steps);
   require(o.n_test_every >= 0, "n_test_every", "0 (no test views) or positive", o.n_test_every);
@@ -447,6 +546,8 @@ void validate_synthetic_scene_options(const SyntheticSceneOptions& o) {
 Scene make_synthetic_scene(const SyntheticSceneOptions& options) {
   validate_synthetic_scene_options(options);
   const std::vector<PinholeCamera<double>> cameras = rig_cameras(options);
+  const bool monocular = options.rig == "monocular";
+  const int per_step = monocular ? 1 : options.n_views;
   std::vector<Content> contents;
   for (int k = 0; k < options.n_time_steps; ++k) {
     contents.push_back(make_content(options, time_of_step(options, k)));
@@ -457,25 +558,27 @@ Scene make_synthetic_scene(const SyntheticSceneOptions& options) {
   scene.dynamic = options.n_time_steps > 1;
   scene.depth_bounds_from = "the built-in scene's geometry";
   for (int k = 0; k < options.n_time_steps; ++k) {
-    for (int i = 0; i < options.n_views; ++i) {
+    for (int i = 0; i < per_step; ++i) {
+      // The camera of the rig, or of the video's frame k; test views by camera, or by frame.
+      const int camera = monocular ? k : i;
       View view;
       char name[64];
-      std::snprintf(name, sizeof(name), "synthetic/t%03d/v%03d", k, i);
+      std::snprintf(name, sizeof(name), "synthetic/t%03d/v%03d", k, camera);
       view.name = name;
-      view.camera = cameras[size_t(i)];
+      view.camera = cameras[size_t(camera)];
       double lo, hi;
       content_depth_range(contents[size_t(k)], view.camera, &lo, &hi);
       const double margin = kDepthMargin * (hi - lo);
       view.near_depth = lo - margin;
       view.far_depth = hi + margin;
       if (!(view.near_depth > 0)) {
-        throw InvalidArgument(std::string("synthetic scene: camera ") + std::to_string(i) +
+        throw InvalidArgument(std::string("synthetic scene: camera ") + std::to_string(camera) +
                               " is inside the scene's content; raise " +
                               (options.rig == "orbit" ? "orbit_radius" : "forward_distance"));
       }
       view.time = time_of_step(options, k);
       view.time_index = k;
-      const bool test = options.n_test_every > 0 && i % options.n_test_every == 0;
+      const bool test = options.n_test_every > 0 && camera % options.n_test_every == 0;
       view.split = test ? Split::kTest : Split::kTrain;
       view.rgb.resize(size_t(options.width) * options.height * 3);
       scene.views.push_back(std::move(view));
@@ -489,6 +592,20 @@ Scene make_synthetic_scene(const SyntheticSceneOptions& options) {
     const int row = int(r % options.height);
     render_row(contents[size_t(view.time_index)], options, view.camera, row,
                view.rgb.data() + size_t(row) * options.width * 3);
+  }
+  if (scene.dynamic) {
+    // A video is one rig camera over time; its frame at step k is view k * per_step + camera.
+    for (size_t v = 0; v < scene.views.size(); ++v) {
+      const int k = int(v) / per_step;
+      std::array<const View*, kFlowCount> partners{};
+      for (int f = 0; f < kFlowCount; ++f) {
+        const int j = k + kFlowOffsets[f];
+        if (j >= 0 && j < options.n_time_steps) {
+          partners[size_t(f)] = &scene.views[size_t(j * per_step) + v % size_t(per_step)];
+        }
+      }
+      scene.views[v].motion = frame_motion(contents, scene.views[v], partners);
+    }
   }
   return scene;
 }

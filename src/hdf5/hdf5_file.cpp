@@ -365,62 +365,74 @@ void File::flush() const {
   if (H5Fflush(id(), H5F_SCOPE_GLOBAL) < 0) fail("cannot flush");
 }
 
-FrameDataset FrameDataset::create(const File& file, const std::string& name, hsize_t count,
-                                  hsize_t height, hsize_t width, int gzip_level) {
-  const hsize_t dims[4] = {count, height, width, 3};
-  const hsize_t chunk[4] = {1, height, width, 3};
-  Handle space(H5Screate_simple(4, dims, nullptr), H5Sclose);
+namespace {
+
+hid_t file_type(RecordType type) {
+  return type == RecordType::kUInt8 ? H5T_STD_U8LE : H5T_IEEE_F32LE;
+}
+hid_t memory_type(RecordType type) {
+  return type == RecordType::kUInt8 ? H5T_NATIVE_UCHAR : H5T_NATIVE_FLOAT;
+}
+
+}  // namespace
+
+RecordDataset RecordDataset::create(const File& file, const std::string& name, hsize_t count,
+                                    const std::vector<hsize_t>& record, RecordType type,
+                                    int gzip_level) {
+  std::vector<hsize_t> dims{count}, chunk{1};
+  dims.insert(dims.end(), record.begin(), record.end());
+  chunk.insert(chunk.end(), record.begin(), record.end());
+  Handle space(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
   Handle properties(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
   if (count > 0) {
-    H5Pset_chunk(properties.get(), 4, chunk);
+    H5Pset_chunk(properties.get(), int(chunk.size()), chunk.data());
     H5Pset_fletcher32(properties.get());
     if (gzip_level > 0) H5Pset_deflate(properties.get(), unsigned(gzip_level));
   }
-  Handle dataset(H5Dcreate2(file.id(), name.c_str(), H5T_STD_U8LE, space.get(), H5P_DEFAULT,
+  Handle dataset(H5Dcreate2(file.id(), name.c_str(), file_type(type), space.get(), H5P_DEFAULT,
                             properties.get(), H5P_DEFAULT),
                  H5Dclose);
   if (!dataset.valid()) file.fail("cannot create dataset " + name);
-  return FrameDataset(file, name, std::move(dataset), count, height, width);
+  return RecordDataset(file, name, std::move(dataset), count, record, type);
 }
 
-FrameDataset FrameDataset::open(const File& file, const std::string& name, hsize_t count,
-                                hsize_t height, hsize_t width) {
-  file.shape(name, {(long long)count, (long long)height, (long long)width, 3});
+RecordDataset RecordDataset::open(const File& file, const std::string& name, hsize_t count,
+                                  const std::vector<hsize_t>& record, RecordType type) {
+  std::vector<long long> expected{(long long)count};
+  for (const hsize_t extent : record) expected.push_back((long long)extent);
+  file.shape(name, expected);
   Handle dataset(H5Dopen2(file.id(), name.c_str(), H5P_DEFAULT), H5Dclose);
-  Handle type(H5Dget_type(dataset.get()), H5Tclose);
-  if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 1) {
-    file.fail("dataset '" + name + "' is not uint8");
+  Handle stored(H5Dget_type(dataset.get()), H5Tclose);
+  const bool matches =
+      type == RecordType::kUInt8
+          ? H5Tget_class(stored.get()) == H5T_INTEGER && H5Tget_size(stored.get()) == 1
+          : H5Tget_class(stored.get()) == H5T_FLOAT && H5Tget_size(stored.get()) == 4;
+  if (!matches) {
+    file.fail("dataset '" + name + "' is not " +
+              (type == RecordType::kUInt8 ? "uint8" : "float32"));
   }
-  return FrameDataset(file, name, std::move(dataset), count, height, width);
+  return RecordDataset(file, name, std::move(dataset), count, record, type);
 }
 
-Handle FrameDataset::select(hsize_t index) const {
-  if (index >= count_) file_->fail("frame " + std::to_string(index) + " is out of range");
-  Handle space(H5Dget_space(dataset_.get()), H5Sclose);
-  const hsize_t start[4] = {index, 0, 0, 0};
-  const hsize_t size[4] = {1, height_, width_, 3};
-  H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, nullptr, size, nullptr);
-  return space;
-}
-
-void FrameDataset::write(hsize_t index, const unsigned char* rgb) const {
-  const Handle file_space = select(index);
-  const hsize_t size[4] = {1, height_, width_, 3};
-  Handle memory(H5Screate_simple(4, size, nullptr), H5Sclose);
-  if (H5Dwrite(dataset_.get(), H5T_NATIVE_UCHAR, memory.get(), file_space.get(), H5P_DEFAULT, rgb) <
-      0) {
-    file_->fail("cannot write frame " + std::to_string(index) + " of " + name_);
-  }
-}
-
-void FrameDataset::read(hsize_t index, unsigned char* rgb) const {
-  const Handle file_space = select(index);
-  const hsize_t size[4] = {1, height_, width_, 3};
-  Handle memory(H5Screate_simple(4, size, nullptr), H5Sclose);
-  if (H5Dread(dataset_.get(), H5T_NATIVE_UCHAR, memory.get(), file_space.get(), H5P_DEFAULT, rgb) <
-      0) {
-    file_->fail("frame " + std::to_string(index) + " of " + name_ +
-                " failed to read: checksum mismatch or corrupt chunk");
+void RecordDataset::transfer(hsize_t index, RecordType type, void* data, bool write) const {
+  if (type != type_) file_->fail("dataset '" + name_ + "' holds another element type");
+  if (index >= count_)
+    file_->fail("record " + std::to_string(index) + " of " + name_ + " is out of range");
+  std::vector<hsize_t> start(record_.size() + 1, 0), size{1};
+  start[0] = index;
+  size.insert(size.end(), record_.begin(), record_.end());
+  Handle file_space(H5Dget_space(dataset_.get()), H5Sclose);
+  H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, size.data(),
+                      nullptr);
+  Handle memory(H5Screate_simple(int(size.size()), size.data(), nullptr), H5Sclose);
+  const herr_t status = write ? H5Dwrite(dataset_.get(), memory_type(type), memory.get(),
+                                         file_space.get(), H5P_DEFAULT, data)
+                              : H5Dread(dataset_.get(), memory_type(type), memory.get(),
+                                        file_space.get(), H5P_DEFAULT, data);
+  if (status < 0) {
+    file_->fail(write ? "cannot write record " + std::to_string(index) + " of " + name_
+                      : "record " + std::to_string(index) + " of " + name_ +
+                            " failed to read: checksum mismatch or corrupt chunk");
   }
 }
 

@@ -1,8 +1,9 @@
 // Importers: what users have (NeRF-synthetic / instant-ngp transforms*.json, LLFF
-// poses_bounds.npy, COLMAP binary and text models, D-NeRF-style .npz) turned into a validated Scene
-// with OpenCV cameras, RGB pixels and per-view depth bounds. One function per format, a shared
-// options struct (each format reads the fields that apply to it), and a dispatcher for
-// `mvibr prep`. Conventions per format are documented at the top of each import_*.cpp.
+// poses_bounds.npy, COLMAP binary and text models, D-NeRF-style .npz, DynIBaR's folders) turned
+// into a validated Scene with OpenCV cameras, RGB pixels and per-view depth bounds. One function
+// per format, a shared options struct (each format reads the fields that apply to it), and a
+// dispatcher for `mvibr prep`. Conventions per format are documented at the top of each
+// import_*.cpp.
 //
 // Pixel coordinates: mvibr puts integer coordinates at pixel centres (IBRNet's grids; the
 // projector's align_corners=True), while all four formats give the principal point with
@@ -65,9 +66,12 @@ Scene import_llff(const std::string& path, const ImportOptions& options);
 Scene import_colmap(const std::string& path, const ImportOptions& options);
 // D-NeRF-style .npz: images, poses, focal, optional times / i_val / i_test.
 Scene import_dnerf(const std::string& path, const ImportOptions& options);
+// DynIBaR's preprocessed monocular video (dynibar_folder.h), flows, masks and disparities
+// included: `path` is <scene> or <scene>/dense.
+Scene import_dynibar(const std::string& path, const ImportOptions& options);
 
-// "blender", "llff", "colmap" or "dnerf" from what `path` holds; throws InvalidArgument saying
-// what was looked for when nothing matches.
+// "blender", "llff", "colmap", "dnerf" or "dynibar" from what `path` holds; throws InvalidArgument
+// saying what was looked for when nothing matches.
 std::string detect_format(const std::string& path);
 
 // One of the above by name ("auto" detects); throws InvalidArgument for an unknown format.

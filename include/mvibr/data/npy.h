@@ -10,7 +10,7 @@
 
 namespace mvibr::data {
 
-enum class NpyType { kFloat64, kFloat32, kUInt8, kInt64, kInt32 };
+enum class NpyType { kFloat64, kFloat32, kUInt8, kInt64, kInt32, kBool };
 
 struct NpyArray {
   std::vector<size_t> shape;  // () for a scalar
@@ -22,10 +22,13 @@ struct NpyArray {
 };
 
 // Parses an .npy image in memory; `source` names it in errors ("poses_bounds.npy",
-// "data.npz:images.npy"). Accepts little-endian f8/f4/i8/i4 and u1, C order, versions 1-3.
+// "data.npz:images.npy"). Accepts little-endian f8/f4/i8/i4, u1 and b1, C order, versions 1-3.
 NpyArray parse_npy(const uint8_t* data, size_t size, const std::string& source);
 
 // Throws InvalidArgument naming the file when it is missing, malformed or truncated.
 NpyArray read_npy(const std::string& path);
+
+// The .npy image numpy.save writes (version 1.0, the header padded to 64 bytes).
+std::string encode_npy(const NpyArray& array);
 
 }  // namespace mvibr::data

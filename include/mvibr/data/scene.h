@@ -16,6 +16,29 @@ enum class Split : int8_t { kTrain = 0, kValidation = 1, kTest = 2 };
 
 const char* split_name(Split split);
 
+// The frames a video frame's optical flows lead to, as time-index offsets within its video, in
+// DynIBaR's order (its nearest_pose_ids): flow k goes from this frame to frame t + offset k.
+constexpr int kFlowOffsets[6] = {1, 2, 3, -1, -2, -3};
+constexpr int kFlowCount = 6;
+
+// What DynIBaR's losses read of a frame of a dynamic scene, per pixel, row-major [height][width]:
+// empty in static scenes (and every vector empty or every vector full, in a scene all or none).
+struct FrameMotion {
+  std::vector<float> disparity;  // 1 / camera-z depth; 0 where nothing is hit (infinitely far)
+  // 1 where the content moves: DynIBaR's dynamic_masks (tight: within the moving objects).
+  std::vector<uint8_t> motion_mask;
+  // 1 where content may move: its static_masks (loose: covers every moving pixel); the pixels
+  // with 0 are certainly static, the static model's own loss.
+  std::vector<uint8_t> static_mask;
+  // [kFlowCount][height][width][2]: where each pixel's point is in frame t + kFlowOffsets[k], in
+  // pixels (du, dv); flow_valid [kFlowCount][height][width] is 1 where that point is seen there
+  // (0 where it is occluded, leaves the image, or the frame is past the video's ends).
+  std::vector<float> flow;
+  std::vector<uint8_t> flow_valid;
+
+  bool empty() const { return disparity.empty(); }
+};
+
 // One image of a scene. Pixels are RGB uint8, row-major [height][width][3]; camera.width and
 // camera.height are the image size. Every view of a scene has the same size.
 struct View {
@@ -26,6 +49,7 @@ struct View {
   int time_index = 0;                    // index of `time` among the scene's distinct times
   Split split = Split::kTrain;
   std::vector<uint8_t> rgb;
+  FrameMotion motion;  // dynamic scenes with flows and masks (DynIBaR's data); else empty
 };
 
 struct Scene {
@@ -43,7 +67,8 @@ struct Scene {
 };
 
 // Throws InvalidArgument naming the scene, the view and what is wrong: no views, sizes that
-// differ or do not match the pixel count, non-finite or non-rigid poses, non-positive focal
+// differ or do not match the pixel count, motion arrays of the wrong size (or on some views
+// only), non-finite flows or disparities, non-finite or non-rigid poses, non-positive focal
 // lengths, near >= far or near <= 0, neighbour indices out of range.
 void validate_scene(const Scene& scene);
 

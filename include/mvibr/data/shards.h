@@ -1,8 +1,9 @@
 // The prepared data set on disk: scene.h5 (cameras, splits, neighbours, metadata of every view)
 // and shard-KKKKK-of-NNNNN.h5 files. A shard is self-contained: its target frames plus every
 // source frame they need, with their cameras, so a rank opens only its own shards. Frames are
-// uint8 [H,W,3], one per HDF5 chunk with a Fletcher32 checksum; cameras are float64. Every file
-// carries a format version and the prep command line; readers check shapes, ranges and the
+// uint8 [H,W,3], one per HDF5 chunk with a Fletcher32 checksum; cameras are float64. Dynamic
+// scenes' shards add the masks of every frame and the flows and disparities of every target. Every
+// file carries a format version and the prep command line; readers check shapes, ranges and the
 // version before they allocate. The layout is documented in datasets/README.md.
 #pragma once
 
@@ -84,6 +85,13 @@ class ShardReader {
   const std::vector<int>& target_sources(int t) const;
   // Reads frame pixels (height * width * 3 bytes), verifying the chunk checksum.
   void read_frame(int frame, uint8_t* rgb) const;
+  // Dynamic scenes with flows and masks (scene.h's FrameMotion; write_prepared_scene stores
+  // them when the scene's views have them): every frame's two masks (height * width bytes each),
+  // and a target's whole FrameMotion (its frame's masks, its disparity and flows). Both fail,
+  // naming the file, on a shard without them.
+  bool has_motion() const;
+  void read_frame_masks(int frame, uint8_t* motion_mask, uint8_t* static_mask) const;
+  void read_target_motion(int target, FrameMotion* motion) const;
 
  private:
   struct State;

@@ -24,11 +24,15 @@ struct SyntheticSceneOptions {
   int n_views = 24;             // cameras (the same rig at every time step)
   // "orbit": a ring around the content, the elevation waving twice between the two orbit
   // bounds, every camera looking at the centre. "forward": LLFF-like, a planar grid of
-  // cameras sharing one rotation, facing the content from one side.
+  // cameras sharing one rotation, facing the content from one side. "monocular": a video, one
+  // camera per time step (n_views is not used) with the forward rig's rotation, sweeping across
+  // forward_spread and bobbing once.
   std::string rig = "orbit";
-  int n_time_steps = 1;       // more than 1: two objects move; every camera sees every step
+  // More than 1: two objects move (a sphere on a ring and the box), every rig camera sees every
+  // step, and every view gets exact flows, masks and disparity (scene.h's FrameMotion).
+  int n_time_steps = 1;
   uint64_t seed = 0;          // object layout, colours and texture phases (never the cameras)
-  int n_test_every = 8;       // cameras 0, n, 2n, ... are test views, like llffhold; 0: none
+  int n_test_every = 8;       // cameras (monocular: frames) 0, n, 2n, ... are test views; 0: none
   double fov_x_degrees = 50;  // horizontal field of view; square pixels
   double orbit_radius = 4.0;  // camera distance to the scene centre
   double orbit_min_elevation_degrees = 15, orbit_max_elevation_degrees = 45;
@@ -46,8 +50,13 @@ struct SyntheticSceneOptions {
 // naming orbit_radius or forward_distance.
 void validate_synthetic_scene_options(const SyntheticSceneOptions& options);
 
-// Every camera at every time step, time-major (view t * n_views + c is camera c at step t),
-// with exact near/far, splits and names "synthetic/t003/v012". Neighbours are left to prep.
+// Every camera at every time step, time-major (view t * n_views + c is camera c at step t; the
+// monocular video's view t is its frame t), with exact near/far, splits and names
+// "synthetic/t003/v012". Dynamic scenes' views carry their FrameMotion: a video is one camera
+// over time; through each pixel's centre ray, the disparity, the motion mask (a moving object or
+// its shadow), the static mask (the motion mask grown by 2 pixels) and the flows to the video's
+// frames at t +- 1, 2, 3 (the hit point moved with its object and projected; valid where the
+// other frame's ray there hits it). Neighbours are left to prep.
 Scene make_synthetic_scene(const SyntheticSceneOptions& options);
 
 // The same scene through any camera (its own width and height), for ground truth at novel

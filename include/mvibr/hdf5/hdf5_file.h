@@ -92,7 +92,6 @@ class File {
   void flush() const;
 
  private:
-  friend class FrameDataset;
   File(std::string path, Handle file) : path_(std::move(path)), file_(std::move(file)) {}
   template <typename T>
   std::vector<T> read_numbers(const std::string& name, const std::vector<long long>& expected,
@@ -102,34 +101,50 @@ class File {
   Handle file_;
 };
 
-// The frames of a shard: [count, height, width, 3] uint8, one frame per chunk, each chunk
-// Fletcher32-checksummed (a flipped bit fails the read) and optionally gzip-compressed.
-class FrameDataset {
- public:
-  static FrameDataset create(const File& file, const std::string& name, hsize_t count,
-                             hsize_t height, hsize_t width, int gzip_level);
-  // Opens and checks the shape against the expected one before anything is read.
-  static FrameDataset open(const File& file, const std::string& name, hsize_t count, hsize_t height,
-                           hsize_t width);
+enum class RecordType { kUInt8, kFloat32 };
 
-  void write(hsize_t index, const unsigned char* rgb) const;
-  void read(hsize_t index, unsigned char* rgb) const;
+// A dataset of `count` equal records, [count, record...] (a shard's frames [H, W, 3] uint8, its
+// flows [6, H, W, 2] float32): one record per chunk, each chunk Fletcher32-checksummed (a flipped
+// bit fails the read) and optionally gzip-compressed, read and written a record at a time.
+class RecordDataset {
+ public:
+  static RecordDataset create(const File& file, const std::string& name, hsize_t count,
+                              const std::vector<hsize_t>& record, RecordType type, int gzip_level);
+  // Opens and checks the shape and element type against the expected ones before reading.
+  static RecordDataset open(const File& file, const std::string& name, hsize_t count,
+                            const std::vector<hsize_t>& record, RecordType type);
+
+  // The pointer's type must be the dataset's.
+  void write(hsize_t index, const uint8_t* data) const {
+    transfer(index, RecordType::kUInt8, const_cast<uint8_t*>(data), true);
+  }
+  void write(hsize_t index, const float* data) const {
+    transfer(index, RecordType::kFloat32, const_cast<float*>(data), true);
+  }
+  void read(hsize_t index, uint8_t* data) const {
+    transfer(index, RecordType::kUInt8, data, false);
+  }
+  void read(hsize_t index, float* data) const {
+    transfer(index, RecordType::kFloat32, data, false);
+  }
 
  private:
-  FrameDataset(const File& file, std::string name, Handle dataset, hsize_t count, hsize_t height,
-               hsize_t width)
+  RecordDataset(const File& file, std::string name, Handle dataset, hsize_t count,
+                std::vector<hsize_t> record, RecordType type)
       : file_(&file),
         name_(std::move(name)),
         dataset_(std::move(dataset)),
         count_(count),
-        height_(height),
-        width_(width) {}
-  Handle select(hsize_t index) const;
+        record_(std::move(record)),
+        type_(type) {}
+  void transfer(hsize_t index, RecordType type, void* data, bool write) const;
 
   const File* file_;
   std::string name_;
   Handle dataset_;
-  hsize_t count_, height_, width_;
+  hsize_t count_;
+  std::vector<hsize_t> record_;
+  RecordType type_;
 };
 
 }  // namespace mvibr::h5
