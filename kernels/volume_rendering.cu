@@ -1,4 +1,5 @@
-// CUDA launchers of compositing, its backward and IBRNet's ray mask. Each is a sequential scan
+// CUDA launchers of compositing (IBRNet's, and DynIBaR's two components), its backward and
+// IBRNet's ray mask. Each is a sequential scan
 // along one ray (transmittance forward, the suffix sum B backward), so a thread owns a ray and
 // runs the same per-ray function as the CPU backend; rays are the parallelism.
 #include "common.h"
@@ -68,6 +69,46 @@ void composite_rays_backward(int n_rays, int n_samples, const float* sigma, cons
                kRaysPerBlock, 0, stream)
   (n_rays, n_samples, sigma, rgb, depths, directions, options, grad_rgb_map, grad_depth_map,
    grad_acc_map, grad_weights, grad_sigma, grad_rgb);
+  MVIBR_CUDA_CHECK_LAUNCH();
+}
+
+__global__ void composite_dynamic_rays_kernel(int n_rays, int n_samples, DynamicComposite mode,
+                                              DynamicSamples<const float> samples,
+                                              const float* depths, DynamicRenders<float> out) {
+  for (size_t r = grid_thread_index(); r < size_t(n_rays); r += grid_thread_count()) {
+    composite_dynamic_batch_ray(r, n_samples, mode, samples, depths, out);
+  }
+}
+
+void composite_dynamic_rays(int n_rays, int n_samples, DynamicComposite mode,
+                            const DynamicSamples<const float>& samples, const float* depths,
+                            const DynamicRenders<float>& out, StreamHandle stream) {
+  if (n_rays <= 0) return;
+  MVIBR_LAUNCH(composite_dynamic_rays_kernel, blocks_for(size_t(n_rays), kRaysPerBlock),
+               kRaysPerBlock, 0, stream)
+  (n_rays, n_samples, mode, samples, depths, out);
+  MVIBR_CUDA_CHECK_LAUNCH();
+}
+
+__global__ void composite_dynamic_rays_backward_kernel(
+    int n_rays, int n_samples, DynamicComposite mode, DynamicSamples<const float> samples,
+    const float* depths, DynamicRenders<const float> grad_out, DynamicSamples<float> grad_samples) {
+  for (size_t r = grid_thread_index(); r < size_t(n_rays); r += grid_thread_count()) {
+    composite_dynamic_batch_ray_backward(r, n_samples, mode, samples, depths, grad_out,
+                                         grad_samples);
+  }
+}
+
+void composite_dynamic_rays_backward(int n_rays, int n_samples, DynamicComposite mode,
+                                     const DynamicSamples<const float>& samples,
+                                     const float* depths,
+                                     const DynamicRenders<const float>& grad_out,
+                                     const DynamicSamples<float>& grad_samples,
+                                     StreamHandle stream) {
+  if (n_rays <= 0) return;
+  MVIBR_LAUNCH(composite_dynamic_rays_backward_kernel, blocks_for(size_t(n_rays), kRaysPerBlock),
+               kRaysPerBlock, 0, stream)
+  (n_rays, n_samples, mode, samples, depths, grad_out, grad_samples);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,6 +1,7 @@
-// CPU backend of compositing, its backward and IBRNet's ray mask: OpenMP over rays, the math of
-// render/volume_rendering.h.
+// CPU backend of compositing (IBRNet's, and DynIBaR's two components), its backward and IBRNet's
+// ray mask: OpenMP over rays, the math of render/volume_rendering.h and dynamic_compositing.h.
 #include "mvibr/render/volume_rendering.h"
+#include "mvibr/render/dynamic_compositing.h"
 
 #include "mvibr/ops/render_ops.h"
 
@@ -43,6 +44,28 @@ void composite_rays_backward(int n_rays, int n_samples, const T* sigma, const T*
 }
 
 template <typename T>
+void composite_dynamic_rays(int n_rays, int n_samples, DynamicComposite mode,
+                            const DynamicSamples<const T>& samples, const T* depths,
+                            const DynamicRenders<T>& out) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < n_rays; ++r) {
+    composite_dynamic_batch_ray(size_t(r), n_samples, mode, samples, depths, out);
+  }
+}
+
+template <typename T>
+void composite_dynamic_rays_backward(int n_rays, int n_samples, DynamicComposite mode,
+                                     const DynamicSamples<const T>& samples, const T* depths,
+                                     const DynamicRenders<const T>& grad_out,
+                                     const DynamicSamples<T>& grad_samples) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < n_rays; ++r) {
+    composite_dynamic_batch_ray_backward(size_t(r), n_samples, mode, samples, depths, grad_out,
+                                         grad_samples);
+  }
+}
+
+template <typename T>
 void ray_mask(int n_rays, int n_samples, int n_views, const T* sample_mask, RayMaskRule rule,
               T* out) {
 #pragma omp parallel for schedule(static)
@@ -62,6 +85,15 @@ template void composite_rays_backward(int, int, const float*, const float*, cons
 template void composite_rays_backward(int, int, const double*, const double*, const double*,
                                       const double*, CompositeOptions, const double*, const double*,
                                       const double*, const double*, double*, double*);
+#define MVIBR_INSTANTIATE_DYNAMIC(T)                                                               \
+  template void composite_dynamic_rays(int, int, DynamicComposite, const DynamicSamples<const T>&, \
+                                       const T*, const DynamicRenders<T>&);                        \
+  template void composite_dynamic_rays_backward(                                                   \
+      int, int, DynamicComposite, const DynamicSamples<const T>&, const T*,                        \
+      const DynamicRenders<const T>&, const DynamicSamples<T>&);
+MVIBR_INSTANTIATE_DYNAMIC(float)
+MVIBR_INSTANTIATE_DYNAMIC(double)
+#undef MVIBR_INSTANTIATE_DYNAMIC
 template void ray_mask(int, int, int, const float*, RayMaskRule, float*);
 template void ray_mask(int, int, int, const double*, RayMaskRule, double*);
 

@@ -291,6 +291,80 @@ TEST_F(CudaOps, CompositeAndItsBackwardMatchCpu) {
   }
 }
 
+TEST_F(CudaOps, DynibarCompositeAndItsBackwardMatchCpu) {
+  const int sizes[][2] = {{1, 1}, {300, 64}};
+  for (const auto& size : sizes) {
+    const int n_rays = size[0], n_samples = size[1];
+    const size_t n_values = size_t(n_rays) * n_samples;
+    // Raw densities on both sides of softplus's threshold (20) and deep in empty space.
+    std::vector<float> sigma_static = random_floats(n_values, -4, 4, 41);
+    std::vector<float> sigma_dynamic = random_floats(n_values, -4, 4, 42);
+    for (size_t i = 0; i < n_values; i += 9) sigma_static[i] = 25;
+    for (size_t i = 4; i < n_values; i += 9) sigma_dynamic[i] = -40;
+    const std::vector<float> rgb_static = random_floats(3 * n_values, 0, 1, 43);
+    const std::vector<float> rgb_dynamic = random_floats(3 * n_values, 0, 1, 44);
+    const std::vector<float> depths = coarse_depths(n_rays, n_samples, false, 45);
+    std::vector<std::vector<float>> grad_out;
+    for (int k = 0; k < 5; ++k) {
+      grad_out.push_back(random_floats(k == 0   ? 3 * size_t(n_rays)
+                                       : k == 1 ? n_rays
+                                                : n_values,
+                                       -1, 1, 46 + k));
+    }
+    const DeviceArray<float> d_sigma_static(sigma_static), d_sigma_dynamic(sigma_dynamic),
+        d_rgb_static(rgb_static), d_rgb_dynamic(rgb_dynamic), d_depths(depths),
+        d_grad_rgb(grad_out[0]), d_grad_depth(grad_out[1]), d_grad_w(grad_out[2]),
+        d_grad_ws(grad_out[3]), d_grad_wd(grad_out[4]);
+    for (DynamicComposite mode :
+         {DynamicComposite::kBoth, DynamicComposite::kStaticOnly, DynamicComposite::kDynamicOnly}) {
+      SCOPED_TRACE("rays " + std::to_string(n_rays) + " mode " + std::to_string(int(mode)));
+      std::vector<std::vector<float>> out{
+          std::vector<float>(3 * size_t(n_rays)), std::vector<float>(n_rays),
+          std::vector<float>(n_values), std::vector<float>(n_values), std::vector<float>(n_values)};
+      std::vector<std::vector<float>> grad_in{
+          std::vector<float>(n_values), std::vector<float>(3 * n_values),
+          std::vector<float>(n_values), std::vector<float>(3 * n_values)};
+      const DynamicSamples<const float> samples{sigma_static.data(), rgb_static.data(),
+                                                sigma_dynamic.data(), rgb_dynamic.data()};
+      cpu::composite_dynamic_rays(n_rays, n_samples, mode, samples, depths.data(),
+                                  DynamicRenders<float>{out[0].data(), out[1].data(), out[2].data(),
+                                                        out[3].data(), out[4].data()});
+      cpu::composite_dynamic_rays_backward(
+          n_rays, n_samples, mode, samples, depths.data(),
+          DynamicRenders<const float>{grad_out[0].data(), grad_out[1].data(), grad_out[2].data(),
+                                      grad_out[3].data(), grad_out[4].data()},
+          DynamicSamples<float>{grad_in[0].data(), grad_in[1].data(), grad_in[2].data(),
+                                grad_in[3].data()});
+
+      std::vector<DeviceArray<float>> d_out, d_grad_in;
+      for (const auto& o : out) d_out.emplace_back(o.size());
+      for (const auto& g : grad_in) d_grad_in.emplace_back(g.size());
+      const DynamicSamples<const float> d_samples{d_sigma_static.data(), d_rgb_static.data(),
+                                                  d_sigma_dynamic.data(), d_rgb_dynamic.data()};
+      cuda::composite_dynamic_rays(
+          n_rays, n_samples, mode, d_samples, d_depths.data(),
+          DynamicRenders<float>{d_out[0].data(), d_out[1].data(), d_out[2].data(), d_out[3].data(),
+                                d_out[4].data()},
+          nullptr);
+      cuda::composite_dynamic_rays_backward(
+          n_rays, n_samples, mode, d_samples, d_depths.data(),
+          DynamicRenders<const float>{d_grad_rgb.data(), d_grad_depth.data(), d_grad_w.data(),
+                                      d_grad_ws.data(), d_grad_wd.data()},
+          DynamicSamples<float>{d_grad_in[0].data(), d_grad_in[1].data(), d_grad_in[2].data(),
+                                d_grad_in[3].data()},
+          nullptr);
+      device_synchronize();
+      for (size_t k = 0; k < out.size(); ++k) {
+        EXPECT_LE(normwise_relative_error(d_out[k].to_host(), out[k]), 1e-5) << "output " << k;
+      }
+      for (size_t k = 0; k < grad_in.size(); ++k) {
+        EXPECT_LE(normwise_relative_error(d_grad_in[k].to_host(), grad_in[k]), 1e-4)
+            << "gradient " << k;
+      }
+    }
+  }
+}
+
 TEST_F(CudaOps, RayMaskMatchesCpu) {
   const int sizes[][3] = {{1, 1, 1}, {500, 64, 8}, {3000, 16, 3}};
   const RayMaskRule rules[] = {{2, 9}, {1, 1}, {3, 20}};

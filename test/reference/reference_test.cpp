@@ -308,6 +308,78 @@ ReferenceCase composite_case(size_t R, size_t S, const std::string& delta, bool 
 }
 
 template <typename T>
+Arrays run_dynamic_composite(const Arrays& in, const std::string& mode_name) {
+  const size_t R = in.at("sigma_static").shape[0], S = in.at("sigma_static").shape[1];
+  const DynamicComposite mode = mode_name == "both"     ? DynamicComposite::kBoth
+                                : mode_name == "static" ? DynamicComposite::kStaticOnly
+                                                        : DynamicComposite::kDynamicOnly;
+  const auto sigma_static = as<T>(in.at("sigma_static")), rgb_static = as<T>(in.at("rgb_static")),
+             sigma_dynamic = as<T>(in.at("sigma_dynamic")),
+             rgb_dynamic = as<T>(in.at("rgb_dynamic")), depths = as<T>(in.at("depths"));
+  const DynamicSamples<const T> samples{sigma_static.data(), rgb_static.data(),
+                                        sigma_dynamic.data(), rgb_dynamic.data()};
+  std::vector<T> rgb_map(R * 3), depth_map(R), weights(R * S), weights_static(R * S),
+      weights_dynamic(R * S);
+  cpu::composite_dynamic_rays(int(R), int(S), mode, samples, depths.data(),
+                              DynamicRenders<T>{rgb_map.data(), depth_map.data(), weights.data(),
+                                                weights_static.data(), weights_dynamic.data()});
+  const auto grad_rgb_map = as<T>(in.at("grad_rgb_map")),
+             grad_depth_map = as<T>(in.at("grad_depth_map")),
+             grad_weights = as<T>(in.at("grad_weights")),
+             grad_weights_static = as<T>(in.at("grad_weights_static")),
+             grad_weights_dynamic = as<T>(in.at("grad_weights_dynamic"));
+  std::vector<T> grad_sigma_static(R * S), grad_rgb_static(R * S * 3), grad_sigma_dynamic(R * S),
+      grad_rgb_dynamic(R * S * 3);
+  cpu::composite_dynamic_rays_backward(
+      int(R), int(S), mode, samples, depths.data(),
+      DynamicRenders<const T>{grad_rgb_map.data(), grad_depth_map.data(), grad_weights.data(),
+                              grad_weights_static.data(), grad_weights_dynamic.data()},
+      DynamicSamples<T>{grad_sigma_static.data(), grad_rgb_static.data(), grad_sigma_dynamic.data(),
+                        grad_rgb_dynamic.data()});
+  return {{"rgb_map", array(rgb_map, {R, 3})},
+          {"depth_map", array(depth_map, {R})},
+          {"weights", array(weights, {R, S})},
+          {"weights_static", array(weights_static, {R, S})},
+          {"weights_dynamic", array(weights_dynamic, {R, S})},
+          {"grad_sigma_static", array(grad_sigma_static, {R, S})},
+          {"grad_rgb_static", array(grad_rgb_static, {R, S, 3})},
+          {"grad_sigma_dynamic", array(grad_sigma_dynamic, {R, S})},
+          {"grad_rgb_dynamic", array(grad_rgb_dynamic, {R, S, 3})}};
+}
+
+// Raw densities before DynIBaR's softplus: mostly moderate, some past its threshold of 20 (the
+// identity branch) and some far below zero (empty space).
+NpyArray raw_densities(size_t R, size_t S, uint64_t seed) {
+  NpyArray sigma = random_array({R, S}, -4.0, 4.0, seed);
+  for (size_t i = 0; i < sigma.data.size(); ++i) {
+    if (i % 17 == 3) sigma.data[i] = 25;
+    if (i % 11 == 7) sigma.data[i] = -40;
+  }
+  return sigma;
+}
+
+ReferenceCase dynamic_composite_case(size_t R, size_t S, const std::string& mode, uint64_t seed) {
+  std::vector<double> z(R * S);
+  cpu::sample_coarse_depths(int(R), {2.0, 6.0, int(S), false, false}, {seed, 2}, 0, z.data());
+  return {"dynamic_composite",
+          {{"mode", mode}},
+          {{"sigma_static", raw_densities(R, S, seed)},
+           {"rgb_static", random_array({R, S, 3}, 0, 1, seed + 1)},
+           {"sigma_dynamic", raw_densities(R, S, seed + 2)},
+           {"rgb_dynamic", random_array({R, S, 3}, 0, 1, seed + 3)},
+           {"depths", array(z, {R, S})},
+           {"grad_rgb_map", random_array({R, 3}, -1, 1, seed + 4)},
+           {"grad_depth_map", random_array({R}, -1, 1, seed + 5)},
+           {"grad_weights", random_array({R, S}, -1, 1, seed + 6)},
+           {"grad_weights_static", random_array({R, S}, -1, 1, seed + 7)},
+           {"grad_weights_dynamic", random_array({R, S}, -1, 1, seed + 8)}},
+          [mode](const Arrays& in, bool single) {
+            return single ? run_dynamic_composite<float>(in, mode)
+                          : run_dynamic_composite<double>(in, mode);
+          }};
+}
+
+template <typename T>
 Arrays run_ray_mask(const Arrays& in, const nlohmann::json& p) {
   const auto& shape = in.at("sample_mask").shape;
   std::vector<T> out(shape[0]);
@@ -376,6 +448,10 @@ std::map<std::string, ReferenceCase> all_cases() {
       cases["composite_" + mode + "_1"] = composite_case(3, 1, delta, white, 10);
       cases["composite_" + mode + "_48"] = composite_case(50, 48, delta, white, 11);
     }
+  }
+  for (const std::string mode : {"both", "static", "dynamic"}) {
+    cases["dynamic_composite_" + mode + "_1"] = dynamic_composite_case(3, 1, mode, 15);
+    cases["dynamic_composite_" + mode + "_64"] = dynamic_composite_case(40, 64, mode, 16);
   }
   cases["ray_mask"] = ray_mask_case(40, 12, 4, 12);
   cases["masked_mse"] = masked_mse_case(100, 0.7, 13);
@@ -472,6 +548,9 @@ TEST_F(Reference, GatherAndItsBackwardMatchPyTorch) {
 }
 TEST_F(Reference, CompositeAndItsBackwardMatchPyTorch) {
   check_all("composite_");
+}
+TEST_F(Reference, DynibarCompositeAndItsBackwardMatchPyTorch) {
+  check_all("dynamic_composite_");
 }
 TEST_F(Reference, RayMaskMatchesPyTorch) {
   check_all("ray_mask");

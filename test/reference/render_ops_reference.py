@@ -193,6 +193,36 @@ def composite(case, p):
     save(case, "grad_rgb", grad_rgb)
 
 
+def dynibar_alpha(sigma):
+    """DynIBaR's per-component alpha: softplus density, unit intervals, 1e10 after the last."""
+    dists = torch.cat([torch.ones_like(sigma[:, 1:]), torch.full_like(sigma[:, :1], 1e10)], -1)
+    return 1.0 - torch.exp(-F.softplus(sigma) * dists)
+
+
+def dynamic_composite(case, p):
+    """DynIBaR's raw2outputs (mode both) and raw2outputs_vanilla (static or dynamic alone)."""
+    names = ["sigma_static", "rgb_static", "sigma_dynamic", "rgb_dynamic"]
+    inputs = {name: load(case, name).requires_grad_() for name in names}
+    z = load(case, "depths")
+    zero = torch.zeros_like(z)
+    a_s = zero if p["mode"] == "dynamic" else dynibar_alpha(inputs["sigma_static"])
+    a_d = zero if p["mode"] == "static" else dynibar_alpha(inputs["sigma_dynamic"])
+    alpha = 1.0 - (1.0 - a_s) * (1.0 - a_d)
+    T = torch.cumprod(1.0 - alpha + 1e-10, -1)[:, :-1]
+    T = torch.cat([torch.ones_like(alpha[:, :1]), T], -1)
+    w_s, w_d, w = a_s * T, a_d * T, alpha * T
+    rgb_map = torch.sum(w_d[..., None] * inputs["rgb_dynamic"], 1) + torch.sum(
+        w_s[..., None] * inputs["rgb_static"], 1)
+    outputs = {"rgb_map": rgb_map, "depth_map": torch.sum(w * z, -1), "weights": w,
+               "weights_static": w_s, "weights_dynamic": w_d}
+    for name, value in outputs.items():
+        save(case, name, value)
+    grads = torch.autograd.grad(list(outputs.values()), [inputs[n] for n in names],
+                                [load(case, "grad_" + n) for n in outputs], allow_unused=True)
+    for name, grad in zip(names, grads):
+        save(case, "grad_" + name, torch.zeros_like(inputs[name]) if grad is None else grad)
+
+
 def rays_that_count(mask, min_views, min_samples):
     """[R] 1 for the rays of which at least min_samples samples are seen by at least min_views
     views (mask [R,S,V]), else 0."""
@@ -217,7 +247,8 @@ def masked_mse(case, p):
     save(case, "grad_predicted", grad)
 
 
-OPS = {f.__name__: f for f in [rays, coarse, importance, gather, composite, ray_mask, masked_mse]}
+OPS = {f.__name__: f for f in [rays, coarse, importance, gather, composite, dynamic_composite,
+                               ray_mask, masked_mse]}
 
 
 def case_folders(script):

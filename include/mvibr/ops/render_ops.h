@@ -14,6 +14,7 @@
 
 #include "mvibr/core/philox.h"
 #include "mvibr/geom/camera.h"
+#include "mvibr/render/dynamic_compositing.h"
 #include "mvibr/render/volume_rendering.h"
 
 struct CUstream_st;
@@ -96,6 +97,13 @@ struct RayMaskRule {
       const T* directions, CompositeOptions options, const T* grad_rgb_map,                       \
       const T* grad_depth_map, const T* grad_acc_map, const T* grad_weights, T* grad_sigma,       \
       T* grad_rgb STREAM_PARAM);                                                                  \
+  PREFIX void composite_dynamic_rays(int n_rays, int n_samples, DynamicComposite mode,            \
+                                     const DynamicSamples<const T>& samples, const T* depths,     \
+                                     const DynamicRenders<T>& out STREAM_PARAM);                  \
+  PREFIX void composite_dynamic_rays_backward(                                                    \
+      int n_rays, int n_samples, DynamicComposite mode, const DynamicSamples<const T>& samples,   \
+      const T* depths, const DynamicRenders<const T>& grad_out,                                   \
+      const DynamicSamples<T>& grad_samples STREAM_PARAM);                                        \
   PREFIX void ray_mask(int n_rays, int n_samples, int n_views, const T* sample_mask,              \
                        RayMaskRule rule, T* ray_mask STREAM_PARAM);                               \
   PREFIX void masked_mse(int n_rays, const T* predicted, const T* target, const T* ray_mask,      \
