@@ -194,17 +194,24 @@ MVIBR_HD P* ray_slice(P* batch, size_t offset) {
 
 // Ray r of a batch of n_samples per ray.
 template <typename T>
+MVIBR_HD DynamicRay<T> batch_ray(size_t r, int n_samples, DynamicComposite mode,
+                                 const DynamicSamples<const T>& in, const T* depths) {
+  const size_t base = r * size_t(n_samples);
+  return {ray_slice(in.sigma_static, base),
+          ray_slice(in.rgb_static, 3 * base),
+          ray_slice(in.sigma_dynamic, base),
+          ray_slice(in.rgb_dynamic, 3 * base),
+          depths + base,
+          n_samples,
+          mode};
+}
+
+template <typename T>
 MVIBR_HD void composite_dynamic_batch_ray(size_t r, int n_samples, DynamicComposite mode,
                                           const DynamicSamples<const T>& in, const T* depths,
                                           const DynamicRenders<T>& out) {
   const size_t base = r * size_t(n_samples);
-  const DynamicRay<T> ray{ray_slice(in.sigma_static, base),
-                          ray_slice(in.rgb_static, 3 * base),
-                          ray_slice(in.sigma_dynamic, base),
-                          ray_slice(in.rgb_dynamic, 3 * base),
-                          depths + base,
-                          n_samples,
-                          mode};
+  const DynamicRay<T> ray = batch_ray(r, n_samples, mode, in, depths);
   composite_dynamic_ray(ray, ray_slice(out.rgb_map, 3 * r), ray_slice(out.depth_map, r),
                         ray_slice(out.weights, base), ray_slice(out.weights_static, base),
                         ray_slice(out.weights_dynamic, base));
@@ -217,13 +224,7 @@ MVIBR_HD void composite_dynamic_batch_ray_backward(size_t r, int n_samples, Dyna
                                                    const DynamicRenders<const T>& grad_out,
                                                    const DynamicSamples<T>& grad_in) {
   const size_t base = r * size_t(n_samples);
-  const DynamicRay<T> ray{ray_slice(in.sigma_static, base),
-                          ray_slice(in.rgb_static, 3 * base),
-                          ray_slice(in.sigma_dynamic, base),
-                          ray_slice(in.rgb_dynamic, 3 * base),
-                          depths + base,
-                          n_samples,
-                          mode};
+  const DynamicRay<T> ray = batch_ray(r, n_samples, mode, in, depths);
   composite_dynamic_ray_backward(
       ray, ray_slice(grad_out.rgb_map, 3 * r), grad_out.depth_map ? grad_out.depth_map[r] : T(0),
       ray_slice(grad_out.weights, base), ray_slice(grad_out.weights_static, base),
