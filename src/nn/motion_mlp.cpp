@@ -35,8 +35,7 @@ std::vector<Linear> make_hidden_layers(ParameterBlock& block, const MotionMlpOpt
                                        int embedded) {
   std::vector<Linear> layers;
   for (int i = 0; i < o.depth; ++i) {
-    const bool after_skip =
-        i > 0 && std::find(o.skips.begin(), o.skips.end(), i - 1) != o.skips.end();
+    const bool after_skip = i > 0 && motion_mlp_skip_after(o, i - 1);
     const int in = i == 0 ? embedded : after_skip ? o.width + embedded : o.width;
     layers.emplace_back(block, "pts_linears." + std::to_string(i), in, o.width);
   }
@@ -54,6 +53,42 @@ void concat_rows(size_t n, size_t wa, const T* a, size_t wb, const T* b, T* out)
 
 }  // namespace
 
+bool motion_mlp_skip_after(const MotionMlpOptions& options, int layer) {
+  return std::find(options.skips.begin(), options.skips.end(), layer) != options.skips.end();
+}
+
+MotionMlpLayout motion_mlp_layout(const MotionMlpOptions& options, int embedded, size_t n) {
+  const size_t E = size_t(embedded), W = size_t(options.width);
+  const bool any_skip = !options.skips.empty();
+  MotionMlpLayout l;
+  size_t at = 0;
+  l.embedding = at;
+  at += n * E;
+  for (int i = 0; i < options.depth; ++i) {
+    l.hidden.push_back(at);
+    at += n * W;
+  }
+  for (int i = 0; i < options.depth; ++i) {
+    const bool skip = motion_mlp_skip_after(options, i);
+    l.concat.push_back(skip ? at : SIZE_MAX);
+    if (skip) at += n * (E + W);
+  }
+  l.saved_size = at;
+  at = 0;
+  l.grad_output = at;
+  at += n * size_t(3 * options.basis);
+  l.grad_a = at;
+  at += n * W;
+  l.grad_b = at;
+  at += n * W;
+  l.grad_concat = at;
+  if (any_skip) at += n * (E + W);
+  l.grad_embedding = at;
+  at += n * E;
+  l.scratch_size = at;
+  return l;
+}
+
 MotionMlp::MotionMlp(ParameterSet& set, const std::string& prefix, MotionMlpOptions options)
     : options_(validated(options, prefix)),
       block_(set, prefix, ParameterGroup::kMlp),
@@ -66,40 +101,6 @@ void MotionMlp::initialize(Initializer& init) {
   for (const Linear& layer : hidden_) layer.init_default(params, init);
   init.constant(params + head_.weight_offset(), size_t(head_.out()) * size_t(head_.in()), 0.0f);
   init.constant(params + head_.bias_offset(), size_t(head_.out()), 0.0f);
-}
-
-bool MotionMlp::skip_after(int layer) const {
-  return std::find(options_.skips.begin(), options_.skips.end(), layer) != options_.skips.end();
-}
-
-MotionMlpLayout MotionMlp::layout(size_t n) const {
-  const size_t E = size_t(embed_.width()), W = size_t(options_.width);
-  MotionMlpLayout l;
-  size_t at = 0;
-  l.embedding = at;
-  at += n * E;
-  for (int i = 0; i < options_.depth; ++i) {
-    l.hidden.push_back(at);
-    at += n * W;
-  }
-  for (int i = 0; i < options_.depth; ++i) {
-    l.concat.push_back(skip_after(i) ? at : SIZE_MAX);
-    if (skip_after(i)) at += n * (E + W);
-  }
-  l.saved_size = at;
-  at = 0;
-  l.grad_output = at;
-  at += n * size_t(outputs());
-  l.grad_a = at;
-  at += n * W;
-  l.grad_b = at;
-  at += n * W;
-  l.grad_concat = at;
-  if (!options_.skips.empty()) at += n * (E + W);
-  l.grad_embedding = at;
-  at += n * E;
-  l.scratch_size = at;
-  return l;
 }
 
 template <typename T>

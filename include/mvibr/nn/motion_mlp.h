@@ -62,6 +62,11 @@ struct MotionMlpLayout {
   size_t scratch_size = 0;
 };
 
+// The layout for n points of a network with these options (`embedded`: the embedding's width).
+MotionMlpLayout motion_mlp_layout(const MotionMlpOptions& options, int embedded, size_t n);
+// Whether the embedding joins h after hidden layer `layer` (it is one of `skips`).
+bool motion_mlp_skip_after(const MotionMlpOptions& options, int layer);
+
 class MotionMlp {
  public:
   // Registers the parameters under `prefix` (e.g. "motion_mlp."), back to back, in kMlp. The set
@@ -79,9 +84,9 @@ class MotionMlp {
   // The layers (where each one's parameters sit in this network's run), for the GPU version.
   const std::vector<Linear>& hidden_layers() const { return hidden_; }
   const Linear& head() const { return head_; }
-  bool skip_after(int layer) const;
+  bool skip_after(int layer) const { return motion_mlp_skip_after(options_, layer); }
 
-  MotionMlpLayout layout(size_t n) const;
+  MotionMlpLayout layout(size_t n) const { return motion_mlp_layout(options_, embed_.width(), n); }
   size_t saved_size(size_t n) const { return layout(n).saved_size; }
   size_t scratch_size(size_t n) const { return layout(n).scratch_size; }
 
