@@ -171,6 +171,8 @@ TEST(MotionMlpParameters, NamesShapesAndCountAreThePublishedStateDict) {
   EXPECT_EQ(net.parameter_count(), size_t(533010));  // DynIBaR's ~533k
   EXPECT_EQ(net.embed().width(), 132);
   EXPECT_EQ(net.outputs(), 18);
+  EXPECT_EQ(net.saved_size(1), size_t(132 + 8 * 256 + 388));  // the header's memory note
+  EXPECT_EQ(net.scratch_size(1), size_t(18 + 2 * 256 + 388 + 132));
 }
 
 TEST(MotionMlpParameters, HiddenLayersKeepNnLinearDefaultsAndTheHeadStartsAtZero) {

@@ -1,5 +1,5 @@
-// The GPU version of DynIBaR's motion network (nn/motion_mlp.h) and of its Fourier features
-// (nn/periodic_embed.h), forward and backward on device pointers, in fp32.
+// DynIBaR's motion network and its Fourier features on the GPU, forward and backward, in fp32.
+// - What nn/motion_mlp.h and nn/periodic_embed.h compute, on device pointers.
 // - The same parameter layout (the network's run of the ParameterSet, here a device copy, with
 //   each layer's offsets taken from the CPU network's Linear layers) and the same buffer layouts
 //   (MotionMlpLayout: `saved` and `scratch`, which the caller owns and sizes with saved_size and

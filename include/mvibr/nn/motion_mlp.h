@@ -1,14 +1,13 @@
-// DynIBaR's motion network (MotionMLP in its ibrnet/mlp_network.py): a point and a time
-// (x, y, z, t) to its trajectory's coefficients on the learnable basis of trajectory.h, forward
-// and hand-written backward, on the CPU (the GPU version, cuda_motion_mlp.h, uses the same
-// parameter and buffer layouts).
-// - The published module, read in google/dynibar: PeriodicEmbed(max_freq = N_freq = num_freqs,
-//   linear spacing) of the input (4 + 4 x 2 x 16 = 132 values); pts_linears: Linear(132, 256),
-//   then Linear(256, 256) seven times, except that the layer after each of `skips` = [4] takes
-//   cat([embedding, h]) (the embedding first: 132 + 256 = 388 inputs), a ReLU after every one;
-//   coeff_linear Linear(256, 3 K), weight and bias zero at initialisation; the output divided by
-//   sf_mag_div. No other initialisation: the hidden layers keep nn.Linear's defaults (DynIBaR
-//   never applies its weights_init to this module).
+// DynIBaR's motion network (its MotionMLP) on the CPU, forward and hand-written backward.
+// - A point and a time (x, y, z, t) to its trajectory's coefficients on the learnable basis of
+//   trajectory.h. The GPU version (cuda_motion_mlp.h) uses the same parameter and buffer layouts.
+// - The published module, read in google/dynibar ibrnet/mlp_network.py: PeriodicEmbed of the
+//   input with max_freq = N_freq = num_freqs, linear spacing (4 + 4 x 2 x 16 = 132 values);
+//   pts_linears: Linear(132, 256), then Linear(256, 256) seven times, except that the layer after
+//   each of `skips` = [4] takes cat([embedding, h]) (the embedding first: 132 + 256 = 388
+//   inputs), a ReLU after every one; coeff_linear Linear(256, 3 K), weight and bias zero at
+//   initialisation; the output divided by sf_mag_div. No other initialisation: the hidden layers
+//   keep nn.Linear's defaults (DynIBaR never applies its weights_init to this module).
 // - The model (ibrnet/model.py) builds MotionMLP(num_basis=args.num_basis) alone: sf_mag_div 1,
 //   D 8, W 256, skips [4], num_freqs 16, and K from config.py's --num_basis, 6 (the monocular
 //   config, train_kid-running.txt, keeps it; the class's own default, 4, is never used).
@@ -22,6 +21,9 @@
 // - Callers own the buffers, as layers.h's: the forward fills `saved` (saved_size(n) values) for
 //   the backward, which works in `scratch` (scratch_size(n)). Serial like Linear: a model runs
 //   chunks of points in parallel around it, each with its own gradient slot.
+// - Memory at the published size: `saved` holds 2,568 floats a point (10 KiB: the embedding, the
+//   eight h_i and the skip's cat([embedding, h_4]), whose copy keeps layer 5 one GEMM), `scratch`
+//   1,050.
 // - The gradient of the input is computed only when asked for (grad_xyzt not null): cross-time
 //   rendering moves points by the trajectories, and their positions may need it.
 #pragma once

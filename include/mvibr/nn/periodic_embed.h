@@ -1,5 +1,5 @@
-// DynIBaR's Fourier features (PeriodicEmbed in its ibrnet/mlp_network.py), forward and backward:
-// each of a row's `dim` inputs as itself and its cosines and sines at `count` frequencies.
+// DynIBaR's Fourier features (its PeriodicEmbed), forward and backward.
+// - Each of a row's `dim` inputs as itself and its cosines and sines at `count` frequencies.
 // - A concept of its own: the motion MLP embeds (x, y, z, t) with it, and DynIBaR's static and
 //   dynamic networks embed time, directions and points with it in log spacing.
 // - Output [n, dim (1 + 2 count)] = cat([x, cos(f_1 x), ..., cos(f_F x), sin(f_1 x), ...,
