@@ -19,7 +19,8 @@
 //   "<prefix>coeff_linear.weight" / ".bias", prefix "motion_mlp." for DynIBaR's checkpoint key
 //   of that name, all in ParameterGroup::kMlp (lrate_mlp).
 // - Callers own the buffers, as layers.h's: the forward fills `saved` (saved_size(n) values) for
-//   the backward, which works in `scratch` (scratch_size(n)). Serial like Linear: a model runs
+//   the backward, which works in `scratch` (scratch_size(n)). No threads of its own, like
+//   Linear (relu_backward's element-wise team aside, outside parallel regions): a model runs
 //   chunks of points in parallel around it, each with its own gradient slot.
 // - Memory at the published size: `saved` holds 2,568 floats a point (10 KiB: the embedding, the
 //   eight h_i and the skip's cat([embedding, h_4]), whose copy keeps layer 5 one GEMM), `scratch`
