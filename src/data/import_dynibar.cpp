@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <regex>
 
 #include "import_common.h"
 #include "mvibr/core/error.h"
@@ -39,6 +38,18 @@ double dynibar_far(double min_bound, double max_bound) {
   return kFarMargin * far / scale;
 }
 
+// images_<W>x<H>, W and H decimal numbers.
+bool is_sized_images_folder(const std::string& name) {
+  const std::string prefix = "images_";
+  if (name.compare(0, prefix.size(), prefix) != 0) return false;
+  const std::string size = name.substr(prefix.size());
+  const size_t x = size.find('x');
+  const auto digits = [](const std::string& s) {
+    return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+  };
+  return x != std::string::npos && digits(size.substr(0, x)) && digits(size.substr(x + 1));
+}
+
 // The folder of frames: --images, else the one images_<W>x<H> (DynIBaR's training height, 288,
 // when there are several).
 std::string frames_folder(const fs::path& dense, const ImportOptions& options) {
@@ -48,11 +59,10 @@ std::string frames_folder(const fs::path& dense, const ImportOptions& options) {
     }
     return options.images_folder;
   }
-  const std::regex sized("images_[0-9]+x[0-9]+");
   std::vector<std::string> found;
   for (const fs::directory_entry& entry : fs::directory_iterator(dense)) {
     const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && std::regex_match(name, sized)) found.push_back(name);
+    if (entry.is_directory() && is_sized_images_folder(name)) found.push_back(name);
   }
   std::sort(found.begin(), found.end());
   if (found.size() == 1) return found[0];
