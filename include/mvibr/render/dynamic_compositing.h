@@ -134,23 +134,22 @@ MVIBR_HD void composite_dynamic_ray_backward(const DynamicRay<T>& ray, const T* 
     gradients(i, &g_s, &g_d, &g_w);
     const T grad_alpha = transmittance * (g_w - suffix_of[i]);
     const T delta = dynibar_delta<T>(i, n);
-    // d alpha / d sigma = delta exp(-softplus(sigma) delta) softplus'(sigma); the 1e10 last
-    // interval's exp(...) = 0 is guarded against 0 * inf.
+    // One component's gradients, with the other's alpha: d alpha / d sigma = delta
+    // exp(-softplus(sigma) delta) softplus'(sigma), the 1e10 last interval's exp(...) = 0
+    // guarded against 0 * inf.
+    const auto component = [&](T sigma, T a, T a_other, T g, T* grad_sigma, T* grad_rgb_out) {
+      const T grad_a = g * transmittance + grad_alpha * (T(1) - a_other);
+      const T survival = T(1) - a;
+      *grad_sigma =
+          survival == T(0) ? T(0) : grad_a * delta * survival * softplus_derivative(sigma);
+      for (int c = 0; c < 3; ++c) grad_rgb_out[c] = a * transmittance * grad_rgb[c];
+    };
     if (has_static) {
-      const T grad_a = g_s * transmittance + grad_alpha * (T(1) - a_d);
-      const T survival = T(1) - a_s;
-      grad_sigma_static[i] =
-          survival == T(0) ? T(0)
-                           : grad_a * delta * survival * softplus_derivative(ray.sigma_static[i]);
-      for (int c = 0; c < 3; ++c) grad_rgb_static[3 * i + c] = a_s * transmittance * grad_rgb[c];
+      component(ray.sigma_static[i], a_s, a_d, g_s, grad_sigma_static + i, grad_rgb_static + 3 * i);
     }
     if (has_dynamic) {
-      const T grad_a = g_d * transmittance + grad_alpha * (T(1) - a_s);
-      const T survival = T(1) - a_d;
-      grad_sigma_dynamic[i] =
-          survival == T(0) ? T(0)
-                           : grad_a * delta * survival * softplus_derivative(ray.sigma_dynamic[i]);
-      for (int c = 0; c < 3; ++c) grad_rgb_dynamic[3 * i + c] = a_d * transmittance * grad_rgb[c];
+      component(ray.sigma_dynamic[i], a_d, a_s, g_d, grad_sigma_dynamic + i,
+                grad_rgb_dynamic + 3 * i);
     }
     transmittance *= T(1) - alpha + T(kTransmittanceEpsilon);
   }
