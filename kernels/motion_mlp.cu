@@ -105,11 +105,7 @@ void MotionMlp::backward(Context& context, const float* params, float* grads, si
   const size_t outputs_count = n * size_t(outputs());
   launch_threads(outputs_count, stream, motion_divide_kernel, outputs_count,
                  float(options_.sf_mag_div), grad_coefficients, grad_out);
-  const auto input_of = [&](int i) -> const float* {
-    if (i == 0) return saved + l.embedding;
-    return motion_mlp_skip_after(options_, i - 1) ? saved + l.concat[size_t(i - 1)]
-                                                  : saved + l.hidden[size_t(i - 1)];
-  };
+  const auto input_of = [&](int i) { return saved + l.input_of(i); };
   float* grad_h = scratch + l.grad_a;
   float* other = scratch + l.grad_b;
   float* grad_embedding = scratch + l.grad_embedding;

@@ -2,6 +2,7 @@
 #include "import_common.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -253,6 +254,21 @@ double percentile(std::vector<double> values, double fraction) {
   const size_t below = size_t(position);
   const size_t above = std::min(below + 1, values.size() - 1);
   return values[below] + (position - double(below)) * (values[above] - values[below]);
+}
+
+std::vector<std::string> image_files_in(const std::string& folder) {
+  std::vector<std::string> files;
+  for (const fs::directory_entry& entry : fs::directory_iterator(folder)) {
+    std::string extension = entry.path().extension().string();
+    std::transform(extension.begin(), extension.end(), extension.begin(),
+                   [](unsigned char c) { return char(std::tolower(c)); });
+    if (entry.is_regular_file() &&
+        (extension == ".png" || extension == ".jpg" || extension == ".jpeg")) {
+      files.push_back(entry.path().string());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  return files;
 }
 
 std::string directory_name(const std::string& directory) {

@@ -94,6 +94,9 @@ void require_size(const Image& image, const std::string& path, int width, int he
 // Depth percentile `fraction` (0..1) of unsorted values, interpolated as numpy.percentile does.
 double percentile(std::vector<double> values, double fraction);
 
+// The PNG and JPEG files (.png, .jpg, .jpeg in any case) directly in `folder`, by name.
+std::vector<std::string> image_files_in(const std::string& folder);
+
 // The last component of a directory path ("lego" for "data/lego/"), to name a scene.
 std::string directory_name(const std::string& directory);
 

@@ -77,20 +77,6 @@ std::string frames_folder(const fs::path& dense, const ImportOptions& options) {
                      : "several frame folders (" + list.substr(1) + "); choose one with --images"));
 }
 
-std::vector<std::string> image_files(const fs::path& folder) {
-  std::vector<std::string> files;
-  for (const fs::directory_entry& entry : fs::directory_iterator(folder)) {
-    std::string extension = entry.path().extension().string();
-    std::transform(extension.begin(), extension.end(), extension.begin(),
-                   [](unsigned char c) { return char(std::tolower(c)); });
-    if (entry.is_regular_file() && (extension == ".png" || extension == ".jpg")) {
-      files.push_back(entry.path().string());
-    }
-  }
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
 void require_file(const fs::path& path, const std::string& what) {
   if (!fs::is_regular_file(path)) {
     throw InvalidArgument(path.string() + ": missing (" + what + ")");
@@ -199,7 +185,7 @@ Scene import_dynibar(const std::string& scene_path, const ImportOptions& options
   }
   const int count = int(table.shape[0]);
   const std::string folder = frames_folder(dense, options);
-  const std::vector<std::string> files = image_files(dense / folder);
+  const std::vector<std::string> files = image_files_in((dense / folder).string());
   if (files.size() != size_t(count)) {
     throw InvalidArgument(bounds_file.string() + ": has " + std::to_string(count) + " poses but " +
                           (dense / folder).string() + " has " + std::to_string(files.size()) +
@@ -237,8 +223,7 @@ Scene import_dynibar(const std::string& scene_path, const ImportOptions& options
     view.time = double(n) / (count - 1);
     view.time_index = n;
   }
-  const std::vector<Image> images =
-      load_rgb_images(files, background_level(options.background), options);
+  std::vector<Image> images = load_rgb_images(files, background_level(options.background), options);
   for (int n = 0; n < count; ++n) {
     const Image& image = images[size_t(n)];
     require_size(image, files[size_t(n)], images[0].width, images[0].height,
@@ -252,7 +237,7 @@ Scene import_dynibar(const std::string& scene_path, const ImportOptions& options
     view.camera.cy = 0.5 * image.height - 0.5;
     view.near_depth = kNearMargin * min_bound;
     view.far_depth = dynibar_far(min_bound, max_bound);
-    view.rgb = images[size_t(n)].pixels;
+    view.rgb = std::move(images[size_t(n)].pixels);
     view.motion = read_motion(dense, n, count, file.stem().string(), image.width, image.height);
   }
   scene.depth_bounds_from =

@@ -28,13 +28,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool is_image_file(const fs::path& file) {
-  std::string extension = file.extension().string();
-  std::transform(extension.begin(), extension.end(), extension.begin(),
-                 [](unsigned char c) { return char(std::tolower(c)); });
-  return extension == ".png" || extension == ".jpg" || extension == ".jpeg";
-}
-
 std::vector<std::string> sorted_image_files(const std::string& scene_directory,
                                             const std::string& folder,
                                             const ImportOptions& options) {
@@ -53,14 +46,7 @@ std::vector<std::string> sorted_image_files(const std::string& scene_directory,
                       ": no such image folder, nor a larger images_<M> or images to downscale") +
         " (present:" + (present.empty() ? " none" : present) + ")");
   }
-  std::vector<std::string> files;
-  for (const fs::directory_entry& entry : fs::directory_iterator(directory)) {
-    if (entry.is_regular_file() && is_image_file(entry.path())) {
-      files.push_back(entry.path().string());
-    }
-  }
-  std::sort(files.begin(), files.end());
-  return files;
+  return image_files_in(directory.string());
 }
 
 }  // namespace

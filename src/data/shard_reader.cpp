@@ -66,9 +66,11 @@ struct ShardReader::State {
   explicit State(h5::File opened) : file(std::move(opened)) {}
   h5::File file;
   std::unique_ptr<h5::RecordDataset> frames;
-  // The motion group's datasets (motion_mask, static_mask, disparity, flow, flow_valid), when
-  // the shard has one.
-  std::vector<h5::RecordDataset> motion;
+  // The motion group's datasets, when the shard has one.
+  struct Motion {
+    h5::RecordDataset motion_mask, static_mask, disparity, flow, flow_valid;
+  };
+  std::unique_ptr<Motion> motion;
   int shard_index = 0, n_shards = 0, width = 0, height = 0;
   std::string prep_command;
   std::vector<View> views;
@@ -110,16 +112,17 @@ ShardReader::ShardReader(const std::string& path) : state_(nullptr) {
   s.frames = std::make_unique<h5::RecordDataset>(
       h5::RecordDataset::open(file, "frames", frames, {height, width, 3}, h5::RecordType::kUInt8));
   if (file.has("motion")) {
-    using h5::RecordType;
+    using h5::RecordDataset, h5::RecordType;
     const auto open = [&](const char* name, hsize_t count, std::vector<hsize_t> record,
                           RecordType type) {
-      s.motion.push_back(h5::RecordDataset::open(file, name, count, record, type));
+      return RecordDataset::open(file, name, count, record, type);
     };
-    open("motion/motion_mask", frames, {height, width}, RecordType::kUInt8);
-    open("motion/static_mask", frames, {height, width}, RecordType::kUInt8);
-    open("motion/disparity", targets, {height, width}, RecordType::kFloat32);
-    open("motion/flow", targets, {flows, height, width, 2}, RecordType::kFloat32);
-    open("motion/flow_valid", targets, {flows, height, width}, RecordType::kUInt8);
+    s.motion = std::make_unique<State::Motion>(State::Motion{
+        open("motion/motion_mask", frames, {height, width}, RecordType::kUInt8),
+        open("motion/static_mask", frames, {height, width}, RecordType::kUInt8),
+        open("motion/disparity", targets, {height, width}, RecordType::kFloat32),
+        open("motion/flow", targets, {flows, height, width, 2}, RecordType::kFloat32),
+        open("motion/flow_valid", targets, {flows, height, width}, RecordType::kUInt8)});
   }
 }
 
@@ -171,15 +174,15 @@ const std::vector<int>& ShardReader::target_sources(int t) const {
   return state_->target_sources.at(size_t(t));
 }
 bool ShardReader::has_motion() const {
-  return !state_->motion.empty();
+  return state_->motion != nullptr;
 }
 
 void ShardReader::read_frame_masks(int f, uint8_t* motion_mask, uint8_t* static_mask) const {
   if (!has_motion()) state_->file.fail("has no motion masks (not a dynamic scene's shard)");
   if (f < 0 || f >= n_frames()) state_->file.fail("frame " + std::to_string(f) + " out of range");
   const h5::LibraryGuard guard(h5::library_lock());
-  state_->motion[0].read(hsize_t(f), motion_mask);
-  state_->motion[1].read(hsize_t(f), static_mask);
+  state_->motion->motion_mask.read(hsize_t(f), motion_mask);
+  state_->motion->static_mask.read(hsize_t(f), static_mask);
 }
 
 void ShardReader::read_target_motion(int t, FrameMotion* motion) const {
@@ -193,9 +196,9 @@ void ShardReader::read_target_motion(int t, FrameMotion* motion) const {
   motion->flow_valid.resize(kFlowCount * pixels);
   read_frame_masks(target_frame(t), motion->motion_mask.data(), motion->static_mask.data());
   const h5::LibraryGuard guard(h5::library_lock());
-  state_->motion[2].read(hsize_t(t), motion->disparity.data());
-  state_->motion[3].read(hsize_t(t), motion->flow.data());
-  state_->motion[4].read(hsize_t(t), motion->flow_valid.data());
+  state_->motion->disparity.read(hsize_t(t), motion->disparity.data());
+  state_->motion->flow.read(hsize_t(t), motion->flow.data());
+  state_->motion->flow_valid.read(hsize_t(t), motion->flow_valid.data());
 }
 
 void ShardReader::read_frame(int f, uint8_t* rgb) const {

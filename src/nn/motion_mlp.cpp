@@ -139,11 +139,7 @@ void MotionMlp::backward(const T* params, T* grads, size_t n, const T* saved,
     for (size_t i = 0; i < n * size_t(outputs()); ++i) scaled[i] = grad_coefficients[i] / divisor;
     grad_out = scaled;
   }
-  // The input of layer i (and of the head, i = depth): the embedding, h_{i-1}, or their concat.
-  const auto input_of = [&](int i) -> const T* {
-    if (i == 0) return saved + l.embedding;
-    return skip_after(i - 1) ? saved + l.concat[size_t(i - 1)] : saved + l.hidden[size_t(i - 1)];
-  };
+  const auto input_of = [&](int i) { return saved + l.input_of(i); };
   T* grad_h = scratch + l.grad_a;  // dL/dh_i, then the pre-activation's in place
   T* other = scratch + l.grad_b;
   T* grad_embedding = scratch + l.grad_embedding;

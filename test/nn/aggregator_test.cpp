@@ -25,6 +25,7 @@
 #include "mvibr/core/error.h"
 #include "mvibr/synthetic/random_scene.h"
 #include "npy.h"
+#include "support/finite_difference.h"
 
 namespace mvibr::nn {
 namespace {
@@ -295,27 +296,18 @@ TEST(Aggregator, DoubleBackwardMatchesFiniteDifferences) {
     for (const ParameterInfo& info : p->set.infos()) {
       const size_t begin = info.offset - p->net->parameter_offset();
       const std::vector<double> direction = synthetic::random_values(info.size, -1, 1, 100 + begin);
-      std::vector<double> plus = params, minus = params;
-      double analytic = 0;
-      for (size_t i = 0; i < info.size; ++i) {
-        plus[begin + i] += h * direction[i];
-        minus[begin + i] -= h * direction[i];
-        analytic += at.grads[begin + i] * direction[i];
-      }
-      const double numeric = (loss(plus, p->rgb_features) - loss(minus, p->rgb_features)) / (2 * h);
-      EXPECT_NEAR(numeric, analytic, 1e-7 * std::max(1.0, std::abs(analytic))) << info.name;
+      const auto d = testing::directional_derivative(
+          [&](const std::vector<double>& v) { return loss(v, p->rgb_features); }, params, begin,
+          direction, at.grads.data() + begin, h);
+      EXPECT_NEAR(d.numeric, d.analytic, 1e-7 * std::max(1.0, std::abs(d.analytic))) << info.name;
     }
     const std::vector<double> direction =
         synthetic::random_values(p->rgb_features.size(), -1, 1, 99);
-    std::vector<double> plus = p->rgb_features, minus = p->rgb_features;
-    double analytic = 0;
-    for (size_t i = 0; i < plus.size(); ++i) {
-      plus[i] += h * direction[i];
-      minus[i] -= h * direction[i];
-      analytic += at.grad_rgb_features[i] * direction[i];
-    }
-    const double numeric = (loss(params, plus) - loss(params, minus)) / (2 * h);
-    EXPECT_NEAR(numeric, analytic, 1e-7 * std::max(1.0, std::abs(analytic))) << "rgb_features";
+    const auto d = testing::directional_derivative(
+        [&](const std::vector<double>& v) { return loss(params, v); }, p->rgb_features, 0,
+        direction, at.grad_rgb_features.data(), h);
+    EXPECT_NEAR(d.numeric, d.analytic, 1e-7 * std::max(1.0, std::abs(d.analytic)))
+        << "rgb_features";
   }
 }
 

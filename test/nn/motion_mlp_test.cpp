@@ -27,6 +27,7 @@
 #include "mvibr/nn/periodic_embed.h"
 #include "mvibr/synthetic/random_scene.h"
 #include "npy.h"
+#include "support/finite_difference.h"
 
 namespace mvibr::nn {
 namespace {
@@ -314,26 +315,16 @@ TEST(MotionMlp, DoubleBackwardMatchesFiniteDifferences) {
       if (info.offset < p->net->parameter_offset()) continue;
       const size_t begin = info.offset - p->net->parameter_offset();
       const std::vector<double> direction = synthetic::random_values(info.size, -1, 1, 100 + begin);
-      std::vector<double> plus = params, minus = params;
-      double analytic = 0;
-      for (size_t i = 0; i < info.size; ++i) {
-        plus[begin + i] += h * direction[i];
-        minus[begin + i] -= h * direction[i];
-        analytic += at.grads[begin + i] * direction[i];
-      }
-      const double numeric = (loss(plus, p->xyzt) - loss(minus, p->xyzt)) / (2 * h);
-      EXPECT_NEAR(numeric, analytic, 1e-7 * std::max(1.0, std::abs(analytic))) << info.name;
+      const auto d = testing::directional_derivative(
+          [&](const std::vector<double>& v) { return loss(v, p->xyzt); }, params, begin, direction,
+          at.grads.data() + begin, h);
+      EXPECT_NEAR(d.numeric, d.analytic, 1e-7 * std::max(1.0, std::abs(d.analytic))) << info.name;
     }
     const std::vector<double> direction = synthetic::random_values(p->xyzt.size(), -1, 1, 99);
-    std::vector<double> plus = p->xyzt, minus = p->xyzt;
-    double analytic = 0;
-    for (size_t i = 0; i < plus.size(); ++i) {
-      plus[i] += h * direction[i];
-      minus[i] -= h * direction[i];
-      analytic += at.grad_xyzt[i] * direction[i];
-    }
-    const double numeric = (loss(params, plus) - loss(params, minus)) / (2 * h);
-    EXPECT_NEAR(numeric, analytic, 1e-7 * std::max(1.0, std::abs(analytic))) << "xyzt";
+    const auto d = testing::directional_derivative(
+        [&](const std::vector<double>& v) { return loss(params, v); }, p->xyzt, 0, direction,
+        at.grad_xyzt.data(), h);
+    EXPECT_NEAR(d.numeric, d.analytic, 1e-7 * std::max(1.0, std::abs(d.analytic))) << "xyzt";
   }
 }
 

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,14 @@ struct MotionMlpLayout {
   size_t grad_concat = 0;         // [n, E + W]: the gradient of a skip layer's input
   size_t grad_embedding = 0;      // [n, E]: dL/d(embedding), summed over its consumers
   size_t scratch_size = 0;
+
+  // Where the input of hidden layer `layer` sits in `saved` (layer = depth: the head's): the
+  // embedding, h_{layer-1}, or their concatenation after a skip.
+  size_t input_of(int layer) const {
+    if (layer == 0) return embedding;
+    const size_t joined = concat[size_t(layer - 1)];
+    return joined != SIZE_MAX ? joined : hidden[size_t(layer - 1)];
+  }
 };
 
 // The layout for n points of a network with these options (`embedded`: the embedding's width).
