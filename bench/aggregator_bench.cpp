@@ -48,12 +48,12 @@ void BM_AggregatorForwardBackward(benchmark::State& state) {
   AggregatorWorkspace<float> workspace;
   // Training keeps each pass's workspace from step to step: one untimed step first, so its
   // buffers' first-touch page faults are not charged to the steady state.
-  net.forward(kRays, kSamples, kViews, features.data(), ray_diff.data(), mask.data(), &workspace,
+  net.forward(kRays, kSamples, kViews, {features.data(), ray_diff.data(), mask.data()}, &workspace,
               rgb.data(), sigma.data());
   net.backward(workspace, grad_rgb.data(), grad_sigma.data(), grad_features.data());
   for (auto _ : state) {
-    net.forward(kRays, kSamples, kViews, features.data(), ray_diff.data(), mask.data(), &workspace,
-                rgb.data(), sigma.data());
+    net.forward(kRays, kSamples, kViews, {features.data(), ray_diff.data(), mask.data()},
+                &workspace, rgb.data(), sigma.data());
     net.backward(workspace, grad_rgb.data(), grad_sigma.data(), grad_features.data());
     benchmark::DoNotOptimize(grad_features.data());
   }

@@ -39,8 +39,9 @@ def main():
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        rgb, sigma = aggregator_reference.aggregate(params, rgb_features, ray_diff, mask,
-                                                    True, False)
+        rgb, sigma = aggregator_reference.ibrnet(
+            params, {"anti_alias_pooling": True, "attention_mask": "queries"}, rgb_features,
+            ray_diff, mask)
         (rgb.sum() + sigma.sum()).backward()
         times.append(time.perf_counter() - start)
     print(json.dumps({"impl": "pytorch", "seconds": statistics.median(times),

@@ -51,7 +51,7 @@ def main():
     tables = {}
     table = aggregator_reference.positional_encoding
     aggregator_reference.positional_encoding = (
-        lambda n: tables.setdefault(n, table(n).float()))
+        lambda n, d: tables.setdefault((n, d), table(n, d).float()))
 
     cfg, params, inputs = reference.load_case(case, torch.float32)
     feature = [p for name, p in params.items() if name.startswith(reference.FEATURE_PREFIX)]

@@ -109,7 +109,7 @@ struct Sizes {
 };
 
 #define MVIBR_AGGREGATOR_TAKE(name, per, width) \
-  name = carve.take<float>(aggregator_values(AggregatorPer::per, width, s.rows, s.samples));
+  name = carve.take<float>(aggregator_values(per, width, s.rows, s.samples));
 
 // What the forward keeps for the backward (aggregator_layout.h's tables: the GPU stores the
 // derived activations too), and the attention's saved state.
@@ -185,7 +185,11 @@ struct IbrnetAggregator::Impl {
         mask_keys(layers.ray_attention.mask() == AttentionMask::kKeys),
         sharpness_offset(network.sharpness_offset()),
         positional_encoding(network.positional_encoding().begin(),
-                            network.positional_encoding().end()) {}
+                            network.positional_encoding().end()) {
+    if (network.variant() != AggregatorVariant::kIbrnet) {
+      throw InvalidArgument("the GPU aggregation network runs IBRNet's variant only so far");
+    }
+  }
 
   // The positional encoding on the device, uploaded by the first call.
   const float* encoding(cudaStream_t stream) {
@@ -274,8 +278,8 @@ struct IbrnetAggregator::Impl {
                        a.rstd);
     dense_forward(context, layers.out_geometry_0, m, params, a.attention_out, kElu, a.h_sigma);
     dense_forward(context, layers.out_geometry_2, m, params, a.h_sigma, Activation::kRelu,
-                  a.sigma_relu);
-    launch_threads(m, stream, density_kernel, m, a.n_valid, a.sigma_relu, sigma);
+                  a.sigma_head);
+    launch_threads(m, stream, density_kernel, m, a.n_valid, a.sigma_head, sigma);
 
     // Colour: blending weights over views from x, the visibility and the direction difference.
     launch_threads(n * w.rgb_in, stream, colour_input_kernel, n, w.x, a.x, a.vis, ray_diff,
@@ -406,7 +410,7 @@ void IbrnetAggregator::backward(Context& context, const float* params, float* gr
   // Density: zero where no view sees the sample, then the ReLU, out_geometry_fc and the ray
   // transformer (LayerNorm, fc and the residual, attention, projections), then geometry_fc.
   launch_threads(m, stream, density_backward_kernel, m, a.n_valid, grad_sigma, g.g_sigma);
-  dense_backward(context, layers.out_geometry_2, m, params, grads, Activation::kRelu, a.sigma_relu,
+  dense_backward(context, layers.out_geometry_2, m, params, grads, Activation::kRelu, a.sigma_head,
                  g.g_sigma, a.h_sigma, g.g_h_sigma);
   dense_backward(context, layers.out_geometry_0, m, params, grads, kElu, a.h_sigma, g.g_h_sigma,
                  a.attention_out, g.g_attention_out);

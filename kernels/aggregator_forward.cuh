@@ -261,10 +261,10 @@ __global__ void attention_forward_kernel(AttentionShape shape, const float* q, c
 }
 
 // A thread per sample: sigma = 0 where no view sees the sample, else out_geometry_fc's output.
-__global__ void density_kernel(size_t samples, const float* n_valid, const float* sigma_relu,
+__global__ void density_kernel(size_t samples, const float* n_valid, const float* sigma_head,
                                float* sigma) {
   for (size_t j = grid_thread_index(); j < samples; j += grid_thread_count()) {
-    sigma[j] = n_valid[j] < 1 ? 0.0f : sigma_relu[j];
+    sigma[j] = n_valid[j] < 1 ? 0.0f : sigma_head[j];
   }
 }
 

@@ -9,12 +9,6 @@
 
 namespace mvibr::nn {
 
-// The network's widths (IBRNet's): direction MLP, base MLP, x, the geometry and ray transformer
-// tokens, the colour MLP.
-constexpr int kDirHidden = 16, kBase = 64, kWidth = 32, kGeometryIn = 2 * kWidth + 1;
-constexpr int kGeometry = 64, kToken = 16, kRgbIn = kWidth + 1 + 4, kRgbHidden = 16,
-              kRgbHidden2 = 8;
-
 // One chunk's buffers: the forward's activations (post-activation values of every ELU, which is
 // all their backward needs) and, for the backward, a gradient for each. Each part is carved from
 // one arena, both from the same one when the backward recomputes the forward. The activations
@@ -40,15 +34,16 @@ struct Carver {
 template <typename T>
 struct IbrnetAggregator::Activations {
   Activations(int samples_per_ray, int views, const AggregatorWidths& widths)
-      : n_samples(samples_per_ray), n_views(views), width(widths.feature), w(widths) {}
+      : n_samples(samples_per_ray), n_views(views), w(widths) {}
 
   void set_rays(size_t count) {
     rays = count;
     samples = count * n_samples;
     rows = samples * n_views;
   }
+  size_t count(AggregatorPer per) const { return per == kPerRow ? rows : samples; }
 
-  int n_samples, n_views, width;  // width = 3 + C
+  int n_samples, n_views;
   AggregatorWidths w;
   size_t rays = 0, samples = 0, rows = 0;
   MVIBR_AGGREGATOR_STORED(MVIBR_AGGREGATOR_MEMBER)
@@ -59,7 +54,7 @@ struct IbrnetAggregator::Activations {
   T *attention_saved, *attention_scratch, *g_dir;
 
 #define MVIBR_AGGREGATOR_TAKE(name, per, width) \
-  take(name, aggregator_values(AggregatorPer::per, width, rows, samples));
+  take(name, aggregator_values(per, width, rows, samples));
 
   // Lays the forward's buffers out over `arena` (null: only counts), returns the elements used.
   size_t layout_forward(T* arena, const MultiHeadAttention& attention) {
@@ -76,39 +71,25 @@ struct IbrnetAggregator::Activations {
     return take.used;
   }
 
-  // Each derived activation from what it is derived from; the forward calls these as it goes,
-  // derive_all once the rest are there. The same code, so the same values either way.
-  void add_direction(const T* rgb_features) const {
-    for (size_t i = 0; i < rows * size_t(width); ++i) feat[i] = rgb_features[i] + dir[i];
-  }
+  // The derived activations of the core, from what they are derived from; the forward calls
+  // these as it goes, the backward again when the rest were stored. The same code, so the same
+  // values either way. (The variant's ends derive theirs in aggregator.cpp.)
   void pool_x_base() const {
+    const size_t X = size_t(w.x);
     for (size_t i = 0; i < rows; ++i) {
-      for (int c = 0; c < kWidth; ++c) x_pooled[i * kWidth + c] = x_base[i * kWidth + c] * pool[i];
+      for (size_t c = 0; c < X; ++c) x_pooled[i * X + c] = x_base[i * X + c] * pool[i];
     }
   }
   void add_residual(const T* mask) const {
+    const size_t X = size_t(w.x);
     for (size_t i = 0; i < rows; ++i) {
-      const T* xv = x_vis + i * (kWidth + 1);
+      const T* xv = x_vis + i * (X + 1);
       const T first_vis = sig_vis[i] * mask[i];
-      for (int c = 0; c < kWidth; ++c) {
-        x[i * kWidth + c] = x_base[i * kWidth + c] + xv[c];
-        x_vis_weighted[i * kWidth + c] = x[i * kWidth + c] * first_vis;
+      for (size_t c = 0; c < X; ++c) {
+        x[i * X + c] = x_base[i * X + c] + xv[c];
+        x_vis_weighted[i * X + c] = x[i * X + c] * first_vis;
       }
     }
-  }
-  void gather_colour_inputs(const T* ray_diff) const {
-    for (size_t i = 0; i < rows; ++i) {
-      T* in = rgb_in + i * kRgbIn;
-      std::copy(x + i * kWidth, x + (i + 1) * kWidth, in);
-      in[kWidth] = vis[i];
-      std::copy(ray_diff + i * 4, ray_diff + i * 4 + 4, in + kWidth + 1);
-    }
-  }
-  void derive_all(const T* rgb_features, const T* ray_diff, const T* mask) const {
-    add_direction(rgb_features);
-    pool_x_base();
-    add_residual(mask);
-    gather_colour_inputs(ray_diff);
   }
 
   // The same for the backward's gradients.
@@ -116,7 +97,7 @@ struct IbrnetAggregator::Activations {
     Carver<T> take{arena};
     MVIBR_AGGREGATOR_GRADIENTS(MVIBR_AGGREGATOR_TAKE)
     take(attention_scratch, attention.scratch_size(rays, size_t(n_samples)));
-    take(g_dir, rows * size_t(width));
+    take(g_dir, aggregator_values(w.dir_per, w.gathered, rows, samples));
     return take.used;
   }
 #undef MVIBR_AGGREGATOR_TAKE

@@ -172,9 +172,9 @@ class CpuBackend final : public IbrnetBackend {
     p->rgb.resize(rows * 3);
     p->sigma.resize(rows);
     const nn::IbrnetAggregator& net = use_fine ? *networks_.net_fine : networks_.net_coarse;
-    net.forward(n_rays, p->n_samples, v.n_views, p->rgb_features.data(), p->ray_diff.data(),
-                p->mask.data(), keep_for_backward ? &p->aggregator : nullptr, p->rgb.data(),
-                p->sigma.data());
+    net.forward(n_rays, p->n_samples, v.n_views,
+                {p->rgb_features.data(), p->ray_diff.data(), p->mask.data()},
+                keep_for_backward ? &p->aggregator : nullptr, p->rgb.data(), p->sigma.data());
     laps_.to(&times_->aggregator_forward);
     p->rgb_map.resize(size_t(n_rays) * 3);
     p->depth_map.resize(n_rays);

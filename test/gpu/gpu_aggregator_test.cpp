@@ -131,7 +131,7 @@ Outputs run_cpu(const Network& n, const Inputs& in) {
   std::vector<T> rgb(samples * 3), sigma(samples), grads(params.size(), T(0)),
       grad_features(features.size());
   nn::AggregatorWorkspace<T> workspace;
-  n.net->forward(params.data(), in.R, in.S, in.V, features.data(), diff.data(), mask.data(),
+  n.net->forward(params.data(), in.R, in.S, in.V, {features.data(), diff.data(), mask.data()},
                  &workspace, rgb.data(), sigma.data());
   n.net->backward(params.data(), grads.data(), workspace, grad_rgb.data(), grad_sigma.data(),
                   grad_features.data());

@@ -70,9 +70,7 @@ def render_pass(cfg, net, maps, depths, rays, sources, target_rgb, phase):
             origins, directions, depths, sources["cameras"], sources["images"], maps,
             sources["target_center"])
     with phase("aggregator_forward"):
-        rgb, sigma = aggregator.aggregate(net, rgb_features, ray_diff, mask,
-                                          cfg["anti_alias_pooling"],
-                                          cfg["attention_mask"] == "keys")
+        rgb, sigma = aggregator.ibrnet(net, cfg, rgb_features, ray_diff, mask)
     with phase("composite_loss"):
         rgb_map, _, _, weights = render_ops.composite_rays(sigma, rgb, depths, directions,
                                                            cfg["delta"], cfg["white_bkgd"])

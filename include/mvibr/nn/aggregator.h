@@ -1,10 +1,30 @@
-// IBRNet's aggregation network (the "IBRNet" module of Wang et al., CVPR 2021) on the CPU,
-// forward and hand-written backward: from the gathered colours, features, ray differences and
-// masks of every sample in every source view to a density and a blended colour per sample.
+// IBRNet's aggregation network (the "IBRNet" module of Wang et al., CVPR 2021) and DynIBaR's two
+// wider variants of it (Li et al., CVPR 2023), on the CPU, forward and hand-written backward:
+// from the gathered colours, features, ray differences and masks of every sample in every source
+// view to a density and a colour per sample.
+//
+// The variants share the pooling over views, the visibility blocks, geometry_fc and the ray
+// transformer; they differ at the two ends:
+// - IBRNet: features += ELU MLP of ray_diff (ray_dir_fc 4 -> 16 -> 3 + C); anti-aliased pooling;
+//   positional encoding; density ReLU(out_geometry_fc), 0 where no view sees the sample; colour by
+//   blending the views with softmax(rgb_fc(x, vis, ray_diff)) over views.
+// - DynIBaR static (DynibarStatic): features = cat(gathered, ray_dir_fc(xyz embedded, source ray's
+//   Plucker coordinates embedded, ray_diff) * ref_feature_fc(target ray's Plucker coordinates
+//   embedded)); pooling uniform or anti-aliased; no positional encoding; density out_geometry_fc
+//   unbounded, -1e9 where no view sees the sample; blending logits from rgb_fc(token, x, vis,
+//   ray_diff). Widths 256 / 128, attention 4 heads of 32.
+// - DynIBaR dynamic (DynibarDynamic): features += ELU MLP of the embedded time; uniform pooling;
+//   positional encoding; after the transformer, ref_pts_fc(token, xyz embedded) -> h; density
+//   out_geometry_fc(h) - shift, -1e9 where no view sees the sample; colour sigmoid(rgb_fc(h,
+//   embedded view direction)), 0 where no view sees the sample.
+// Embeddings are PeriodicEmbed's, log spacing: xyz and Plucker 5 frequencies, time 10, view
+// direction 4. DynIBaR's mask_rgb (near-black colours count as unseen) is the caller's: it passes
+// the mask so multiplied.
 //
 // Memory shapes the design. The activations the backward reads take about 1.4 KiB per (ray,
-// sample, view) row: 0.42 GiB for 512 rays x 64 samples x 10 views, 0.9 GiB at 128 samples
-// (those that are elementwise functions of others are derived again instead of stored).
+// sample, view) row for IBRNet (several times that for DynIBaR's widths): 0.42 GiB for 512 rays x
+// 64 samples x 10 views, 0.9 GiB at 128 samples (those that are elementwise functions of others
+// are derived again instead of stored).
 // The forward runs chunks of rays (about 640 rows, a working set of about 2.5 MiB per thread,
 // close to a core's L2). When the whole batch's activations fit
 // AggregatorOptions::stored_activations_budget, the forward writes each chunk's into the
@@ -22,12 +42,14 @@
 //
 // Layouts are render_ops.h's: rgb_features [R,S,V,3+C] (colour then features), ray_diff
 // [R,S,V,4] (direction difference, then the dot product of the directions), mask [R,S,V] (1 for
-// a valid projection, 0 otherwise); outputs rgb [R,S,3] and sigma [R,S].
+// a valid projection, 0 otherwise); outputs rgb [R,S,3] and sigma [R,S] (the density before any
+// softplus, for DynIBaR's compositing).
 #pragma once
 
 #include <cstddef>
 #include <cstdlib>
 #include <new>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +57,7 @@
 #include "mvibr/nn/aggregator_layout.h"
 #include "mvibr/nn/layers.h"
 #include "mvibr/nn/parameters.h"
+#include "mvibr/nn/periodic_embed.h"
 
 namespace mvibr::nn {
 
@@ -42,9 +65,11 @@ namespace mvibr::nn {
 size_t default_stored_activations_budget();
 
 struct AggregatorOptions {
-  int feature_channels = 32;  // C: rgb_features carry 3 + C channels
-  int n_samples_max = 128;    // rows of the positional-encoding table: S may not exceed it
-  bool anti_alias_pooling = true;
+  AggregatorVariant variant = AggregatorVariant::kIbrnet;
+  int feature_channels = 32;       // C: rgb_features carry 3 + C channels
+  int n_samples_max = 128;         // rows of the positional-encoding table: S may not exceed it
+  bool anti_alias_pooling = true;  // IBRNet's and the static network's; never the dynamic's
+  double density_shift = 5.0;      // the dynamic network's (DynIBaR's monocular model)
   // kQueries is what IBRNet's code computes (its mask broadcasts over keys); kKeys is the
   // key-padding mask the transformer literature means.
   AttentionMask attention_mask = AttentionMask::kQueries;
@@ -89,6 +114,23 @@ struct HugePageAllocator {
   }
 };
 
+// A batch's inputs: the gathered views, and the geometry DynIBaR's variants read (null where the
+// variant reads none).
+template <typename T>
+struct AggregatorInputs {
+  const T* rgb_features = nullptr;  // [R,S,V,3+C]
+  const T* ray_diff = nullptr;      // [R,S,V,4]
+  const T* mask = nullptr;          // [R,S,V]
+  const T* xyz = nullptr;           // [R,S,3] the samples (static, dynamic)
+  const T* src_rays = nullptr;      // [R,S,V,6] each source ray's Plucker coordinates (static)
+  const T* target_rays = nullptr;   // [R,6] the target ray's (static)
+  const T* time = nullptr;          // [R] the target's frame / number of frames (dynamic)
+  const T* view_dir = nullptr;      // [R,3] the target ray's unit direction (dynamic)
+
+  // The same arrays from ray `first` on.
+  AggregatorInputs from_ray(size_t first, int n_samples, int n_views, int channels) const;
+};
+
 // What forward keeps for backward: the sizes, pointers to the inputs (not copies), and, within
 // the budget, every chunk's activations. The inputs must stay alive and unchanged until the
 // backward that uses this workspace has returned. The activations' buffer grows and never
@@ -97,9 +139,7 @@ struct HugePageAllocator {
 template <typename T>
 struct AggregatorWorkspace {
   int n_rays = 0, n_samples = 0, n_views = 0;
-  const T* rgb_features = nullptr;
-  const T* ray_diff = nullptr;
-  const T* mask = nullptr;
+  AggregatorInputs<T> inputs;
   size_t chunk_stride = 0;  // elements per chunk in `activations`; 0: backward recomputes
   std::vector<T, HugePageAllocator<T>> activations;  // chunk c's at c * chunk_stride
 };
@@ -107,44 +147,50 @@ struct AggregatorWorkspace {
 class IbrnetAggregator {
  public:
   // Registers every parameter in `set` under `prefix` (e.g. "net_coarse."), named and shaped as
-  // PyTorch's state_dict, all in ParameterGroup::kMlp, back to back. The set must outlive this.
+  // PyTorch's state_dict (IBRNet's, or DynIBaR's DynibarStatic / DynibarDynamic), all in
+  // ParameterGroup::kMlp, back to back. The set must outlive this. InvalidArgument for a dynamic
+  // network with anti-aliased pooling.
   IbrnetAggregator(ParameterSet& set, const std::string& prefix, AggregatorOptions options);
 
   // IBRNet's initialisation: kaiming_normal_ weights and zero biases for base_fc, vis_fc,
   // vis_fc2, geometry_fc and rgb_fc; nn.Linear's defaults for ray_dir_fc, the attention and
-  // out_geometry_fc; LayerNorm 1 and 0; s = 0.2.
+  // out_geometry_fc; LayerNorm 1 and 0; s = 0.2. DynIBaR's: nn.Linear's defaults everywhere.
   void initialize(Initializer& init);
 
   // rgb [R,S,3] and sigma [R,S] are overwritten. `workspace` (null for inference) records what
-  // backward needs. Throws InvalidArgument unless R >= 0, 1 <= S <= n_samples_max and V >= 1.
-  void forward(int n_rays, int n_samples, int n_views, const float* rgb_features,
-               const float* ray_diff, const float* mask, AggregatorWorkspace<float>* workspace,
-               float* rgb, float* sigma) const;
+  // backward needs. Throws InvalidArgument unless R >= 0, 1 <= S <= n_samples_max and V >= 1,
+  // and the inputs the variant reads are there.
+  void forward(int n_rays, int n_samples, int n_views, const AggregatorInputs<float>& inputs,
+               AggregatorWorkspace<float>* workspace, float* rgb, float* sigma) const;
   // Accumulates (+=) the parameter gradients into the set's grads, and overwrites
   // grad_rgb_features [R,S,V,3+C] (nullable) with the gradient of the inputs' colours and
-  // features, through the blending and through the pooled features. ray_diff and mask get none.
+  // features, through the blending and through the pooled features, and grad_xyz [R,S,3]
+  // (nullable; the dynamic network only, InvalidArgument otherwise) with the gradient of the
+  // samples' positions through their embedding. The other inputs get none.
   void backward(const AggregatorWorkspace<float>& workspace, const float* grad_rgb,
-                const float* grad_sigma, float* grad_rgb_features);
+                const float* grad_sigma, float* grad_rgb_features, float* grad_xyz = nullptr);
 
   // The same on explicit arrays laid out as this network's run of the set (parameter_count()
   // values from parameter_offset()): double precision for the finite-difference and PyTorch
   // checks.
   template <typename T>
-  void forward(const T* params, int n_rays, int n_samples, int n_views, const T* rgb_features,
-               const T* ray_diff, const T* mask, AggregatorWorkspace<T>* workspace, T* rgb,
+  void forward(const T* params, int n_rays, int n_samples, int n_views,
+               const AggregatorInputs<T>& inputs, AggregatorWorkspace<T>* workspace, T* rgb,
                T* sigma) const;
   template <typename T>
   void backward(const T* params, T* grads, const AggregatorWorkspace<T>& workspace,
-                const T* grad_rgb, const T* grad_sigma, T* grad_rgb_features) const;
+                const T* grad_rgb, const T* grad_sigma, T* grad_rgb_features,
+                T* grad_xyz = nullptr) const;
 
   const AggregatorOptions& options() const { return options_; }
+  AggregatorVariant variant() const { return options_.variant; }
   size_t parameter_offset() const { return block_.offset(); }
   size_t parameter_count() const { return block_.size(); }
 
   // Copies of the layers (where each one's parameters sit in this network's run), the offset of
-  // s in the run (when anti_alias_pooling) and the positional-encoding table [n_samples_max, 16]:
-  // what the GPU version of this network (nn/cuda_aggregator.h) needs to run it on the same
-  // parameter layout.
+  // s in the run (when anti_alias_pooling) and the positional-encoding table [n_samples_max,
+  // token]: what the GPU version of this network (nn/cuda_aggregator.h) needs to run it on the
+  // same parameter layout.
   struct Layers {
     Linear ray_dir_0, ray_dir_2, base_0, base_2, vis_0, vis_2, vis2_0, vis2_2, geometry_0,
         geometry_2;
@@ -156,34 +202,51 @@ class IbrnetAggregator {
             vis2_0_,         vis2_2_,    geometry_0_, geometry_2_, ray_attention_, out_geometry_0_,
             out_geometry_2_, rgb_0_,     rgb_2_,      rgb_4_};
   }
-  AggregatorWidths widths() const;  // its layers' widths (aggregator_layout.h)
+  const AggregatorWidths& widths() const { return widths_; }  // aggregator_layout.h
   size_t sharpness_offset() const { return s_; }
   const std::vector<double>& positional_encoding() const { return positional_encoding_; }
 
  private:
   template <typename T>
-  struct Activations;  // one chunk's activations and gradients, in aggregator.cpp
+  struct Activations;  // one chunk's activations and gradients, in aggregator_activations.h
 
   template <typename T>
-  void forward_chunk(const T* params, const Activations<T>& a, const T* rgb_features,
-                     const T* ray_diff, const T* mask, T* rgb, T* sigma) const;
+  void forward_chunk(const T* params, const Activations<T>& a, const AggregatorInputs<T>& in,
+                     T* rgb, T* sigma) const;
   template <typename T>
-  void backward_chunk(const T* params, T* grads, const Activations<T>& a, const T* rgb_features,
-                      const T* ray_diff, const T* mask, const T* grad_rgb, const T* grad_sigma,
-                      T* grad_rgb_features) const;
+  void backward_chunk(const T* params, T* grads, const Activations<T>& a,
+                      const AggregatorInputs<T>& in, const T* grad_rgb, const T* grad_sigma,
+                      T* grad_rgb_features, T* grad_xyz) const;
+  // The variant's ends, and the activations derived from others (aggregator.h's note).
+  template <typename T>
+  void derive_view_inputs(const Activations<T>& a, const AggregatorInputs<T>& in) const;
+  template <typename T>
+  void derive_features(const Activations<T>& a, const AggregatorInputs<T>& in) const;
+  template <typename T>
+  void derive_colour_inputs(const Activations<T>& a, const AggregatorInputs<T>& in) const;
+  template <typename T>
+  void view_features_backward(const T* params, T* grads, const Activations<T>& a,
+                              const AggregatorInputs<T>& in) const;
+  template <typename T>
+  void density_backward(const T* params, T* grads, const Activations<T>& a, const T* grad_sigma,
+                        T* grad_xyz) const;
 
   AggregatorOptions options_;
+  AggregatorWidths widths_;
   ParameterBlock block_;
   size_t s_ = 0;  // the anti-alias pooling sharpness, when pooling is on
+  PeriodicEmbed xyz_embed_, ray_embed_, time_embed_, view_dir_embed_;
   Linear ray_dir_0_, ray_dir_2_;
+  std::optional<Linear> ref_feature_;  // static
   Linear base_0_, base_2_;
   Linear vis_0_, vis_2_;
   Linear vis2_0_, vis2_2_;
   Linear geometry_0_, geometry_2_;
   MultiHeadAttention ray_attention_;
+  std::optional<Linear> point_0_, point_2_;  // dynamic: ref_pts_fc
   Linear out_geometry_0_, out_geometry_2_;
   Linear rgb_0_, rgb_2_, rgb_4_;
-  std::vector<double> positional_encoding_;  // [n_samples_max, 16]
+  std::vector<double> positional_encoding_;  // [n_samples_max, token], empty for static
 };
 
 }  // namespace mvibr::nn

@@ -18,6 +18,8 @@ namespace mvibr::nn {
 // fully masked sample blends uniformly).
 constexpr double kWeightEpsilon = 1e-8;
 constexpr double kMaskedLogit = -1e9;
+// DynIBaR's density where no view sees the sample: -1e9, which softplus takes to 0.
+constexpr double kMaskedDensity = -1e9;
 
 MVIBR_HD float exp_of(float x) {
   return expf(x);
