@@ -39,6 +39,7 @@ enum class RandomStream : uint32_t {
   kStratifiedJitter = 1,
   kImportanceSampling = 2,
   kPixelSelection = 3,
+  kSourceSelection = 4,
 };
 
 // The key of every draw in one training step.
