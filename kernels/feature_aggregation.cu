@@ -71,7 +71,8 @@ __global__ void gather_samples_kernel(int n_rays, int n_samples, const float* or
     }
     if (lane < 4) {
       float difference[4];
-      ray_direction_difference(target_center, camera.center(), at.point, difference);
+      ray_direction_difference(target_center, at.point, camera.center(), at.point,
+                               DirectionNormalisation::kIbrnet, difference);
       out.ray_diff[rsv * 4 + lane] = difference[lane];
     }
     if (lane == 0) out.mask[rsv] = at.projection.valid ? 1.0f : 0.0f;

@@ -22,10 +22,35 @@ static void prefetch_taps(const BilinearTaps<T>& taps, const T* map, int channel
   }
 }
 
+// Where the samples are: the one of (ray, sample) on its ray at its depth, for every view alike.
 template <typename T>
-void gather_samples(int n_rays, int n_samples, const T* origins, const T* directions,
-                    const T* depths, Vec3<T> target_center, const SourceViews<T>& views,
-                    const GatherOutputs<T>& out) {
+struct SamplesOnRays {
+  const T *origins, *directions, *depths;
+  int n_samples;
+  Vec3<T> at(int r, int s) const {
+    return point_on_ray(origins, directions, size_t(r), depths[size_t(r) * n_samples + s]);
+  }
+  Vec3<T> in_view(int r, int s, int) const { return at(r, s); }
+  static constexpr DirectionNormalisation kDirections = DirectionNormalisation::kIbrnet;
+};
+
+// DynIBaR's: each view sees the sample where it has moved to by that view's time (`points`, where
+// it is at the target's time, only for the forward's direction feature).
+template <typename T>
+struct MovedSamples {
+  const T *points, *moved;
+  int n_samples, n_views;
+  Vec3<T> at(int r, int s) const { return read(points + (size_t(r) * n_samples + s) * 3); }
+  Vec3<T> in_view(int r, int s, int v) const {
+    return read(moved + ((size_t(r) * n_samples + s) * n_views + v) * 3);
+  }
+  static Vec3<T> read(const T* p) { return {p[0], p[1], p[2]}; }
+  static constexpr DirectionNormalisation kDirections = DirectionNormalisation::kDynibar;
+};
+
+template <typename T, typename Samples>
+static void gather_rows(int n_rays, int n_samples, const Samples& samples, Vec3<T> target_center,
+                        const SourceViews<T>& views, const GatherOutputs<T>& out) {
   validate_source_views(views);
   const int V = views.n_views, C = views.feature_channels, width = 3 + C;
   const size_t image_texels = size_t(views.image_height) * views.image_width;
@@ -34,22 +59,21 @@ void gather_samples(int n_rays, int n_samples, const T* origins, const T* direct
   // taps of sample s + kAhead are requested while sample s is read.
   constexpr int kAhead = 4;
   struct SampleTaps {
+    Vec3<T> point;
     Projection<T> projection;
     BilinearTaps<T> image, feature;
   };
 #pragma omp parallel
   {
     std::vector<SampleTaps> ray_taps(size_t(n_samples) * V);
-    std::vector<Vec3<T>> points(static_cast<size_t>(n_samples));
 #pragma omp for schedule(static)
     for (int r = 0; r < n_rays; ++r) {
       for (int s = 0; s < n_samples; ++s) {
-        points[size_t(s)] =
-            point_on_ray(origins, directions, size_t(r), depths[size_t(r) * n_samples + s]);
         for (int v = 0; v < V; ++v) {
           SampleTaps& taps = ray_taps[size_t(s) * V + v];
-          taps.projection = project_point(views.cameras[v], points[size_t(s)], views.image_width,
-                                          views.image_height);
+          taps.point = samples.in_view(r, s, v);
+          taps.projection =
+              project_point(views.cameras[v], taps.point, views.image_width, views.image_height);
           taps.image = bilinear_taps(taps.projection.u, taps.projection.v, views.image_width,
                                      views.image_height, views.image_width, views.image_height);
           taps.feature =
@@ -58,6 +82,7 @@ void gather_samples(int n_rays, int n_samples, const T* origins, const T* direct
         }
       }
       for (int s = 0; s < n_samples; ++s) {
+        const Vec3<T> point = samples.at(r, s);
         for (int v = 0; v < V; ++v) {
           const T* image = views.images + v * image_texels * 3;
           const T* features = views.features + v * feature_texels * C;
@@ -71,13 +96,29 @@ void gather_samples(int n_rays, int n_samples, const T* origins, const T* direct
           T* row = out.rgb_features + rsv * width;
           bilinear_read_all(taps.image, image, 3, row);
           bilinear_read_all(taps.feature, features, C, row + 3);
-          ray_direction_difference(target_center, views.cameras[v].center(), points[size_t(s)],
-                                   out.ray_diff + rsv * 4);
+          ray_direction_difference(target_center, point, views.cameras[v].center(), taps.point,
+                                   Samples::kDirections, out.ray_diff + rsv * 4);
           out.mask[rsv] = taps.projection.valid ? T(1) : T(0);
         }
       }
     }
   }
+}
+
+template <typename T>
+void gather_samples(int n_rays, int n_samples, const T* origins, const T* directions,
+                    const T* depths, Vec3<T> target_center, const SourceViews<T>& views,
+                    const GatherOutputs<T>& out) {
+  gather_rows(n_rays, n_samples, SamplesOnRays<T>{origins, directions, depths, n_samples},
+              target_center, views, out);
+}
+
+template <typename T>
+void gather_moved_samples(int n_rays, int n_samples, const T* points, const T* moved_points,
+                          Vec3<T> target_center, const SourceViews<T>& views,
+                          const GatherOutputs<T>& out) {
+  gather_rows(n_rays, n_samples, MovedSamples<T>{points, moved_points, n_samples, views.n_views},
+              target_center, views, out);
 }
 
 // Adds the gradient of one gathered row's channels [first, first + count) into a map.
@@ -90,14 +131,19 @@ static void scatter_taps(const BilinearTaps<T>& taps, const T* grad_row, int cou
   }
 }
 
-template <typename T>
-void gather_samples_backward(int n_rays, int n_samples, const T* origins, const T* directions,
-                             const T* depths, const SourceViews<T>& views,
-                             const T* grad_rgb_features, T* grad_images, T* grad_features) {
+// The backward of gather_rows into the maps (nullable grad_images) and, when grad_points is
+// given, into each row's point [R,S,V,3].
+template <typename T, typename Samples>
+static void gather_rows_backward(int n_rays, int n_samples, const Samples& samples,
+                                 const SourceViews<T>& views, const T* grad_rgb_features,
+                                 T* grad_points, T* grad_images, T* grad_features) {
   validate_source_views(views);
   const int V = views.n_views, C = views.feature_channels, width = 3 + C;
   const size_t image_texels = size_t(views.image_height) * views.image_width;
   const size_t feature_texels = size_t(views.feature_height) * views.feature_width;
+  // Texel coordinates per image pixel, for the coordinate gradient.
+  const T image_scale = T(1), feature_x = T(views.feature_width - 1) / T(views.image_width - 1),
+          feature_y = T(views.feature_height - 1) / T(views.image_height - 1);
   // Each thread owns a fixed band of views and walks every ray once, so the gradient rows of its
   // views are read as one contiguous span per sample. (A pass over all rays per view read them
   // strided, and took twice as long.) A texel's sum runs over the rays and samples in order,
@@ -108,26 +154,57 @@ void gather_samples_backward(int n_rays, int n_samples, const T* origins, const 
     const int first_view = V * thread / threads, end_view = V * (thread + 1) / threads;
     for (int r = 0; r < n_rays && first_view < end_view; ++r) {
       for (int s = 0; s < n_samples; ++s) {
-        const Vec3<T> p =
-            point_on_ray(origins, directions, size_t(r), depths[size_t(r) * n_samples + s]);
         for (int v = first_view; v < end_view; ++v) {
+          const Vec3<T> p = samples.in_view(r, s, v);
           const Projection<T> proj =
               project_point(views.cameras[v], p, views.image_width, views.image_height);
-          const T* grad_row = grad_rgb_features + ((size_t(r) * n_samples + s) * V + v) * width;
-          if (grad_images) {
-            scatter_taps(bilinear_taps(proj.u, proj.v, views.image_width, views.image_height,
-                                       views.image_width, views.image_height),
-                         grad_row, 3, grad_images + v * image_texels * 3);
-          }
+          const size_t rsv = (size_t(r) * n_samples + s) * V + v;
+          const T* grad_row = grad_rgb_features + rsv * width;
+          const BilinearTaps<T> image_taps =
+              bilinear_taps(proj.u, proj.v, views.image_width, views.image_height,
+                            views.image_width, views.image_height);
+          const BilinearTaps<T> feature_taps =
+              bilinear_taps(proj.u, proj.v, views.image_width, views.image_height,
+                            views.feature_width, views.feature_height);
+          const T* image = views.images + v * image_texels * 3;
+          const T* features = views.features + v * feature_texels * C;
+          if (grad_images)
+            scatter_taps(image_taps, grad_row, 3, grad_images + v * image_texels * 3);
           if (C > 0) {
-            scatter_taps(bilinear_taps(proj.u, proj.v, views.image_width, views.image_height,
-                                       views.feature_width, views.feature_height),
-                         grad_row + 3, C, grad_features + v * feature_texels * C);
+            scatter_taps(feature_taps, grad_row + 3, C, grad_features + v * feature_texels * C);
           }
+          if (!grad_points) continue;
+          T g_x = 0, g_y = 0, f_x = 0, f_y = 0;
+          bilinear_coordinate_gradient(image_taps, image, 3, grad_row, &g_x, &g_y);
+          bilinear_coordinate_gradient(feature_taps, features, C, grad_row + 3, &f_x, &f_y);
+          const Vec3<T> g =
+              project_point_backward(views.cameras[v], p, g_x * image_scale + f_x * feature_x,
+                                     g_y * image_scale + f_y * feature_y);
+          grad_points[rsv * 3] = g.x;
+          grad_points[rsv * 3 + 1] = g.y;
+          grad_points[rsv * 3 + 2] = g.z;
         }
       }
     }
   }
+}
+
+template <typename T>
+void gather_samples_backward(int n_rays, int n_samples, const T* origins, const T* directions,
+                             const T* depths, const SourceViews<T>& views,
+                             const T* grad_rgb_features, T* grad_images, T* grad_features) {
+  gather_rows_backward(n_rays, n_samples, SamplesOnRays<T>{origins, directions, depths, n_samples},
+                       views, grad_rgb_features, static_cast<T*>(nullptr), grad_images,
+                       grad_features);
+}
+
+template <typename T>
+void gather_moved_samples_backward(int n_rays, int n_samples, const T* moved_points,
+                                   const SourceViews<T>& views, const T* grad_rgb_features,
+                                   T* grad_moved_points, T* grad_images, T* grad_features) {
+  gather_rows_backward(n_rays, n_samples,
+                       MovedSamples<T>{nullptr, moved_points, n_samples, views.n_views}, views,
+                       grad_rgb_features, grad_moved_points, grad_images, grad_features);
 }
 
 template void gather_samples(int, int, const float*, const float*, const float*, Vec3<float>,
@@ -138,5 +215,13 @@ template void gather_samples_backward(int, int, const float*, const float*, cons
                                       const SourceViews<float>&, const float*, float*, float*);
 template void gather_samples_backward(int, int, const double*, const double*, const double*,
                                       const SourceViews<double>&, const double*, double*, double*);
+template void gather_moved_samples(int, int, const float*, const float*, Vec3<float>,
+                                   const SourceViews<float>&, const GatherOutputs<float>&);
+template void gather_moved_samples(int, int, const double*, const double*, Vec3<double>,
+                                   const SourceViews<double>&, const GatherOutputs<double>&);
+template void gather_moved_samples_backward(int, int, const float*, const SourceViews<float>&,
+                                            const float*, float*, float*, float*);
+template void gather_moved_samples_backward(int, int, const double*, const SourceViews<double>&,
+                                            const double*, double*, double*, double*);
 
 }  // namespace mvibr::cpu

@@ -261,6 +261,99 @@ ReferenceCase gather_case(synthetic::RandomSceneSize size, int n_samples, uint64
       }};
 }
 
+// The views of a gather case, in T.
+template <typename T>
+struct GatherViews {
+  explicit GatherViews(const Arrays& in)
+      : image_values(as<T>(in.at("images"))), feature_values(as<T>(in.at("features"))) {
+    const NpyArray& images = in.at("images");
+    const NpyArray& features = in.at("features");
+    const size_t V = images.shape[0];
+    for (size_t v = 0; v < V; ++v) {
+      NpyArray one{{16},
+                   std::vector<double>(in.at("cameras").data.begin() + 16 * v,
+                                       in.at("cameras").data.begin() + 16 * (v + 1))};
+      cameras.push_back(camera_cast<T>(camera_from(one)));
+    }
+    views.n_views = int(V);
+    views.cameras = cameras.data();
+    views.image_height = int(images.shape[1]);
+    views.image_width = int(images.shape[2]);
+    views.images = image_values.data();
+    views.feature_height = int(features.shape[1]);
+    views.feature_width = int(features.shape[2]);
+    views.feature_channels = int(features.shape[3]);
+    views.features = feature_values.data();
+  }
+  std::vector<PinholeCamera<T>> cameras;
+  std::vector<T> image_values, feature_values;
+  SourceViews<T> views;
+};
+
+template <typename T>
+Arrays run_gather_moved(const Arrays& in) {
+  const GatherViews<T> g(in);
+  const NpyArray& moved_array = in.at("moved_points");
+  const size_t R = moved_array.shape[0], S = moved_array.shape[1], V = moved_array.shape[2];
+  const size_t C = size_t(g.views.feature_channels);
+  const auto points = as<T>(in.at("points")), moved = as<T>(moved_array);
+  const auto& tc = in.at("target_center").data;
+  std::vector<T> rgb_features(R * S * V * (3 + C)), ray_diff(R * S * V * 4), mask(R * S * V);
+  cpu::gather_moved_samples(int(R), int(S), points.data(), moved.data(),
+                            Vec3<T>{T(tc[0]), T(tc[1]), T(tc[2])}, g.views,
+                            GatherOutputs<T>{rgb_features.data(), ray_diff.data(), mask.data()});
+  std::vector<T> grad_images(g.image_values.size(), T(0)),
+      grad_features(g.feature_values.size(), T(0)), grad_moved(moved.size());
+  cpu::gather_moved_samples_backward(int(R), int(S), moved.data(), g.views,
+                                     as<T>(in.at("grad_rgb_features")).data(), grad_moved.data(),
+                                     grad_images.data(), grad_features.data());
+  return {{"rgb_features", array(rgb_features, {R, S, V, 3 + C})},
+          {"ray_diff", array(ray_diff, {R, S, V, 4})},
+          {"mask", array(mask, {R, S, V})},
+          {"grad_images", array(grad_images, in.at("images").shape)},
+          {"grad_features", array(grad_features, in.at("features").shape)},
+          {"grad_moved_points", array(grad_moved, {R, S, V, 3})}};
+}
+
+// A gather case whose samples move by up to `reach` (world units) between the target's time and
+// each view's.
+ReferenceCase gather_moved_case(synthetic::RandomSceneSize size, int n_samples, double reach,
+                                uint64_t seed) {
+  ReferenceCase c = gather_case(size, n_samples, seed);
+  const NpyArray& origins = c.inputs.at("origins");
+  const NpyArray& directions = c.inputs.at("directions");
+  const NpyArray& depths = c.inputs.at("depths");
+  const size_t R = depths.shape[0], S = depths.shape[1], V = size_t(size.n_views);
+  const size_t C = size_t(size.feature_channels);
+  std::vector<double> points(R * S * 3), moved(R * S * V * 3);
+  const std::vector<double> shifts =
+      synthetic::random_values(moved.size(), -reach, reach, seed + 7);
+  for (size_t r = 0; r < R; ++r) {
+    for (size_t s = 0; s < S; ++s) {
+      for (int k = 0; k < 3; ++k) {
+        const double p =
+            origins.data[r * 3 + k] + depths.data[r * S + s] * directions.data[r * 3 + k];
+        points[(r * S + s) * 3 + k] = p;
+        for (size_t v = 0; v < V; ++v) {
+          const size_t i = ((r * S + s) * V + v) * 3 + k;
+          moved[i] = p + shifts[i];
+        }
+      }
+    }
+  }
+  c.op = "gather_moved";
+  c.inputs.erase("origins");
+  c.inputs.erase("directions");
+  c.inputs.erase("depths");
+  c.inputs["points"] = array(points, {R, S, 3});
+  c.inputs["moved_points"] = array(moved, {R, S, V, 3});
+  c.inputs["grad_rgb_features"] = random_array({R, S, V, 3 + C}, -1, 1, seed + 5);
+  c.run = [](const Arrays& in, bool single) {
+    return single ? run_gather_moved<float>(in) : run_gather_moved<double>(in);
+  };
+  return c;
+}
+
 template <typename T>
 Arrays run_composite(const Arrays& in, const nlohmann::json& p) {
   const size_t R = in.at("sigma").shape[0], S = in.at("sigma").shape[1];
@@ -440,6 +533,9 @@ std::map<std::string, ReferenceCase> all_cases() {
     }
   }
   cases["gather_small"] = gather_case(scene_size(2, 9, 7, 4, 3, 3, 5), 4, 8);
+  cases["moved_gather_small"] = gather_moved_case(scene_size(2, 9, 7, 4, 3, 3, 5), 4, 0.05, 18);
+  cases["moved_gather_medium"] = gather_moved_case(
+      scene_size(5, 40, 30, 10, 8, 16, 64, /*last_view_faces_away=*/true), 16, 0.1, 19);
   cases["gather_medium"] =
       gather_case(scene_size(5, 40, 30, 10, 8, 16, 64, /*last_view_faces_away=*/true), 16, 9);
   for (const std::string delta : {"unit", "interval"}) {
@@ -545,6 +641,9 @@ TEST_F(Reference, ImportanceDepthsMatchPyTorch) {
 }
 TEST_F(Reference, GatherAndItsBackwardMatchPyTorch) {
   check_all("gather_");
+}
+TEST_F(Reference, MovedGatherAndItsBackwardMatchPyTorch) {
+  check_all("moved_gather_");
 }
 TEST_F(Reference, CompositeAndItsBackwardMatchPyTorch) {
   check_all("composite_");

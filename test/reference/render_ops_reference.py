@@ -115,16 +115,16 @@ def importance(case, p):
                                            p["n_importance"], p["inv_uniform"], p["det"], u))
 
 
-def gather_samples(origins, directions, depths, cameras, images, features, target_center):
-    """rgb_features [R,S,V,3+C], ray_diff [R,S,V,4], mask [R,S,V] of the samples at depths
-    [R,S] along the rays, gathered from images [V,H,W,3] and features [V,Hf,Wf,C]."""
+def gather_points(points, moved, cameras, images, features, target_center, dynibar):
+    """rgb_features [P,V,3+C], ray_diff [P,V,4], mask [P,V]: view v read where moved [V,P,3]
+    projects (IBRNet's Projector; DynIBaR's compute_with_motions, whose direction feature
+    compares the target's direction from points [P,3] with the source's from the moved point
+    and normalises with F.normalize)."""
     V, H, W = images.shape[:3]
-    R, S = depths.shape
-    xyz = (origins[:, None, :] + depths[..., None] * directions[:, None, :]).reshape(-1, 3)
-    xyz_h = torch.cat([xyz, torch.ones_like(xyz[:, :1])], -1)
+    moved_h = torch.cat([moved, torch.ones_like(moved[..., :1])], -1)  # [V,P,4]
     Ks, poses = zip(*[intrinsics_and_pose(c) for c in cameras])
     Ks, poses = torch.stack(Ks), torch.stack(poses)
-    projections = (Ks @ torch.inverse(poses) @ xyz_h.t()[None]).permute(0, 2, 1)  # [V,P,4]
+    projections = (Ks @ torch.inverse(poses) @ moved_h.transpose(1, 2)).permute(0, 2, 1)
     pixels = projections[..., :2] / torch.clamp(projections[..., 2:3], min=1e-8)
     pixels = torch.clamp(pixels, min=-1e6, max=1e6)
     in_front = projections[..., 2] > 0
@@ -135,15 +135,31 @@ def gather_samples(origins, directions, depths, cameras, images, features, targe
     inbound = (pixels[..., 0] >= 0) & (pixels[..., 0] <= W - 1) & (pixels[..., 1] >= 0) & (pixels[..., 1] <= H - 1)
     mask = (inbound & in_front).to(images.dtype).t()  # [P,V]
 
-    to_target = target_center[None] - xyz
-    to_target = to_target / (torch.norm(to_target, dim=-1, keepdim=True) + 1e-6)
-    to_source = poses[:, None, :3, 3] - xyz[None]
-    to_source = to_source / (torch.norm(to_source, dim=-1, keepdim=True) + 1e-6)  # [V,P,3]
-    difference = to_target[None] - to_source
-    direction = difference / torch.clamp(torch.norm(difference, dim=-1, keepdim=True), min=1e-6)
-    ray_diff = torch.cat([direction, torch.sum(to_target[None] * to_source, -1, keepdim=True)], -1)
+    def unit(x):
+        if dynibar:
+            return F.normalize(x, dim=-1)
+        return x / (torch.norm(x, dim=-1, keepdim=True) + 1e-6)
 
-    return (rgb_features.reshape(R, S, V, -1), ray_diff.permute(1, 0, 2).reshape(R, S, V, 4),
+    to_target = unit(target_center[None] - points)[None]  # [1,P,3]
+    to_source = unit(poses[:, None, :3, 3] - moved)  # [V,P,3]
+    difference = to_target - to_source
+    if dynibar:
+        direction = F.normalize(difference, dim=-1)
+    else:
+        direction = difference / torch.clamp(torch.norm(difference, dim=-1, keepdim=True),
+                                             min=1e-6)
+    ray_diff = torch.cat([direction, torch.sum(to_target * to_source, -1, keepdim=True)], -1)
+    return rgb_features, ray_diff.permute(1, 0, 2), mask
+
+
+def gather_samples(origins, directions, depths, cameras, images, features, target_center):
+    """The samples at depths [R,S] along the rays, every view reading the same point."""
+    V = images.shape[0]
+    R, S = depths.shape
+    xyz = (origins[:, None, :] + depths[..., None] * directions[:, None, :]).reshape(-1, 3)
+    rgb_features, ray_diff, mask = gather_points(xyz, xyz[None].expand(V, -1, -1), cameras,
+                                                 images, features, target_center, False)
+    return (rgb_features.reshape(R, S, V, -1), ray_diff.reshape(R, S, V, 4),
             mask.reshape(R, S, V))
 
 
@@ -160,6 +176,26 @@ def gather(case, p):
         rgb_features, [images, features], load(case, "grad_rgb_features"))
     save(case, "grad_images", grad_images)
     save(case, "grad_features", grad_features)
+
+
+def gather_moved(case, p):
+    """DynIBaR's gather of moving samples: points [R,S,3], moved_points [R,S,V,3]."""
+    images = load(case, "images").requires_grad_()
+    features = load(case, "features").requires_grad_()
+    points, moved = load(case, "points"), load(case, "moved_points").requires_grad_()
+    R, S, V = moved.shape[:3]
+    rgb_features, ray_diff, mask = gather_points(
+        points.reshape(-1, 3), moved.reshape(-1, V, 3).transpose(0, 1), load(case, "cameras"),
+        images, features, load(case, "target_center"), True)
+    save(case, "rgb_features", rgb_features.reshape(R, S, V, -1))
+    save(case, "ray_diff", ray_diff.reshape(R, S, V, 4))
+    save(case, "mask", mask.reshape(R, S, V))
+    grad_images, grad_features, grad_moved = torch.autograd.grad(
+        rgb_features, [images, features, moved],
+        load(case, "grad_rgb_features").reshape(R * S, V, -1))
+    save(case, "grad_images", grad_images)
+    save(case, "grad_features", grad_features)
+    save(case, "grad_moved_points", grad_moved)
 
 
 def composite_rays(sigma, rgb, z, directions, delta, white_bkgd):
@@ -247,8 +283,8 @@ def masked_mse(case, p):
     save(case, "grad_predicted", grad)
 
 
-OPS = {f.__name__: f for f in [rays, coarse, importance, gather, composite, dynamic_composite,
-                               ray_mask, masked_mse]}
+OPS = {f.__name__: f for f in [rays, coarse, importance, gather, gather_moved, composite,
+                               dynamic_composite, ray_mask, masked_mse]}
 
 
 def case_folders(script):

@@ -42,6 +42,28 @@ MVIBR_HD Projection<T> project_point(const PinholeCamera<T>& camera, Vec3<T> wor
   return out;
 }
 
+// The gradient of a world point from that of its projection's pixel (g_u, g_v): through the
+// clamps (none beyond +-1e6) and the division by the depth (held at 1e-8 below it), as PyTorch's
+// autograd differentiates IBRNet's projection.
+template <typename T>
+MVIBR_HD Vec3<T> project_point_backward(const PinholeCamera<T>& camera, Vec3<T> world_point, T g_u,
+                                        T g_v) {
+  const Vec3<T> p = transform_point(camera.w2c, world_point);
+  const bool near = !(p.z > T(1e-8));
+  const T z = near ? T(1e-8) : p.z;
+  const T u = (camera.fx * p.x + camera.cx * p.z) / z, v = (camera.fy * p.y + camera.cy * p.z) / z;
+  if (u < T(-1e6) || u > T(1e6)) g_u = T(0);
+  if (v < T(-1e6) || v > T(1e6)) g_v = T(0);
+  // d(u, v) / d(camera point): the numerators over z, and -(u, v) / z through z when it is free.
+  const Vec3<T> g_camera{
+      g_u * camera.fx / z, g_v * camera.fy / z,
+      (g_u * camera.cx + g_v * camera.cy - (near ? T(0) : g_u * u + g_v * v)) / z};
+  const T* m = camera.w2c;  // rows of R, then t: the world gradient is R^T g_camera
+  return {m[0] * g_camera.x + m[4] * g_camera.y + m[8] * g_camera.z,
+          m[1] * g_camera.x + m[5] * g_camera.y + m[9] * g_camera.z,
+          m[2] * g_camera.x + m[6] * g_camera.y + m[10] * g_camera.z};
+}
+
 // The four taps of a bilinear read of a map of map_width x map_height texels at image pixel
 // (u, v) of an image_width x image_height image. A tap outside the map has index -1 (it
 // reads zero and receives no gradient).
@@ -49,6 +71,7 @@ template <typename T>
 struct BilinearTaps {
   int index[4];  // texel index y * map_width + x, or -1
   T weight[4];
+  T frac_x, frac_y;  // where the read falls between the taps, for the coordinate gradient
 };
 
 template <typename T>
@@ -68,7 +91,28 @@ MVIBR_HD BilinearTaps<T> bilinear_taps(T u, T v, int image_width, int image_heig
     taps.index[t] = inside ? ys[t] * map_width + xs[t] : -1;
     taps.weight[t] = ws[t];
   }
+  taps.frac_x = fx;
+  taps.frac_y = fy;
   return taps;
+}
+
+// Adds to (g_x, g_y) the gradient of a bilinear read's channels, given their upstream gradient
+// grad [channels], with respect to the read's texel coordinates: the slopes of the four weights
+// (grid_sample's, taps outside the map reading zero).
+template <typename T>
+MVIBR_HD void bilinear_coordinate_gradient(const BilinearTaps<T>& taps, const T* map, int channels,
+                                           const T* grad, T* g_x, T* g_y) {
+  const T fx = taps.frac_x, fy = taps.frac_y;
+  const T slope_x[4] = {-(T(1) - fy), T(1) - fy, -fy, fy};
+  const T slope_y[4] = {-(T(1) - fx), -fx, T(1) - fx, fx};
+  for (int t = 0; t < 4; ++t) {
+    if (taps.index[t] < 0) continue;
+    const T* texel = map + static_cast<long long>(taps.index[t]) * channels;
+    T along = T(0);
+    for (int c = 0; c < channels; ++c) along += grad[c] * texel[c];
+    *g_x += slope_x[t] * along;
+    *g_y += slope_y[t] * along;
+  }
 }
 
 // Channel c of a channels-last map (texel-major, `channels` values per texel).
@@ -96,18 +140,28 @@ MVIBR_HD void bilinear_read_all(const BilinearTaps<T>& taps, const T* map, int c
   }
 }
 
-// IBRNet's 4-value direction feature: the unit difference of the directions from the sample
-// to the target and to the source camera centres, and their dot product.
+// How the direction feature normalises: IBRNet's Projector divides by |x| + 1e-6 and clamps the
+// difference's length at 1e-6; DynIBaR's uses F.normalize, x / max(|x|, 1e-12), throughout.
+enum class DirectionNormalisation { kIbrnet, kDynibar };
+
+// The 4-value direction feature: the unit difference of the directions to the target camera
+// centre (from the sample at the target's time) and to the source camera centre (from where the
+// source view sees it: the same point but for DynIBaR's moving samples), and their dot product.
 template <typename T>
-MVIBR_HD void ray_direction_difference(Vec3<T> target_center, Vec3<T> source_center, Vec3<T> point,
-                                       T out[4]) {
-  Vec3<T> to_target = target_center - point;
-  to_target = (T(1) / (norm(to_target) + T(1e-6))) * to_target;
-  Vec3<T> to_source = source_center - point;
-  to_source = (T(1) / (norm(to_source) + T(1e-6))) * to_source;
+MVIBR_HD void ray_direction_difference(Vec3<T> target_center, Vec3<T> target_point,
+                                       Vec3<T> source_center, Vec3<T> source_point,
+                                       DirectionNormalisation style, T out[4]) {
+  const bool ibrnet = style == DirectionNormalisation::kIbrnet;
+  const auto unit = [&](Vec3<T> x) {
+    const T length = norm(x);
+    return (T(1) / (ibrnet ? length + T(1e-6) : (length > T(1e-12) ? length : T(1e-12)))) * x;
+  };
+  const Vec3<T> to_target = unit(target_center - target_point);
+  const Vec3<T> to_source = unit(source_center - source_point);
   const Vec3<T> difference = to_target - to_source;
   const T length = norm(difference);
-  const T inv_length = T(1) / (length > T(1e-6) ? length : T(1e-6));
+  const T floor = ibrnet ? T(1e-6) : T(1e-12);
+  const T inv_length = T(1) / (length > floor ? length : floor);
   out[0] = difference.x * inv_length;
   out[1] = difference.y * inv_length;
   out[2] = difference.z * inv_length;

@@ -4,6 +4,9 @@
 //
 // Layouts (row-major, last index fastest):
 //   pixels [R,2] (u, v); origins, directions [R,3]; depths [R,S];
+//   DynIBaR's moving samples: points [R,S,3] at the target's time, moved_points [R,S,V,3] where
+//   each has moved to by source view v's time (gather_moved_samples reads view v there; ray_diff
+//   compares the target's direction to `points` with the source's to the moved point);
 //   source images [V,H,W,3] and feature maps [V,Hf,Wf,C], channels last;
 //   gathered rgb_features [R,S,V,3+C] (colour then features), ray_diff [R,S,V,4], mask [R,S,V];
 //   sigma [R,S], sample rgb [R,S,3]; rgb_map [R,3], depth_map, acc_map, ray_mask [R];
@@ -89,6 +92,13 @@ struct RayMaskRule {
                                       const T* directions, const T* depths,                       \
                                       const SourceViews<T>& views, const T* grad_rgb_features,    \
                                       T* grad_images, T* grad_features STREAM_PARAM);             \
+  PREFIX void gather_moved_samples(                                                               \
+      int n_rays, int n_samples, const T* points, const T* moved_points, Vec3<T> target_center,   \
+      const SourceViews<T>& views, const GatherOutputs<T>& out STREAM_PARAM);                     \
+  PREFIX void gather_moved_samples_backward(int n_rays, int n_samples, const T* moved_points,     \
+                                            const SourceViews<T>& views,                          \
+                                            const T* grad_rgb_features, T* grad_moved_points,     \
+                                            T* grad_images, T* grad_features STREAM_PARAM);       \
   PREFIX void composite_rays(int n_rays, int n_samples, const T* sigma, const T* rgb,             \
                              const T* depths, const T* directions, CompositeOptions options,      \
                              T* rgb_map, T* depth_map, T* acc_map, T* weights STREAM_PARAM);      \
@@ -119,8 +129,9 @@ namespace cpu {
 // Templates instantiated for float and double. Every function validates its options and throws
 // InvalidArgument on bad ones. gather_samples_backward accumulates (+=) into grad_features and
 // grad_images (nullable); every other output is overwritten. Null grad_depth_map / grad_acc_map /
-// grad_weights mean zero gradient. masked_mse writes {loss, denominator}; the backward reads the
-// denominator.
+// grad_weights mean zero gradient. gather_moved_samples_backward overwrites grad_moved_points
+// [R,S,V,3] (nullable), the gradient through the projection and the bilinear reads. masked_mse
+// writes {loss, denominator}; the backward reads the denominator.
 MVIBR_RENDER_OPS(T, template <typename T>, MVIBR_NO_STREAM)
 }  // namespace cpu
 
