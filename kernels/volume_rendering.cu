@@ -90,6 +90,52 @@ void composite_dynamic_rays(int n_rays, int n_samples, DynamicComposite mode,
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 
+// One thread per ray, its offsets in order (the CPU's sums).
+__global__ void render_flows_kernel(int n_rays, int n_samples, int n_offsets, const float* weights,
+                                    const float* points, const PinholeCamera<float>* cameras,
+                                    const float* pixels, float* flows) {
+  const size_t R = size_t(n_rays), S = size_t(n_samples);
+  for (size_t r = grid_thread_index(); r < R; r += grid_thread_count()) {
+    for (int k = 0; k < n_offsets; ++k) {
+      const size_t kr = size_t(k) * R + r;
+      rendered_flow(n_samples, weights + r * S, points + kr * S * 3, cameras[k], pixels + r * 2,
+                    flows + kr * 2);
+    }
+  }
+}
+
+void render_flows(int n_rays, int n_samples, int n_offsets, const float* weights,
+                  const float* points, const PinholeCamera<float>* cameras, const float* pixels,
+                  float* flows, StreamHandle stream) {
+  cuda_detail::launch_threads(size_t(n_rays > 0 ? n_rays : 0), stream, render_flows_kernel, n_rays,
+                              n_samples, n_offsets, weights, points, cameras, pixels, flows);
+}
+
+__global__ void render_flows_backward_kernel(int n_rays, int n_samples, int n_offsets,
+                                             const float* weights, const float* points,
+                                             const PinholeCamera<float>* cameras,
+                                             const float* grad_flows, float* grad_weights,
+                                             float* grad_points) {
+  const size_t R = size_t(n_rays), S = size_t(n_samples);
+  for (size_t r = grid_thread_index(); r < R; r += grid_thread_count()) {
+    for (int k = 0; k < n_offsets; ++k) {
+      const size_t kr = size_t(k) * R + r;
+      rendered_flow_backward(n_samples, weights + r * S, points + kr * S * 3, cameras[k],
+                             grad_flows + kr * 2, grad_weights ? grad_weights + r * S : nullptr,
+                             grad_points ? grad_points + kr * S * 3 : nullptr);
+    }
+  }
+}
+
+void render_flows_backward(int n_rays, int n_samples, int n_offsets, const float* weights,
+                           const float* points, const PinholeCamera<float>* cameras,
+                           const float* grad_flows, float* grad_weights, float* grad_points,
+                           StreamHandle stream) {
+  cuda_detail::launch_threads(size_t(n_rays > 0 ? n_rays : 0), stream, render_flows_backward_kernel,
+                              n_rays, n_samples, n_offsets, weights, points, cameras, grad_flows,
+                              grad_weights, grad_points);
+}
+
 __global__ void composite_dynamic_rays_backward_kernel(
     int n_rays, int n_samples, DynamicComposite mode, DynamicSamples<const float> samples,
     const float* depths, DynamicRenders<const float> grad_out, DynamicSamples<float> grad_samples) {

@@ -66,6 +66,37 @@ void composite_dynamic_rays_backward(int n_rays, int n_samples, DynamicComposite
 }
 
 template <typename T>
+void render_flows(int n_rays, int n_samples, int n_offsets, const T* weights, const T* points,
+                  const PinholeCamera<T>* cameras, const T* pixels, T* flows) {
+  const size_t R = size_t(n_rays), S = size_t(n_samples);
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < n_rays; ++r) {
+    for (int k = 0; k < n_offsets; ++k) {
+      const size_t kr = size_t(k) * R + size_t(r);
+      rendered_flow(n_samples, weights + size_t(r) * S, points + kr * S * 3, cameras[k],
+                    pixels + size_t(r) * 2, flows + kr * 2);
+    }
+  }
+}
+
+template <typename T>
+void render_flows_backward(int n_rays, int n_samples, int n_offsets, const T* weights,
+                           const T* points, const PinholeCamera<T>* cameras, const T* grad_flows,
+                           T* grad_weights, T* grad_points) {
+  const size_t R = size_t(n_rays), S = size_t(n_samples);
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < n_rays; ++r) {  // a ray's offsets in order: its weights' sums are fixed
+    for (int k = 0; k < n_offsets; ++k) {
+      const size_t kr = size_t(k) * R + size_t(r);
+      rendered_flow_backward(n_samples, weights + size_t(r) * S, points + kr * S * 3, cameras[k],
+                             grad_flows + kr * 2,
+                             grad_weights ? grad_weights + size_t(r) * S : nullptr,
+                             grad_points ? grad_points + kr * S * 3 : nullptr);
+    }
+  }
+}
+
+template <typename T>
 void ray_mask(int n_rays, int n_samples, int n_views, const T* sample_mask, RayMaskRule rule,
               T* out) {
 #pragma omp parallel for schedule(static)
@@ -94,6 +125,14 @@ template void composite_rays_backward(int, int, const double*, const double*, co
 MVIBR_INSTANTIATE_DYNAMIC(float)
 MVIBR_INSTANTIATE_DYNAMIC(double)
 #undef MVIBR_INSTANTIATE_DYNAMIC
+#define MVIBR_INSTANTIATE_FLOWS(T)                                                                 \
+  template void render_flows(int, int, int, const T*, const T*, const PinholeCamera<T>*, const T*, \
+                             T*);                                                                  \
+  template void render_flows_backward(int, int, int, const T*, const T*, const PinholeCamera<T>*,  \
+                                      const T*, T*, T*);
+MVIBR_INSTANTIATE_FLOWS(float)
+MVIBR_INSTANTIATE_FLOWS(double)
+#undef MVIBR_INSTANTIATE_FLOWS
 template void ray_mask(int, int, int, const float*, RayMaskRule, float*);
 template void ray_mask(int, int, int, const double*, RayMaskRule, double*);
 

@@ -434,6 +434,52 @@ TEST_F(CudaOps, DynibarCompositeAndItsBackwardMatchCpu) {
   }
 }
 
+// DynIBaR's rendered flow over six offsets, and its backward into weights and points.
+TEST_F(CudaOps, RenderedFlowsAndTheirBackwardMatchCpu) {
+  const int n_rays = 37, n_samples = 64, n_offsets = 6;
+  synthetic::RandomSceneSize size;
+  size.n_views = n_offsets;
+  size.n_rays = n_rays;
+  const synthetic::RandomScene scene = synthetic::make_random_scene(size, 41);
+  const std::vector<PinholeCamera<float>> cameras = synthetic::cast_cameras<float>(scene.sources);
+  const PinholeCamera<float> target = camera_cast<float>(scene.target);
+  const std::vector<float> pixels = cast_values<float>(scene.pixels);
+  std::vector<float> origins(size_t(n_rays) * 3), directions(size_t(n_rays) * 3);
+  cpu::generate_rays(target, pixels.data(), n_rays, origins.data(), directions.data());
+  const std::vector<float> depths = coarse_depths(n_rays, n_samples, false, 42);
+  const size_t R = size_t(n_rays), S = size_t(n_samples);
+  std::vector<float> points(size_t(n_offsets) * R * S * 3);
+  const std::vector<float> shifts = random_floats(points.size(), -0.05, 0.05, 43);
+  for (size_t i = 0; i < points.size(); ++i) {
+    const size_t rs = (i / 3) % (R * S), a = i % 3;
+    points[i] = origins[rs / S * 3 + a] + depths[rs] * directions[rs / S * 3 + a] + shifts[i];
+  }
+  const std::vector<float> weights = random_floats(R * S, 0, 2.0 / n_samples, 44);
+  const std::vector<float> grad_flows = random_floats(size_t(n_offsets) * R * 2, -1, 1, 45);
+  std::vector<float> flows(size_t(n_offsets) * R * 2),
+      grad_weights = random_floats(R * S, -1, 1, 46), grad_points(points.size());
+  const DeviceArray<PinholeCamera<float>> device_cameras(cameras);
+  const DeviceArray<float> device_weights(weights), device_points(points), device_pixels(pixels),
+      device_grad_flows(grad_flows);
+  DeviceArray<float> device_flows(flows.size()), device_grad_weights(grad_weights),
+      device_grad_points(points.size());
+  cpu::render_flows(n_rays, n_samples, n_offsets, weights.data(), points.data(), cameras.data(),
+                    pixels.data(), flows.data());
+  cuda::render_flows(n_rays, n_samples, n_offsets, device_weights.data(), device_points.data(),
+                     device_cameras.data(), device_pixels.data(), device_flows.data(), nullptr);
+  // The backward accumulates into the weights' gradient.
+  cpu::render_flows_backward(n_rays, n_samples, n_offsets, weights.data(), points.data(),
+                             cameras.data(), grad_flows.data(), grad_weights.data(),
+                             grad_points.data());
+  cuda::render_flows_backward(n_rays, n_samples, n_offsets, device_weights.data(),
+                              device_points.data(), device_cameras.data(), device_grad_flows.data(),
+                              device_grad_weights.data(), device_grad_points.data(), nullptr);
+  device_synchronize();
+  EXPECT_LE(normwise_relative_error(device_flows.to_host(), flows), 1e-5);
+  EXPECT_LE(normwise_relative_error(device_grad_weights.to_host(), grad_weights), 1e-5);
+  EXPECT_LE(normwise_relative_error(device_grad_points.to_host(), grad_points), 1e-5);
+}
+
 TEST_F(CudaOps, RayMaskMatchesCpu) {
   const int sizes[][3] = {{1, 1, 1}, {500, 64, 8}, {3000, 16, 3}};
   const RayMaskRule rules[] = {{2, 9}, {1, 1}, {3, 20}};

@@ -355,6 +355,73 @@ ReferenceCase gather_moved_case(synthetic::RandomSceneSize size, int n_samples, 
 }
 
 template <typename T>
+Arrays run_flows(const Arrays& in) {
+  const NpyArray& points = in.at("points");
+  const size_t K = points.shape[0], R = points.shape[1], S = points.shape[2];
+  std::vector<PinholeCamera<T>> cameras;
+  for (size_t k = 0; k < K; ++k) {
+    NpyArray one{{16},
+                 std::vector<double>(in.at("cameras").data.begin() + 16 * k,
+                                     in.at("cameras").data.begin() + 16 * (k + 1))};
+    cameras.push_back(camera_cast<T>(camera_from(one)));
+  }
+  const auto weights = as<T>(in.at("weights")), point_values = as<T>(points),
+             pixels = as<T>(in.at("pixels")), grad_flows = as<T>(in.at("grad_flows"));
+  std::vector<T> flows(K * R * 2), grad_weights(R * S, T(0)), grad_points(point_values.size());
+  cpu::render_flows(int(R), int(S), int(K), weights.data(), point_values.data(), cameras.data(),
+                    pixels.data(), flows.data());
+  cpu::render_flows_backward(int(R), int(S), int(K), weights.data(), point_values.data(),
+                             cameras.data(), grad_flows.data(), grad_weights.data(),
+                             grad_points.data());
+  return {{"flows", array(flows, {K, R, 2})},
+          {"grad_weights", array(grad_weights, {R, S})},
+          {"grad_points", array(grad_points, points.shape)}};
+}
+
+// Rays of a random scene with rendering weights, their samples moved a little for each of its
+// source views (as many as DynIBaR's six offsets when there are six).
+ReferenceCase flows_case(int n_views, int n_rays, int n_samples, uint64_t seed) {
+  synthetic::RandomSceneSize size;
+  size.n_views = n_views;
+  size.n_rays = n_rays;
+  const auto scene = synthetic::make_random_scene(size, seed);
+  const size_t K = size_t(n_views), R = size_t(n_rays), S = size_t(n_samples);
+  std::vector<double> origins(R * 3), directions(R * 3), depths(R * S);
+  cpu::generate_rays(scene.target, scene.pixels.data(), n_rays, origins.data(), directions.data());
+  cpu::sample_coarse_depths(n_rays, {scene.near_depth, scene.far_depth, n_samples, false, false},
+                            {seed, 1}, 0, depths.data());
+  const std::vector<double> shifts = synthetic::random_values(K * R * S * 3, -0.05, 0.05, seed + 1);
+  std::vector<double> points(K * R * S * 3);
+  for (size_t k = 0; k < K; ++k) {
+    for (size_t r = 0; r < R; ++r) {
+      for (size_t s = 0; s < S; ++s) {
+        for (size_t a = 0; a < 3; ++a) {
+          const size_t i = ((k * R + r) * S + s) * 3 + a;
+          points[i] = origins[r * 3 + a] + depths[r * S + s] * directions[r * 3 + a] + shifts[i];
+        }
+      }
+    }
+  }
+  NpyArray cameras{{K, 16}, {}};
+  for (const auto& c : scene.sources) {
+    const auto one = camera_array(c);
+    cameras.data.insert(cameras.data.end(), one.data.begin(), one.data.end());
+  }
+  // Weights of a ray sum to at most 1, as rendering weights do.
+  NpyArray weights = random_array({R, S}, 0, 2.0 / double(S), seed + 2);
+  return {"flows",
+          {},
+          {{"weights", weights},
+           {"points", array(points, {K, R, S, 3})},
+           {"cameras", cameras},
+           {"pixels", array(scene.pixels, {R, 2})},
+           {"grad_flows", random_array({K, R, 2}, -1, 1, seed + 3)}},
+          [](const Arrays& in, bool single) {
+            return single ? run_flows<float>(in) : run_flows<double>(in);
+          }};
+}
+
+template <typename T>
 Arrays run_composite(const Arrays& in, const nlohmann::json& p) {
   const size_t R = in.at("sigma").shape[0], S = in.at("sigma").shape[1];
   const CompositeOptions options{p["delta"] == "interval" ? DeltaMode::kInterval : DeltaMode::kUnit,
@@ -533,6 +600,8 @@ std::map<std::string, ReferenceCase> all_cases() {
     }
   }
   cases["gather_small"] = gather_case(scene_size(2, 9, 7, 4, 3, 3, 5), 4, 8);
+  cases["flows_one_sample"] = flows_case(2, 3, 1, 40);
+  cases["flows_six_offsets"] = flows_case(6, 30, 64, 41);
   cases["moved_gather_small"] = gather_moved_case(scene_size(2, 9, 7, 4, 3, 3, 5), 4, 0.05, 18);
   cases["moved_gather_medium"] = gather_moved_case(
       scene_size(5, 40, 30, 10, 8, 16, 64, /*last_view_faces_away=*/true), 16, 0.1, 19);
@@ -650,6 +719,9 @@ TEST_F(Reference, CompositeAndItsBackwardMatchPyTorch) {
 }
 TEST_F(Reference, DynibarCompositeAndItsBackwardMatchPyTorch) {
   check_all("dynamic_composite_");
+}
+TEST_F(Reference, RenderedFlowsAndTheirBackwardMatchPyTorch) {
+  check_all("flows_");
 }
 TEST_F(Reference, RayMaskMatchesPyTorch) {
   check_all("ray_mask");

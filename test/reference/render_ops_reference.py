@@ -198,6 +198,25 @@ def gather_moved(case, p):
     save(case, "grad_moved_points", grad_moved)
 
 
+def flows(case, p):
+    """DynIBaR's compute_optical_flow: the weighted expected point of each ray at each of K
+    source views' times, projected into that view (no depth clamp), minus the target pixel."""
+    weights = load(case, "weights").requires_grad_()  # [R,S]
+    points = load(case, "points").requires_grad_()    # [K,R,S,3]
+    Ks, poses = zip(*[intrinsics_and_pose(c) for c in load(case, "cameras")])
+    Ks, w2c = torch.stack(Ks), torch.inverse(torch.stack(poses))  # [K,4,4]
+    expected = torch.sum(weights[None, ..., None] * points, dim=-2)[..., None]  # [K,R,3,1]
+    in_camera = w2c[:, None, :3, :3] @ expected + w2c[:, None, :3, 3:4]
+    pixels = Ks[:, None, :3, :3] @ in_camera
+    pixels = pixels / pixels[:, :, -1:, :]
+    rendered = pixels[..., :2, 0] - load(case, "pixels")[None]  # [K,R,2]
+    save(case, "flows", rendered)
+    grad_weights, grad_points = torch.autograd.grad(rendered, [weights, points],
+                                                    load(case, "grad_flows"))
+    save(case, "grad_weights", grad_weights)
+    save(case, "grad_points", grad_points)
+
+
 def composite_rays(sigma, rgb, z, directions, delta, white_bkgd):
     """rgb_map [R,3], depth_map [R], acc_map [R], weights [R,S] of sigma [R,S], rgb [R,S,3]."""
     if delta == "interval":
@@ -284,7 +303,7 @@ def masked_mse(case, p):
 
 
 OPS = {f.__name__: f for f in [rays, coarse, importance, gather, gather_moved, composite,
-                               dynamic_composite, ray_mask, masked_mse]}
+                               dynamic_composite, flows, ray_mask, masked_mse]}
 
 
 def case_folders(script):

@@ -9,6 +9,8 @@
 //   compares the target's direction to `points` with the source's to the moved point);
 //   source images [V,H,W,3] and feature maps [V,Hf,Wf,C], channels last;
 //   gathered rgb_features [R,S,V,3+C] (colour then features), ray_diff [R,S,V,4], mask [R,S,V];
+//   DynIBaR's rendered flow: weights [R,S], points [K,R,S,3] (the samples at each of K source
+//   views' times), cameras [K], flows [K,R,2] (render/rendered_flow.h);
 //   sigma [R,S], sample rgb [R,S,3]; rgb_map [R,3], depth_map, acc_map, ray_mask [R];
 //   weights [R,S].
 #pragma once
@@ -18,6 +20,7 @@
 #include "mvibr/core/philox.h"
 #include "mvibr/geom/camera.h"
 #include "mvibr/render/dynamic_compositing.h"
+#include "mvibr/render/rendered_flow.h"
 #include "mvibr/render/volume_rendering.h"
 
 struct CUstream_st;
@@ -114,6 +117,13 @@ struct RayMaskRule {
       int n_rays, int n_samples, DynamicComposite mode, const DynamicSamples<const T>& samples,   \
       const T* depths, const DynamicRenders<const T>& grad_out,                                   \
       const DynamicSamples<T>& grad_samples STREAM_PARAM);                                        \
+  PREFIX void render_flows(int n_rays, int n_samples, int n_offsets, const T* weights,            \
+                           const T* points, const PinholeCamera<T>* cameras, const T* pixels,     \
+                           T* flows STREAM_PARAM);                                                \
+  PREFIX void render_flows_backward(int n_rays, int n_samples, int n_offsets, const T* weights,   \
+                                    const T* points, const PinholeCamera<T>* cameras,             \
+                                    const T* grad_flows, T* grad_weights,                         \
+                                    T* grad_points STREAM_PARAM);                                 \
   PREFIX void ray_mask(int n_rays, int n_samples, int n_views, const T* sample_mask,              \
                        RayMaskRule rule, T* ray_mask STREAM_PARAM);                               \
   PREFIX void masked_mse(int n_rays, const T* predicted, const T* target, const T* ray_mask,      \
@@ -130,7 +140,9 @@ namespace cpu {
 // InvalidArgument on bad ones. gather_samples_backward accumulates (+=) into grad_features and
 // grad_images (nullable); every other output is overwritten. Null grad_depth_map / grad_acc_map /
 // grad_weights mean zero gradient. gather_moved_samples_backward overwrites grad_moved_points
-// [R,S,V,3] (nullable), the gradient through the projection and the bilinear reads. masked_mse
+// [R,S,V,3] (nullable), the gradient through the projection and the bilinear reads;
+// render_flows_backward accumulates into grad_weights [R,S] and overwrites grad_points
+// [K,R,S,3], both nullable. masked_mse
 // writes {loss, denominator}; the backward reads the denominator.
 MVIBR_RENDER_OPS(T, template <typename T>, MVIBR_NO_STREAM)
 }  // namespace cpu
