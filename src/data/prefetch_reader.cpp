@@ -10,6 +10,7 @@
 #include <exception>
 #include <filesystem>
 #include <future>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -198,10 +199,60 @@ struct PrefetchReader::State {
     const int target_frame = shard.target_frame(target);
     sample.target_view = shard.frame_view(target_frame);
     sample.target = load(target_frame);
+    if (options.dynibar_sources) return read_dynibar_sources(shard, target, at, std::move(sample));
     for (int frame : choose_sources(shard.target_sources(target), at)) {
       sample.source_views.push_back(shard.frame_view(frame));
       sample.sources.push_back(load(frame));
     }
+    return sample;
+  }
+
+  // DynIBaR's three source sets from the whole neighbour list, drawn by the target's global
+  // view and the cursor, so ranks sharing a stream draw alike; each frame read once.
+  TrainingSample read_dynibar_sources(const ShardReader& shard, int target, ReaderCursor at,
+                                      TrainingSample sample) const {
+    if (!shard.has_motion()) {
+      throw InvalidArgument(options.data_dir +
+                            ": DynIBaR needs flows and masks in the shards (a dynamic scene "
+                            "prepared with its motion data)");
+    }
+    const int target_frame = shard.target_frame(target);
+    std::vector<SourceCandidate> pool;
+    for (int frame : shard.target_sources(target))
+      pool.push_back({frame, shard.frame(frame).time_index});
+    DynibarSourceOptions choice = options.dynibar;
+    if (options.anchor_growth_epochs > 0) {
+      choice.anchor_max_step = int(std::min<uint64_t>(
+          uint64_t(choice.anchor_max_step), at.epoch / uint64_t(options.anchor_growth_epochs) + 1));
+    }
+    const DynibarSources chosen = select_dynibar_sources(
+        pool, target_frame, sample.target.time_index, choice,
+        RandomKey{options.seed, (at.epoch << 32) | at.position}, uint32_t(sample.target_view));
+    std::map<int, int> position;  // frame -> its place in sample.sources
+    const auto place = [&](int frame) {
+      if (frame < 0) return -1;
+      const auto [it, added] = position.emplace(frame, int(sample.sources.size()));
+      if (added) {
+        View view = shard.frame(frame);
+        view.rgb.resize(size_t(shard.width()) * shard.height() * 3);
+        shard.read_frame(frame, view.rgb.data());
+        const size_t pixels = size_t(shard.width()) * shard.height();
+        view.motion.motion_mask.resize(pixels);
+        view.motion.static_mask.resize(pixels);
+        shard.read_frame_masks(frame, view.motion.motion_mask.data(),
+                               view.motion.static_mask.data());
+        sample.source_views.push_back(shard.frame_view(frame));
+        sample.sources.push_back(std::move(view));
+      }
+      return it->second;
+    };
+    DynibarSourceSets sets;
+    for (int k = 0; k < kFlowCount; ++k) sets.dynamic[size_t(k)] = place(chosen.dynamic[size_t(k)]);
+    sets.anchor_time = chosen.anchor_time;
+    for (int frame : chosen.anchor) sets.anchor.push_back(place(frame));
+    for (int frame : chosen.static_views) sets.static_views.push_back(place(frame));
+    shard.read_target_motion(target, &sample.target.motion);
+    sample.dynibar = std::move(sets);
     return sample;
   }
 };

@@ -7,11 +7,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <tuple>
 
 #include "importer_fixture.h"
 #include "mvibr/data/dynibar_folder.h"
 #include "mvibr/data/neighbours.h"
+#include "mvibr/data/prefetch_reader.h"
 #include "mvibr/data/shards.h"
 #include "mvibr/data/synthetic_scene.h"
 
@@ -207,6 +209,77 @@ TEST(SyntheticMotion, DisparityInvertsTheDepthAndFlowsStopAtTheVideosEnds) {
     }
   }
   EXPECT_GT(occluded_inside, 20) << "the moving sphere hides points that stay in view";
+}
+
+// DynIBaR's samples: a 16-frame video prepared with the whole video as every target's pool,
+// read with dynibar_sources. Each set's frames are where DynIBaR's loader puts them in time, the
+// target carries its flows and disparity and every source its masks, and two readers (a
+// restart, or another rank sharing the stream) draw the same sets.
+TEST(PrefetchReader, DynibarSamplesCarryTheThreeSourceSetsAndTheMotionData) {
+  TempDir dir;
+  SyntheticSceneOptions options = video_options();
+  options.n_time_steps = 16;
+  options.width = 16;
+  options.height = 12;
+  options.n_test_every = 0;
+  Scene scene = make_synthetic_scene(options);
+  select_neighbours(&scene, NeighbourOptions{15, 15});
+  PrepOptions prep;
+  prep.n_shards = 1;
+  write_prepared_scene(scene, dir.str(), prep);
+  ReaderOptions reader;
+  reader.data_dir = dir.str();
+  reader.dynibar_sources = true;
+  reader.dynibar.static_views = 6;
+  reader.anchor_growth_epochs = 2;
+  PrefetchReader a(reader), b(reader);
+  std::set<int> anchor_steps_epoch_0, anchor_steps_epoch_2;
+  for (int i = 0; i < 3 * 16; ++i) {
+    const TrainingSample sample = a.next();
+    const TrainingSample twin = b.next();
+    ASSERT_TRUE(sample.dynibar.has_value());
+    const DynibarSourceSets& sets = *sample.dynibar;
+    EXPECT_EQ(sample.source_views, twin.source_views);
+    EXPECT_EQ(sets.anchor, twin.dynibar->anchor);
+    EXPECT_EQ(sets.static_views, twin.dynibar->static_views);
+    const int t = sample.target.time_index;
+    const auto time_of = [&](int position) { return sample.sources[size_t(position)].time_index; };
+    for (int k = 0; k < kFlowCount; ++k) {
+      const int at = sets.dynamic[size_t(k)];
+      const bool exists = t + kFlowOffsets[k] >= 0 && t + kFlowOffsets[k] < 16;
+      ASSERT_EQ(at >= 0, exists) << "target " << t << " offset " << kFlowOffsets[k];
+      if (exists) {
+        EXPECT_EQ(time_of(at), t + kFlowOffsets[k]);
+      }
+    }
+    const int step = std::abs(sets.anchor_time - t);
+    (sample.cursor.epoch == 0 ? anchor_steps_epoch_0 : anchor_steps_epoch_2).insert(step);
+    for (int position : sets.anchor) {
+      EXPECT_LE(std::abs(time_of(position) - sets.anchor_time), 3);
+    }
+    EXPECT_GE(sets.static_views.size(), 3u);
+    EXPECT_LE(sets.static_views.size(), 6u);
+    // Each frame once; the target's motion whole, the sources' masks there.
+    const std::set<int> unique(sample.source_views.begin(), sample.source_views.end());
+    EXPECT_EQ(unique.size(), sample.source_views.size());
+    EXPECT_EQ(unique.count(sample.target_view), 0u);
+    const FrameMotion& expected = scene.views[size_t(sample.target_view)].motion;
+    EXPECT_EQ(sample.target.motion.flow, expected.flow);
+    EXPECT_EQ(sample.target.motion.disparity, expected.disparity);
+    for (size_t v = 0; v < sample.sources.size(); ++v) {
+      EXPECT_EQ(sample.sources[v].motion.motion_mask,
+                scene.views[size_t(sample.source_views[v])].motion.motion_mask);
+    }
+    if (i == 31) {  // skip epoch 1: epoch 2 follows
+      for (int j = 0; j < 16; ++j) {
+        a.next();
+        b.next();
+      }
+    }
+  }
+  // The anchor reaches 1 frame in epochs 0-1, 2 in epochs 2-3 (growth every 2 epochs).
+  EXPECT_EQ(anchor_steps_epoch_0, (std::set<int>{1}));
+  EXPECT_EQ(*anchor_steps_epoch_2.rbegin(), 2);
 }
 
 TEST(Shards, DynamicScenesCarryFlowsMasksAndDisparities) {

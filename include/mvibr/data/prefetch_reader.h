@@ -5,11 +5,14 @@
 // identical stream, which is what checkpoints store.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "mvibr/data/dynibar_sources.h"
 #include "mvibr/data/scene.h"
 
 namespace mvibr::data {
@@ -38,6 +41,21 @@ struct ReaderOptions {
   bool shuffle = true;
   // Fewer shards than ranks is an error unless allowed; then ranks share shards round-robin.
   bool allow_shared_shards = false;
+  // DynIBaR's sources (dynibar_sources.h) instead of num_source_views from the pool: the whole
+  // neighbour list is the pool, and the sample carries the target's motion data and every
+  // source's masks. The anchor's reach grows by a frame every anchor_growth_epochs epochs up to
+  // dynibar.anchor_max_step (the published min(3, epoch / init_decay_epoch + 1)); 0: at once.
+  bool dynibar_sources = false;
+  DynibarSourceOptions dynibar;
+  int anchor_growth_epochs = 0;
+};
+
+// Which of a sample's sources serve DynIBaR's three source sets: positions in
+// TrainingSample::sources (each frame read once), -1 where a dynamic offset has no frame.
+struct DynibarSourceSets {
+  std::array<int, kFlowCount> dynamic;
+  int anchor_time = -1;  // -1: no anchor (a video of one frame)
+  std::vector<int> anchor, static_views;
 };
 
 // One target view with its source views, pixels included.
@@ -47,6 +65,9 @@ struct TrainingSample {
   std::vector<int> source_views;
   std::vector<View> sources;
   ReaderCursor cursor;  // where this sample sits in the stream
+  // With dynibar_sources: the sets, the target's View::motion filled, and every source's motion
+  // and static masks (View::motion's two masks; its flows and disparity stay empty).
+  std::optional<DynibarSourceSets> dynibar;
 };
 
 class PrefetchReader {
