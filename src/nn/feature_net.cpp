@@ -224,8 +224,14 @@ ResUNet::ResUNet(const ResUNetOptions& options, ParameterSet* parameters, const 
   if (!positive || (!options.coarse_only && options.fine_out_ch < 1)) {
     throw InvalidArgument("feature network: widths, blocks and output channels must be positive");
   }
+  if (options.shallow && w[0] != options.out_channels()) {
+    throw InvalidArgument("feature network: a shallow network's layer1 width (" +
+                          std::to_string(w[0]) + ") must equal its output channels (" +
+                          std::to_string(options.out_channels()) + ")");
+  }
   graph_.coarse_channels = options.coarse_out_ch;
   graph_.fine_channels = options.coarse_only ? 0 : options.fine_out_ch;
+  graph_.shallow = options.shallow;
   graph_.stem = add_unit("conv1", 3, w[0], 7, 2, false, Activation::kRelu, "bn1");
   int in_channels = w[0];
   for (int stage = 0; stage < 3; ++stage) {

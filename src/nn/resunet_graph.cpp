@@ -71,12 +71,15 @@ MapBatch ResUNetGraph::reflect_padded(MapOps& ops, Workspace& ws, const MapBatch
   return padded;
 }
 
-std::pair<int, int> ResUNetGraph::output_size(int height, int width) {
-  if (height < 17 || width < 17) {
-    throw InvalidArgument("the feature network needs images of at least 17x17 pixels, not " +
-                          std::to_string(width) + "x" + std::to_string(height));
+std::pair<int, int> ResUNetGraph::output_size(int height, int width, bool shallow) {
+  const int least = shallow ? 8 : 17;
+  if (height < least || width < least) {
+    throw InvalidArgument("the feature network needs images of at least " + std::to_string(least) +
+                          "x" + std::to_string(least) + " pixels, not " + std::to_string(width) +
+                          "x" + std::to_string(height));
   }
-  // Four stride-2 layers, each rounding up; two x2 upsamplings back.
+  // Shallow: two stride-2 layers, each rounding up. Else four, and two x2 upsamplings back.
+  if (shallow) return {(height + 3) / 4, (width + 3) / 4};
   return {4 * ((height + 15) / 16), 4 * ((width + 15) / 16)};
 }
 
@@ -102,7 +105,7 @@ MapBatch ResUNetGraph::unit_forward(MapOps& ops, Workspace& ws, int index, const
 void ResUNetGraph::forward(MapOps& ops, Workspace& ws, int views, int height, int width,
                            const float* images, const float* params, float* coarse_out,
                            float* fine_out) const {
-  const auto [out_height, out_width] = output_size(height, width);
+  const auto [out_height, out_width] = output_size(height, width, shallow);
   if (views < 1 || !images || !params) {
     throw InvalidArgument("feature network forward: needs at least one view, images, parameters");
   }
@@ -113,7 +116,7 @@ void ResUNetGraph::forward(MapOps& ops, Workspace& ws, int views, int height, in
   ops.channels_last_to_planar(images, 0, 3, ws.images_);
 
   MapBatch x = unit_forward(ops, ws, stem, ws.images_, nullptr, params);
-  for (int stage = 0; stage < 3; ++stage) {
+  for (int stage = 0; stage < (shallow ? 1 : 3); ++stage) {
     for (const Block& block : stages[size_t(stage)]) {
       const MapBatch identity =
           block.downsample >= 0 ? unit_forward(ops, ws, block.downsample, x, nullptr, params) : x;
@@ -135,11 +138,15 @@ void ResUNetGraph::forward(MapOps& ops, Workspace& ws, int views, int height, in
     ops.skip_concat_forward(decoder, encoder, cat.data);
     return cat;
   };
-  ws.up3_ = upsample(ws.stages_[2]);
-  ws.skip3_ = skip(unit_forward(ops, ws, upconv3, ws.up3_, nullptr, params), ws.stages_[1]);
-  ws.up2_ = upsample(unit_forward(ops, ws, iconv3, ws.skip3_, nullptr, params));
-  ws.skip2_ = skip(unit_forward(ops, ws, upconv2, ws.up2_, nullptr, params), ws.stages_[0]);
-  ws.features_ = unit_forward(ops, ws, iconv2, ws.skip2_, nullptr, params);
+  if (shallow) {
+    ws.features_ = ws.stages_[0];
+  } else {
+    ws.up3_ = upsample(ws.stages_[2]);
+    ws.skip3_ = skip(unit_forward(ops, ws, upconv3, ws.up3_, nullptr, params), ws.stages_[1]);
+    ws.up2_ = upsample(unit_forward(ops, ws, iconv3, ws.skip3_, nullptr, params));
+    ws.skip2_ = skip(unit_forward(ops, ws, upconv2, ws.up2_, nullptr, params), ws.stages_[0]);
+    ws.features_ = unit_forward(ops, ws, iconv2, ws.skip2_, nullptr, params);
+  }
 
   const int out = out_channels();
   ws.out_ = ws.take(views, out, out_height, out_width);
@@ -156,8 +163,10 @@ std::vector<ResUNetGraph::UnitOutput> ResUNetGraph::unit_outputs(const Workspace
   if (!ws.forward_done_)
     throw InvalidArgument("feature network: no forward through this workspace");
   std::vector<UnitOutput> outputs;
-  for (size_t i = 0; i < units.size(); ++i) {
-    outputs.push_back({units[i].name, units[i].activation, ws.records_[i].output});
+  for (size_t i = 0; i < units.size(); ++i) {  // the units that ran (a shallow forward skips some)
+    if (ws.records_[i].output.data) {
+      outputs.push_back({units[i].name, units[i].activation, ws.records_[i].output});
+    }
   }
   return outputs;
 }
@@ -245,6 +254,7 @@ void ResUNetGraph::backward(MapOps& ops, Workspace& ws, const float* params, flo
   };
   for (const Level& level : {Level{iconv2, upconv2, ws.skip2_, 0, ws.up2_},
                              Level{iconv3, upconv3, ws.skip3_, 1, ws.up3_}}) {
+    if (shallow) break;  // out_conv read layer1's output: g is its gradient
     float* grad_skip = zeroed(ops, spare(g), level.skip.size());
     unit_backward(ops, ws, level.iconv, params, grads, g, grad_skip, nullptr);
     const MapBatch& encoder = ws.stages_[level.encoder_stage];
@@ -259,7 +269,7 @@ void ResUNetGraph::backward(MapOps& ops, Workspace& ws, const float* params, flo
   }
 
   // Encoder, last block first; a stage's input gradient starts from the skip's.
-  for (int stage = 2; stage >= 0; --stage) {
+  for (int stage = shallow ? 0 : 2; stage >= 0; --stage) {
     const std::vector<Block>& blocks = stages[size_t(stage)];
     for (size_t b = blocks.size(); b-- > 0;) {
       const size_t in_size = ws.records_[size_t(blocks[b].conv1)].input.size();

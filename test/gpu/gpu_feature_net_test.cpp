@@ -98,7 +98,7 @@ Inputs make_inputs(const nn::ResUNetOptions& options, int views, int height, int
   in.views = views;
   in.height = height;
   in.width = width;
-  const auto [hf, wf] = nn::ResUNet::output_size(height, width);
+  const auto [hf, wf] = nn::ResUNet::output_size(height, width, options.shallow);
   const size_t pixels = size_t(views) * size_t(hf) * size_t(wf);
   in.coarse_count = pixels * size_t(options.coarse_out_ch);
   in.fine_count = options.coarse_only ? 0 : pixels * size_t(options.fine_out_ch);
@@ -213,6 +213,13 @@ nn::ResUNetOptions narrow_options() {
   return options;
 }
 
+// DynIBaR's forward at the published widths: conv1 → layer1 → out_conv.
+nn::ResUNetOptions shallow_options() {
+  nn::ResUNetOptions options = nn::ResUNetOptions::preset(nn::ResUNetPreset::kIbrnet);
+  options.shallow = true;
+  return options;
+}
+
 nn::ResUNetOptions coarse_only_options() {
   nn::ResUNetOptions options = nn::ResUNetOptions::preset(nn::ResUNetPreset::kSmall);
   options.coarse_only = true;
@@ -230,6 +237,7 @@ TEST_F(CudaFeatureNet, MatchesCpuNetwork) {
       {"small 32x40", nn::ResUNetOptions::preset(nn::ResUNetPreset::kSmall), 2, 32, 40},
       {"narrow 37x53", narrow_options(), 2, 37, 53},
       {"small coarse only 35x45", coarse_only_options(), 1, 35, 45},
+      {"dynibar shallow 29x37", shallow_options(), 2, 29, 37},
       // Not smaller: layer3's 2x3 planes put fp32 itself outside the bounds (see above).
       {"ibrnet 64x80", nn::ResUNetOptions::preset(nn::ResUNetPreset::kIbrnet), 2, 64, 80},
   };

@@ -203,7 +203,8 @@ Case resunet_case(const ResUNetOptions& options, int views, int height, int widt
             {"decoder_widths", options.decoder_widths},
             {"coarse_out_ch", options.coarse_out_ch},
             {"fine_out_ch", options.fine_out_ch},
-            {"coarse_only", options.coarse_only}};
+            {"coarse_only", options.coarse_only},
+            {"shallow", options.shallow}};
   ParameterSet parameters;
   const ResUNet net = make_network(options, seed, &parameters);
   for (const ParameterInfo& info : parameters.infos()) {
@@ -211,7 +212,7 @@ Case resunet_case(const ResUNetOptions& options, int views, int height, int widt
                                     parameters.values().begin() + long(info.offset + info.size));
     c.params[info.name] = array(values, std::vector<size_t>(info.shape.begin(), info.shape.end()));
   }
-  const auto [hf, wf] = ResUNet::output_size(height, width);
+  const auto [hf, wf] = ResUNet::output_size(height, width, options.shallow);
   const size_t v = size_t(views), h = size_t(hf), w = size_t(wf);
   const size_t coarse_channels = size_t(options.coarse_out_ch);
   const size_t fine_channels = options.coarse_only ? 0 : size_t(options.fine_out_ch);
@@ -282,6 +283,13 @@ std::map<std::string, std::function<Case()>> all_cases() {
   coarse_only.blocks = {2, 1, 3};  // identity blocks too
   cases["resunet_small_coarse_only_35x45"] = [coarse_only] {
     return resunet_case(coarse_only, 1, 35, 45, 15);
+  };
+  // DynIBaR's forward: conv1 → layer1 → out_conv, at the published widths (64 = 32 + 32), on
+  // odd sizes; the unused layers' gradients are zero.
+  ResUNetOptions shallow = ResUNetOptions::preset(ResUNetPreset::kIbrnet);
+  shallow.shallow = true;
+  cases["resunet_shallow_dynibar_29x37"] = [shallow] {
+    return resunet_case(shallow, 2, 29, 37, 18);
   };
   // The ibrnet preset at 64x80 and 67x69, not at 32x40 or 29x37: there layer3's maps are 2x3,
   // and instance norm over 6 values amplifies fp32 rounding about twofold per block (|mean| /
@@ -458,6 +466,10 @@ TEST(FeatureNet, SmallPresetMatchesPyTorch) {
 
 TEST(FeatureNet, IbrnetPresetMatchesPyTorch) {
   check_all("resunet_ibrnet_");
+}
+
+TEST(FeatureNet, DynibarShallowForwardMatchesPyTorch) {
+  check_all("resunet_shallow_");
 }
 
 TEST(FeatureNet, ParametersAreIbrnetStateDictKeys) {

@@ -111,8 +111,11 @@ class Parameters:
             self.tensors[full] = load(self.folder, full, True)
         return self.tensors[full]
 
+    def given(self):
+        return {path.name[:-len(".npy")] for path in self.folder.glob("*.npy")}
+
     def check_all_used(self):
-        given = {path.name[:-len(".npy")] for path in self.folder.glob("*.npy")}
+        given = self.given()
         if given != set(self.tensors):
             raise RuntimeError(f"parameters given but unused: {sorted(given - set(self.tensors))}; "
                                f"used but not given: {sorted(set(self.tensors) - given)}")
@@ -132,12 +135,13 @@ def relu_on_our_side(mask, z, name):
     return z * mask
 
 
-def resunet_forward(param, images, widths, blocks, relu, norm=instance_norm):
+def resunet_forward(param, images, widths, blocks, relu, norm=instance_norm, shallow=False):
     """The ResUNet's output [V, coarse + fine channels, Hf, Wf] of images [V, H, W, 3] in [0, 1].
 
     param(name) gives a parameter by its name without prefix; relu(y, conv_name) is the ReLU
     after that convolution's norm (relu_on_our_side for the parity tests, F.relu elsewhere);
     norm(x, gamma, beta) is InstanceNorm2d(affine) (F.instance_norm computes the same).
+    shallow: DynIBaR's forward, conv1 -> layer1 -> out_conv.
     """
 
     def unit(x, conv_name, norm_name, stride, activation, bias=False, residual=None):
@@ -163,7 +167,7 @@ def resunet_forward(param, images, widths, blocks, relu, norm=instance_norm):
     x = images.permute(0, 3, 1, 2)  # [V, H, W, 3] -> [V, 3, H, W]
     x = unit(x, "conv1", "bn1", 2, "relu")
     in_channels, encoded = widths[0], []
-    for stage in range(3):
+    for stage in range(1 if shallow else 3):
         for b in range(blocks[stage]):
             name, stride = f"layer{stage + 1}.{b}.", 2 if b == 0 else 1
             identity = x
@@ -174,6 +178,8 @@ def resunet_forward(param, images, widths, blocks, relu, norm=instance_norm):
             in_channels = widths[stage]
         encoded.append(x)
 
+    if shallow:
+        return F.conv2d(x, param("out_conv.weight"), param("out_conv.bias"))
     x = unit(upsample(encoded[2]), "upconv3.conv.conv", "upconv3.conv.bn", 1, "elu", bias=True)
     x = unit(skipconnect(encoded[1], x), "iconv3.conv", "iconv3.bn", 1, "elu", bias=True)
     x = unit(upsample(x), "upconv2.conv.conv", "upconv2.conv.bn", 1, "elu", bias=True)
@@ -190,9 +196,12 @@ def split_maps(out, coarse_channels, fine_channels, coarse_only):
 
 def resunet(case, p):
     param = Parameters(case, p["prefix"])
+    shallow = p.get("shallow", False)
     out = resunet_forward(param, load(case, "images"), p["widths"], p["blocks"],
-                          lambda y, name: relu_on_our_side(load(case, "mask_" + name), y, name))
-    param.check_all_used()
+                          lambda y, name: relu_on_our_side(load(case, "mask_" + name), y, name),
+                          shallow=shallow)
+    if not shallow:
+        param.check_all_used()
 
     coarse, fine = split_maps(out, p["coarse_out_ch"], p["fine_out_ch"], p["coarse_only"])
     loss = (coarse * load(case, "grad_coarse")).sum()
@@ -203,6 +212,8 @@ def resunet(case, p):
     loss.backward()
     for name, tensor in param.tensors.items():
         save(case, "grad_" + name, tensor.grad)
+    for name in param.given() - set(param.tensors):  # a shallow forward's unused parameters
+        save(case, "grad_" + name, torch.zeros_like(load(param.folder, name)))
 
 
 OPS = {"conv": conv, "reflect_pad": reflect_pad, "instance_norm": norm, "upsample": upsample_case,

@@ -38,6 +38,9 @@ struct ResUNetOptions {
   std::array<int, 2> decoder_widths{128, 64};  // upconv3 and iconv3, upconv2
   int coarse_out_ch = 32, fine_out_ch = 32;
   bool coarse_only = false;  // one output of coarse_out_ch channels; fine_out_ch is ignored
+  // DynIBaR's forward (ResUNetGraph::shallow): conv1 → layer1 → out_conv at a quarter of the
+  // image size; layer1's width must equal out_channels() (out_conv maps it 1x1).
+  bool shallow = false;
 
   // kIbrnet is the defaults above.
   static ResUNetOptions preset(ResUNetPreset preset);
@@ -63,8 +66,8 @@ class ResUNet {
   void initialize(Initializer& initializer);
 
   // The feature maps' size {Hf, Wf} for H x W images (ResUNetGraph::output_size).
-  static std::pair<int, int> output_size(int height, int width) {
-    return ResUNetGraph::output_size(height, width);
+  static std::pair<int, int> output_size(int height, int width, bool shallow = false) {
+    return ResUNetGraph::output_size(height, width, shallow);
   }
 
   // images: [V, H, W, 3] channels last, in [0, 1]. coarse_out: [V, Hf, Wf, coarse_out_ch];

@@ -67,6 +67,9 @@ struct ResUNetGraph {
   int stem = -1, upconv3 = -1, iconv3 = -1, upconv2 = -1, iconv2 = -1;  // indices into units
   size_t out_weight = 0, out_bias = 0;                                  // out_conv, 1x1 with bias
   int coarse_channels = 0, fine_channels = 0;  // the outputs; fine 0 when coarse only
+  // DynIBaR's forward: conv1 → layer1 → out_conv, layers 2-3 and the decoder unused (their
+  // parameters stay, with zero gradients, as the published state_dict has them).
+  bool shallow = false;
 
   int out_channels() const { return coarse_channels + fine_channels; }
 
@@ -84,12 +87,13 @@ struct ResUNetGraph {
     Activation activation;
     MapBatch output;
   };
-  // Every unit's output of the last forward, in registration order: for layer-by-layer checks.
+  // Every output of the last forward's units, in registration order: for layer-by-layer checks.
   std::vector<UnitOutput> unit_outputs(const Workspace& workspace) const;
 
-  // The feature maps' size {Hf, Wf} for H x W images: 4 ceil(H / 16) x 4 ceil(W / 16).
-  // InvalidArgument below 17 pixels a side (reflect padding needs layer3 to be 2 cells wide).
-  static std::pair<int, int> output_size(int height, int width);
+  // The feature maps' size {Hf, Wf} for H x W images: 4 ceil(H / 16) x 4 ceil(W / 16), or
+  // shallow, layer1's ceil(H / 4) x ceil(W / 4). InvalidArgument below 17 pixels a side (reflect
+  // padding needs layer3 to be 2 cells wide), or shallow 8.
+  static std::pair<int, int> output_size(int height, int width, bool shallow = false);
 
  private:
   static MapBatch reflect_padded(MapOps& ops, Workspace& workspace, const MapBatch& input, int pad);
