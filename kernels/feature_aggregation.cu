@@ -31,6 +31,26 @@ struct SamplePoints {
   __device__ static Vec3<float> read(const float* p) { return {p[0], p[1], p[2]}; }
 };
 
+SamplePoints samples_on_rays(int n_samples, int n_views, const float* origins,
+                             const float* directions, const float* depths) {
+  SamplePoints samples;
+  samples.origins = origins;
+  samples.directions = directions;
+  samples.depths = depths;
+  samples.n_samples = n_samples;
+  samples.n_views = n_views;
+  return samples;
+}
+
+SamplePoints moved_samples(int n_samples, int n_views, const float* points, const float* moved) {
+  SamplePoints samples;
+  samples.points = points;
+  samples.moved = moved;
+  samples.n_samples = n_samples;
+  samples.n_views = n_views;
+  return samples;
+}
+
 // Where one sample falls in one view: the taps into the image and into the feature map.
 struct SampleInView {
   Vec3<float> point;
@@ -110,24 +130,15 @@ static void launch_gather(int n_rays, const SamplePoints& samples, Vec3<float> t
 void gather_samples(int n_rays, int n_samples, const float* origins, const float* directions,
                     const float* depths, Vec3<float> target_center, const SourceViews<float>& views,
                     const GatherOutputs<float>& out, StreamHandle stream) {
-  SamplePoints samples;
-  samples.origins = origins;
-  samples.directions = directions;
-  samples.depths = depths;
-  samples.n_samples = n_samples;
-  samples.n_views = views.n_views;
-  launch_gather(n_rays, samples, target_center, views, out, stream);
+  launch_gather(n_rays, samples_on_rays(n_samples, views.n_views, origins, directions, depths),
+                target_center, views, out, stream);
 }
 
 void gather_moved_samples(int n_rays, int n_samples, const float* points, const float* moved_points,
                           Vec3<float> target_center, const SourceViews<float>& views,
                           const GatherOutputs<float>& out, StreamHandle stream) {
-  SamplePoints samples;
-  samples.points = points;
-  samples.moved = moved_points;
-  samples.n_samples = n_samples;
-  samples.n_views = views.n_views;
-  launch_gather(n_rays, samples, target_center, views, out, stream);
+  launch_gather(n_rays, moved_samples(n_samples, views.n_views, points, moved_points),
+                target_center, views, out, stream);
 }
 
 // Adds weight * gradient into channel c of the texels the taps read (the CPU's scatter_taps).
@@ -211,27 +222,19 @@ void gather_samples_backward(int n_rays, int n_samples, const float* origins,
                              const float* directions, const float* depths,
                              const SourceViews<float>& views, const float* grad_rgb_features,
                              float* grad_images, float* grad_features, StreamHandle stream) {
-  SamplePoints samples;
-  samples.origins = origins;
-  samples.directions = directions;
-  samples.depths = depths;
-  samples.n_samples = n_samples;
-  samples.n_views = views.n_views;
-  launch_gather_backward(n_rays, samples, views, grad_rgb_features, nullptr, grad_images,
-                         grad_features, stream);
+  launch_gather_backward(n_rays,
+                         samples_on_rays(n_samples, views.n_views, origins, directions, depths),
+                         views, grad_rgb_features, nullptr, grad_images, grad_features, stream);
 }
 
 void gather_moved_samples_backward(int n_rays, int n_samples, const float* moved_points,
                                    const SourceViews<float>& views, const float* grad_rgb_features,
                                    float* grad_moved_points, float* grad_images,
                                    float* grad_features, StreamHandle stream) {
-  SamplePoints samples;
-  samples.points = moved_points;  // unread: the direction feature has no backward
-  samples.moved = moved_points;
-  samples.n_samples = n_samples;
-  samples.n_views = views.n_views;
-  launch_gather_backward(n_rays, samples, views, grad_rgb_features, grad_moved_points, grad_images,
-                         grad_features, stream);
+  // `points` is unread: the direction feature has no backward.
+  launch_gather_backward(n_rays, moved_samples(n_samples, views.n_views, nullptr, moved_points),
+                         views, grad_rgb_features, grad_moved_points, grad_images, grad_features,
+                         stream);
 }
 
 }  // namespace mvibr::cuda

@@ -142,6 +142,39 @@ std::string describe(const GatherCase& c) {
          " rays " + std::to_string(c.size.n_rays) + " samples " + std::to_string(c.n_samples);
 }
 
+// A gather case's scene, rays and depths, its views on the host and on the device.
+struct GatherProblem {
+  GatherProblem(const GatherCase& c, uint64_t seed)
+      : scene(synthetic::make_random_scene(c.size, seed)),
+        cameras(synthetic::cast_cameras<float>(scene.sources)),
+        images(cast_values<float>(scene.images)),
+        features(cast_values<float>(scene.features)),
+        target(camera_cast<float>(scene.target)),
+        pixels(cast_values<float>(scene.pixels)),
+        origins(size_t(c.size.n_rays) * 3),
+        directions(size_t(c.size.n_rays) * 3),
+        depths(coarse_depths(c.size.n_rays, c.n_samples, false, seed + 1)),
+        views(synthetic::scene_views(scene, cameras.data(), images.data(), features.data())),
+        device_cameras(cameras),
+        device_images(images),
+        device_features(features),
+        device_views(views) {
+    cpu::generate_rays(target, pixels.data(), c.size.n_rays, origins.data(), directions.data());
+    device_views.cameras = device_cameras.data();
+    device_views.images = device_images.data();
+    device_views.features = device_features.data();
+  }
+  synthetic::RandomScene scene;
+  std::vector<PinholeCamera<float>> cameras;
+  std::vector<float> images, features;
+  PinholeCamera<float> target;
+  std::vector<float> pixels, origins, directions, depths;
+  SourceViews<float> views;
+  DeviceArray<PinholeCamera<float>> device_cameras;
+  DeviceArray<float> device_images, device_features;
+  SourceViews<float> device_views;
+};
+
 TEST_F(CudaOps, GatherAndItsBackwardMatchCpu) {
   // Feature maps below image resolution; no features at all; 3 + 45 channels, more than a
   // warp has lanes. Facing-away last views put samples behind a camera.
@@ -152,34 +185,22 @@ TEST_F(CudaOps, GatherAndItsBackwardMatchCpu) {
   };
   for (const GatherCase& c : cases) {
     SCOPED_TRACE(describe(c));
-    const synthetic::RandomScene scene = synthetic::make_random_scene(c.size, 21);
+    const GatherProblem p(c, 21);
     const int n_rays = c.size.n_rays, n_samples = c.n_samples, n_views = c.size.n_views;
     const int width = 3 + c.size.feature_channels;
-    const std::vector<PinholeCamera<float>> cameras = synthetic::cast_cameras<float>(scene.sources);
-    const std::vector<float> images = cast_values<float>(scene.images);
-    const std::vector<float> features = cast_values<float>(scene.features);
-    const PinholeCamera<float> target = camera_cast<float>(scene.target);
-    const std::vector<float> pixels = cast_values<float>(scene.pixels);
-    std::vector<float> origins(size_t(n_rays) * 3), directions(size_t(n_rays) * 3);
-    cpu::generate_rays(target, pixels.data(), n_rays, origins.data(), directions.data());
-    const std::vector<float> depths = coarse_depths(n_rays, n_samples, false, 22);
-
-    const SourceViews<float> views =
-        synthetic::scene_views(scene, cameras.data(), images.data(), features.data());
+    const auto &images = p.images, &features = p.features, &origins = p.origins,
+               &directions = p.directions, &depths = p.depths;
+    const PinholeCamera<float>& target = p.target;
+    const SourceViews<float>& views = p.views;
+    const SourceViews<float>& device_views = p.device_views;
     const size_t n_triples = size_t(n_rays) * n_samples * n_views;
     std::vector<float> rgb_features(n_triples * width), ray_diff(n_triples * 4), mask(n_triples);
     cpu::gather_samples(n_rays, n_samples, origins.data(), directions.data(), depths.data(),
                         target.center(), views,
                         {rgb_features.data(), ray_diff.data(), mask.data()});
 
-    const DeviceArray<PinholeCamera<float>> device_cameras(cameras);
-    const DeviceArray<float> device_images(images), device_features(features);
     const DeviceArray<float> device_origins(origins), device_directions(directions),
         device_depths(depths);
-    SourceViews<float> device_views = views;
-    device_views.cameras = device_cameras.data();
-    device_views.images = device_images.data();
-    device_views.features = device_features.data();
     DeviceArray<float> device_rgb_features(rgb_features.size()), device_ray_diff(ray_diff.size()),
         device_mask(mask.size());
     cuda::gather_samples(n_rays, n_samples, device_origins.data(), device_directions.data(),
@@ -229,17 +250,14 @@ TEST_F(CudaOps, GatherAndItsBackwardMatchCpu) {
 // points' gradient.
 TEST_F(CudaOps, MovedGatherAndItsBackwardMatchCpu) {
   const GatherCase c{{3, 32, 24, 8, 6, 37, 37, true}, 16, true};
-  const synthetic::RandomScene scene = synthetic::make_random_scene(c.size, 31);
+  const GatherProblem p(c, 31);
   const int n_rays = c.size.n_rays, n_samples = c.n_samples, n_views = c.size.n_views;
   const int width = 3 + c.size.feature_channels;
-  const std::vector<PinholeCamera<float>> cameras = synthetic::cast_cameras<float>(scene.sources);
-  const std::vector<float> images = cast_values<float>(scene.images);
-  const std::vector<float> features = cast_values<float>(scene.features);
-  const PinholeCamera<float> target = camera_cast<float>(scene.target);
-  const std::vector<float> pixels = cast_values<float>(scene.pixels);
-  std::vector<float> origins(size_t(n_rays) * 3), directions(size_t(n_rays) * 3);
-  cpu::generate_rays(target, pixels.data(), n_rays, origins.data(), directions.data());
-  const std::vector<float> depths = coarse_depths(n_rays, n_samples, false, 32);
+  const auto &images = p.images, &features = p.features, &origins = p.origins,
+             &directions = p.directions, &depths = p.depths;
+  const PinholeCamera<float>& target = p.target;
+  const SourceViews<float>& views = p.views;
+  const SourceViews<float>& device_views = p.device_views;
   const size_t n_samples_all = size_t(n_rays) * n_samples, n_triples = n_samples_all * n_views;
   std::vector<float> points(n_samples_all * 3), moved(n_triples * 3);
   const std::vector<float> shifts = random_floats(moved.size(), -0.1, 0.1, 33);
@@ -253,19 +271,11 @@ TEST_F(CudaOps, MovedGatherAndItsBackwardMatchCpu) {
       }
     }
   }
-  const SourceViews<float> views =
-      synthetic::scene_views(scene, cameras.data(), images.data(), features.data());
   std::vector<float> rgb_features(n_triples * width), ray_diff(n_triples * 4), mask(n_triples);
   cpu::gather_moved_samples(n_rays, n_samples, points.data(), moved.data(), target.center(), views,
                             {rgb_features.data(), ray_diff.data(), mask.data()});
 
-  const DeviceArray<PinholeCamera<float>> device_cameras(cameras);
-  const DeviceArray<float> device_images(images), device_features(features);
   const DeviceArray<float> device_points(points), device_moved(moved);
-  SourceViews<float> device_views = views;
-  device_views.cameras = device_cameras.data();
-  device_views.images = device_images.data();
-  device_views.features = device_features.data();
   DeviceArray<float> device_rgb_features(rgb_features.size()), device_ray_diff(ray_diff.size()),
       device_mask(mask.size());
   cuda::gather_moved_samples(

@@ -171,46 +171,65 @@ ReferenceCase importance_case(int n_rays, int n_coarse, int n_importance, bool i
           }};
 }
 
+// The cameras of a [N, 16] array (camera_array's rows), in T.
 template <typename T>
-Arrays run_gather(const Arrays& in) {
-  const NpyArray& images = in.at("images");
-  const NpyArray& features = in.at("features");
-  const size_t R = in.at("depths").shape[0], S = in.at("depths").shape[1];
-  const size_t V = images.shape[0], C = features.shape[3];
+std::vector<PinholeCamera<T>> cameras_from(const NpyArray& rows) {
   std::vector<PinholeCamera<T>> cameras;
-  for (size_t v = 0; v < V; ++v) {
+  for (size_t i = 0; i < rows.shape[0]; ++i) {
     NpyArray one{{16},
-                 std::vector<double>(in.at("cameras").data.begin() + 16 * v,
-                                     in.at("cameras").data.begin() + 16 * (v + 1))};
+                 std::vector<double>(rows.data.begin() + long(16 * i),
+                                     rows.data.begin() + long(16 * (i + 1)))};
     cameras.push_back(camera_cast<T>(camera_from(one)));
   }
-  const std::vector<T> image_values = as<T>(images), feature_values = as<T>(features);
+  return cameras;
+}
+
+// The views of a gather case, in T.
+template <typename T>
+struct GatherViews {
+  explicit GatherViews(const Arrays& in)
+      : image_values(as<T>(in.at("images"))), feature_values(as<T>(in.at("features"))) {
+    const NpyArray& images = in.at("images");
+    const NpyArray& features = in.at("features");
+    const size_t V = images.shape[0];
+    cameras = cameras_from<T>(in.at("cameras"));
+    views.n_views = int(V);
+    views.cameras = cameras.data();
+    views.image_height = int(images.shape[1]);
+    views.image_width = int(images.shape[2]);
+    views.images = image_values.data();
+    views.feature_height = int(features.shape[1]);
+    views.feature_width = int(features.shape[2]);
+    views.feature_channels = int(features.shape[3]);
+    views.features = feature_values.data();
+  }
+  std::vector<PinholeCamera<T>> cameras;
+  std::vector<T> image_values, feature_values;
   SourceViews<T> views;
-  views.n_views = int(V);
-  views.cameras = cameras.data();
-  views.image_height = int(images.shape[1]);
-  views.image_width = int(images.shape[2]);
-  views.images = image_values.data();
-  views.feature_height = int(features.shape[1]);
-  views.feature_width = int(features.shape[2]);
-  views.feature_channels = int(C);
-  views.features = feature_values.data();
+};
+
+template <typename T>
+Arrays run_gather(const Arrays& in) {
+  const GatherViews<T> g(in);
+  const size_t R = in.at("depths").shape[0], S = in.at("depths").shape[1];
+  const size_t V = size_t(g.views.n_views), C = size_t(g.views.feature_channels);
   const auto origins = as<T>(in.at("origins")), directions = as<T>(in.at("directions")),
              depths = as<T>(in.at("depths"));
   const auto& tc = in.at("target_center").data;
   std::vector<T> rgb_features(R * S * V * (3 + C)), ray_diff(R * S * V * 4), mask(R * S * V);
   cpu::gather_samples(int(R), int(S), origins.data(), directions.data(), depths.data(),
-                      Vec3<T>{T(tc[0]), T(tc[1]), T(tc[2])}, views,
+                      Vec3<T>{T(tc[0]), T(tc[1]), T(tc[2])}, g.views,
                       GatherOutputs<T>{rgb_features.data(), ray_diff.data(), mask.data()});
-  std::vector<T> grad_images(image_values.size(), T(0)), grad_features(feature_values.size(), T(0));
+  std::vector<T> grad_images(g.image_values.size(), T(0)),
+      grad_features(g.feature_values.size(), T(0));
   cpu::gather_samples_backward(int(R), int(S), origins.data(), directions.data(), depths.data(),
-                               views, as<T>(in.at("grad_rgb_features")).data(), grad_images.data(),
-                               grad_features.data());
+                               g.views, as<T>(in.at("grad_rgb_features")).data(),
+                               grad_images.data(), grad_features.data());
   return {{"rgb_features", array(rgb_features, {R, S, V, 3 + C})},
           {"ray_diff", array(ray_diff, {R, S, V, 4})},
           {"mask", array(mask, {R, S, V})},
-          {"grad_images", array(grad_images, images.shape)},
-          {"grad_features", array(grad_features, features.shape)}};
+          {"grad_images", array(grad_images, in.at("images").shape)},
+          {"grad_features", array(grad_features, in.at("features").shape)}};
 }
 
 // A random scene of `n_views` views with width x height images and feature_width x
@@ -260,35 +279,6 @@ ReferenceCase gather_case(synthetic::RandomSceneSize size, int n_samples, uint64
         return single ? run_gather<float>(in) : run_gather<double>(in);
       }};
 }
-
-// The views of a gather case, in T.
-template <typename T>
-struct GatherViews {
-  explicit GatherViews(const Arrays& in)
-      : image_values(as<T>(in.at("images"))), feature_values(as<T>(in.at("features"))) {
-    const NpyArray& images = in.at("images");
-    const NpyArray& features = in.at("features");
-    const size_t V = images.shape[0];
-    for (size_t v = 0; v < V; ++v) {
-      NpyArray one{{16},
-                   std::vector<double>(in.at("cameras").data.begin() + 16 * v,
-                                       in.at("cameras").data.begin() + 16 * (v + 1))};
-      cameras.push_back(camera_cast<T>(camera_from(one)));
-    }
-    views.n_views = int(V);
-    views.cameras = cameras.data();
-    views.image_height = int(images.shape[1]);
-    views.image_width = int(images.shape[2]);
-    views.images = image_values.data();
-    views.feature_height = int(features.shape[1]);
-    views.feature_width = int(features.shape[2]);
-    views.feature_channels = int(features.shape[3]);
-    views.features = feature_values.data();
-  }
-  std::vector<PinholeCamera<T>> cameras;
-  std::vector<T> image_values, feature_values;
-  SourceViews<T> views;
-};
 
 template <typename T>
 Arrays run_gather_moved(const Arrays& in) {
@@ -358,13 +348,7 @@ template <typename T>
 Arrays run_flows(const Arrays& in) {
   const NpyArray& points = in.at("points");
   const size_t K = points.shape[0], R = points.shape[1], S = points.shape[2];
-  std::vector<PinholeCamera<T>> cameras;
-  for (size_t k = 0; k < K; ++k) {
-    NpyArray one{{16},
-                 std::vector<double>(in.at("cameras").data.begin() + 16 * k,
-                                     in.at("cameras").data.begin() + 16 * (k + 1))};
-    cameras.push_back(camera_cast<T>(camera_from(one)));
-  }
+  const std::vector<PinholeCamera<T>> cameras = cameras_from<T>(in.at("cameras"));
   const auto weights = as<T>(in.at("weights")), point_values = as<T>(points),
              pixels = as<T>(in.at("pixels")), grad_flows = as<T>(in.at("grad_flows"));
   std::vector<T> flows(K * R * 2), grad_weights(R * S, T(0)), grad_points(point_values.size());
