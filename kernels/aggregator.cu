@@ -203,18 +203,23 @@ struct IbrnetAggregator::Impl {
     return encoding_on_device;
   }
 
-  void check_sizes(int n_rays, int n_samples, int n_views) const {
+  // The sizes, and the inputs the network reads, as the CPU network checks them.
+  void check(int n_rays, int n_samples, int n_views, const AggregatorInputs<float>& in) const {
     if (n_rays < 0 || n_samples < 1 || n_samples > n_samples_max || n_views < 1) {
       throw InvalidArgument("aggregator on the GPU: need n_rays >= 0, 1 <= n_samples <= " +
                             std::to_string(n_samples_max) + " and n_views >= 1 (got " +
                             std::to_string(n_rays) + ", " + std::to_string(n_samples) + ", " +
                             std::to_string(n_views) + ")");
     }
+    if (n_rays > 0 && !(in.rgb_features && in.ray_diff && in.mask)) {
+      throw InvalidArgument(
+          "aggregator on the GPU: missing inputs (it reads rgb_features, ray_diff and mask)");
+    }
   }
 
   // The forward over the rays of `s` (inputs and outputs from their first), activations into `a`.
-  void run_forward(Context& context, const Sizes& s, const float* params, const float* rgb_features,
-                   const float* ray_diff, const float* mask, float* rgb, float* sigma,
+  void run_forward(Context& context, const Sizes& s, const float* params,
+                   const AggregatorInputs<float>& in, float* rgb, float* sigma,
                    const ForwardArrays& a) {
     const cudaStream_t stream = context.impl().stream;
     const Widths& w = widths;
@@ -224,16 +229,17 @@ struct IbrnetAggregator::Impl {
     constexpr Activation kNone = Activation::kNone, kElu = Activation::kElu;
 
     // Direction features, added to colours and features.
-    dense_forward(context, layers.ray_dir_0, n, params, ray_diff, kElu, a.h_dir);
+    dense_forward(context, layers.ray_dir_0, n, params, in.ray_diff, kElu, a.h_dir);
     dense_forward(context, layers.ray_dir_2, n, params, a.h_dir, kElu, a.dir);
-    launch_threads(n * w.feature, stream, add_kernel, n * w.feature, rgb_features, a.dir, a.feat);
+    launch_threads(n * w.feature, stream, add_kernel, n * w.feature, in.rgb_features, a.dir,
+                   a.feat);
 
     // Pooling weights, the pooled mean and variance of the features, and base_fc: its weights
     // split into the part for the mean and variance (once per sample, with the bias) and the part
     // for the view's own features.
     launch_threads(m, stream, pooling_weights_kernel, m, V,
-                   anti_alias_pooling ? params + sharpness_offset : nullptr, ray_diff, mask, a.pool,
-                   a.pool_denominator);
+                   anti_alias_pooling ? params + sharpness_offset : nullptr, in.ray_diff, in.mask,
+                   a.pool, a.pool_denominator);
     launch_threads(m * w.feature, stream, weighted_mean_variance_kernel, m, V, w.feature, a.feat,
                    a.pool, a.mean_var, 2 * w.feature);
     dense_slice_forward(context, layers.base_0, m, 0, 2 * w.feature, true, params, a.mean_var,
@@ -249,11 +255,11 @@ struct IbrnetAggregator::Impl {
     launch_threads(n * w.x, stream, scale_rows_kernel, n, w.x, a.x_base, a.pool, a.x_pooled);
     dense_forward(context, layers.vis_0, n, params, a.x_pooled, kElu, a.h_vis);
     dense_forward(context, layers.vis_2, n, params, a.h_vis, kElu, a.x_vis);
-    launch_threads(n * w.x, stream, visibility_residual_kernel, n, w.x, a.x_base, a.x_vis, mask,
+    launch_threads(n * w.x, stream, visibility_residual_kernel, n, w.x, a.x_base, a.x_vis, in.mask,
                    a.sig_vis, a.x, a.x_vis_weighted);
     dense_forward(context, layers.vis2_0, n, params, a.x_vis_weighted, kElu, a.h_vis2);
     dense_forward(context, layers.vis2_2, n, params, a.h_vis2, kNone, a.vis2);
-    launch_threads(m, stream, visibility_weights_kernel, m, V, mask, a.vis2, a.vis, a.vis_weight,
+    launch_threads(m, stream, visibility_weights_kernel, m, V, in.mask, a.vis2, a.vis, a.vis_weight,
                    a.vis_denominator, a.geometry_in + 2 * w.x, w.geometry_in);
     launch_threads(m * w.x, stream, weighted_mean_variance_kernel, m, V, w.x, a.x, a.vis_weight,
                    a.geometry_in, w.geometry_in);
@@ -263,7 +269,7 @@ struct IbrnetAggregator::Impl {
     // The ray transformer over the samples of each ray, then density.
     const MultiHeadAttention& attention = layers.ray_attention;
     const AttentionShape shape{s.rays, int(s.len), w.heads, w.d_k, w.d_v, mask_keys};
-    launch_threads(m, stream, tokens_kernel, m, int(s.len), V, w.token, mask, a.geometry_out,
+    launch_threads(m, stream, tokens_kernel, m, int(s.len), V, w.token, in.mask, a.geometry_out,
                    encoding_table, a.n_valid, a.valid_tokens, a.tokens);
     dense_forward(context, attention.w_qs(), m, params, a.tokens, kNone, a.q);
     dense_forward(context, attention.w_ks(), m, params, a.tokens, kNone, a.k);
@@ -282,12 +288,13 @@ struct IbrnetAggregator::Impl {
     launch_threads(m, stream, density_kernel, m, a.n_valid, a.sigma_head, sigma);
 
     // Colour: blending weights over views from x, the visibility and the direction difference.
-    launch_threads(n * w.rgb_in, stream, colour_input_kernel, n, w.x, a.x, a.vis, ray_diff,
+    launch_threads(n * w.rgb_in, stream, colour_input_kernel, n, w.x, a.x, a.vis, in.ray_diff,
                    a.rgb_in);
     dense_forward(context, layers.rgb_0, n, params, a.rgb_in, kElu, a.h_rgb);
     dense_forward(context, layers.rgb_2, n, params, a.h_rgb, kElu, a.h_rgb2);
     dense_forward(context, layers.rgb_4, n, params, a.h_rgb2, kNone, a.blend);
-    launch_threads(m, stream, blending_kernel, m, V, w.feature, mask, rgb_features, a.blend, rgb);
+    launch_threads(m, stream, blending_kernel, m, V, w.feature, in.mask, in.rgb_features, a.blend,
+                   rgb);
   }
 
   nn::IbrnetAggregator::Layers layers;
@@ -304,9 +311,7 @@ struct IbrnetAggregator::Impl {
   // The last forward: its sizes, inputs and activations.
   bool has_forward = false;
   Sizes sizes;
-  const float* kept_rgb_features = nullptr;
-  const float* kept_ray_diff = nullptr;
-  const float* kept_mask = nullptr;
+  AggregatorInputs<float> kept;
   std::optional<ForwardArrays> activations;
 };
 
@@ -316,10 +321,10 @@ IbrnetAggregator::IbrnetAggregator(const nn::IbrnetAggregator& network)
 IbrnetAggregator::~IbrnetAggregator() = default;
 
 void IbrnetAggregator::forward(Context& context, int n_rays, int n_samples, int n_views,
-                               const float* params, const float* rgb_features,
-                               const float* ray_diff, const float* mask, float* rgb, float* sigma) {
+                               const float* params, const AggregatorInputs<float>& inputs,
+                               float* rgb, float* sigma) {
   Impl& im = *impl_;
-  im.check_sizes(n_rays, n_samples, n_views);
+  im.check(n_rays, n_samples, n_views, inputs);
   // Valid for a backward only once this forward has gone through: a throw on the way (an
   // allocation, a cuBLAS call) leaves no stale activations behind that look current.
   im.has_forward = false;
@@ -330,27 +335,25 @@ void IbrnetAggregator::forward(Context& context, int n_rays, int n_samples, int 
   s.views = size_t(n_views);
   s.samples = s.rays * s.len;
   s.rows = s.samples * s.views;
-  im.kept_rgb_features = rgb_features;
-  im.kept_ray_diff = ray_diff;
-  im.kept_mask = mask;
+  im.kept = inputs;
   if (s.rows == 0) {
     im.has_forward = true;
     return;
   }
 
   im.activations.emplace(lay_out<ForwardArrays>(im.forward_buffer, s, im.widths));
-  im.run_forward(context, s, params, rgb_features, ray_diff, mask, rgb, sigma, *im.activations);
+  im.run_forward(context, s, params, inputs, rgb, sigma, *im.activations);
   im.has_forward = true;
 }
 
 void IbrnetAggregator::infer(Context& context, int n_rays, int n_samples, int n_views,
-                             const float* params, const float* rgb_features, const float* ray_diff,
-                             const float* mask, float* rgb, float* sigma, size_t rows_per_chunk) {
+                             const float* params, const AggregatorInputs<float>& inputs, float* rgb,
+                             float* sigma, size_t rows_per_chunk) {
   Impl& im = *impl_;
-  im.check_sizes(n_rays, n_samples, n_views);
+  im.check(n_rays, n_samples, n_views, inputs);
   const size_t ray_rows = size_t(n_samples) * size_t(n_views);
   const size_t chunk_rays = std::max<size_t>(1, rows_per_chunk / ray_rows);
-  const size_t feature_width = size_t(im.widths.feature);  // colour and features per row
+  const int channels = im.widths.gathered - 3;
   for (size_t first = 0; first < size_t(n_rays); first += chunk_rays) {
     Sizes s;
     s.rays = std::min(chunk_rays, size_t(n_rays) - first);
@@ -358,10 +361,10 @@ void IbrnetAggregator::infer(Context& context, int n_rays, int n_samples, int n_
     s.views = size_t(n_views);
     s.samples = s.rays * s.len;
     s.rows = s.samples * s.views;
-    const size_t row = first * ray_rows, sample = first * size_t(n_samples);
+    const size_t sample = first * size_t(n_samples);
     const ForwardArrays a = lay_out<ForwardArrays>(im.inference_buffer, s, im.widths);
-    im.run_forward(context, s, params, rgb_features + row * feature_width, ray_diff + row * 4,
-                   mask + row, rgb + sample * 3, sigma + sample, a);
+    im.run_forward(context, s, params, inputs.from_ray(first, n_samples, n_views, channels),
+                   rgb + sample * 3, sigma + sample, a);
   }
 }
 
@@ -374,12 +377,17 @@ size_t IbrnetAggregator::device_bytes() const {
 // Mirrors forward from the outputs back, as backward_chunk does.
 void IbrnetAggregator::backward(Context& context, const float* params, float* grads,
                                 const float* grad_rgb, const float* grad_sigma,
-                                float* grad_rgb_features) {
+                                float* grad_rgb_features, float* grad_xyz) {
   Impl& im = *impl_;
   if (!im.has_forward) {
     throw InvalidArgument(
         "aggregator backward on the GPU: there is no forward pass to go back "
         "through");
+  }
+  if (grad_xyz) {
+    throw InvalidArgument(
+        "aggregator backward on the GPU: only DynIBaR's dynamic network has a gradient for the "
+        "samples' positions");
   }
   const Sizes& s = im.sizes;
   if (s.rows == 0) return;
@@ -390,11 +398,11 @@ void IbrnetAggregator::backward(Context& context, const float* params, float* gr
   const BackwardArrays g = lay_out<BackwardArrays>(im.backward_buffer, s, w, im.anti_alias_pooling);
   const size_t n = s.rows, m = s.samples;
   const int V = int(s.views);
-  const float* mask = im.kept_mask;
+  const AggregatorInputs<float>& in = im.kept;
   constexpr Activation kNone = Activation::kNone, kElu = Activation::kElu;
 
   // Colour: softmax over views (no gradient into masked logits), then rgb_fc.
-  launch_threads(m, stream, blending_backward_kernel, m, V, w.feature, mask, im.kept_rgb_features,
+  launch_threads(m, stream, blending_backward_kernel, m, V, w.feature, in.mask, in.rgb_features,
                  a.blend, grad_rgb, g.g_logit);
   // rgb_fc.4's bias gradient is exactly zero (it shifts all logits of a sample alike; see the
   // CPU network) and is left so.
@@ -444,12 +452,13 @@ void IbrnetAggregator::backward(Context& context, const float* params, float* gr
   // vis_fc2 and the first visibility, and vis_fc through the pooled features.
   launch_warps(m, stream, visibility_weights_backward_kernel, m, V, w.x, a.x, a.vis_weight,
                a.vis_denominator, a.geometry_in, g.g_geometry_in, g.g_x, g.g_vis_weight, g.g_vis);
-  launch_threads(n, stream, visibility_sigmoid_backward_kernel, n, mask, a.vis2, g.g_vis, g.g_vis2);
+  launch_threads(n, stream, visibility_sigmoid_backward_kernel, n, in.mask, a.vis2, g.g_vis,
+                 g.g_vis2);
   dense_backward(context, layers.vis2_2, n, params, grads, kNone, nullptr, g.g_vis2, a.h_vis2,
                  g.g_h_vis2);
   dense_backward(context, layers.vis2_0, n, params, grads, kElu, a.h_vis2, g.g_h_vis2,
                  a.x_vis_weighted, g.g_x_vis_weighted);
-  launch_warps(n, stream, first_visibility_backward_kernel, n, w.x, mask, a.sig_vis, a.x,
+  launch_warps(n, stream, first_visibility_backward_kernel, n, w.x, in.mask, a.sig_vis, a.x,
                g.g_x_vis_weighted, g.g_x, g.g_x_vis);
   dense_backward(context, layers.vis_2, n, params, grads, kElu, a.x_vis, g.g_x_vis, a.h_vis,
                  g.g_h_vis);
@@ -475,7 +484,7 @@ void IbrnetAggregator::backward(Context& context, const float* params, float* gr
   // The pooling sharpness s, in double.
   if (im.anti_alias_pooling) {
     const float* sharpness = params + im.sharpness_offset;
-    launch_threads(m, stream, sharpness_gradient_kernel, m, V, sharpness, im.kept_ray_diff, mask,
+    launch_threads(m, stream, sharpness_gradient_kernel, m, V, sharpness, in.ray_diff, in.mask,
                    g.g_pool, g.g_pool_common, g.pooling_exp, g.pooling_weight, g.sharpness_parts);
     MVIBR_LAUNCH(add_sharpness_gradient_kernel, 1, kReductionThreads, 0, stream)
     (m, g.sharpness_parts, sharpness, grads + im.sharpness_offset);
@@ -490,8 +499,8 @@ void IbrnetAggregator::backward(Context& context, const float* params, float* gr
   }
   dense_backward(context, layers.ray_dir_2, n, params, grads, kElu, a.dir, g.g_feat, a.h_dir,
                  g.g_h_dir);
-  dense_backward(context, layers.ray_dir_0, n, params, grads, kElu, a.h_dir, g.g_h_dir,
-                 im.kept_ray_diff, nullptr);
+  dense_backward(context, layers.ray_dir_0, n, params, grads, kElu, a.h_dir, g.g_h_dir, in.ray_diff,
+                 nullptr);
 }
 
 }  // namespace mvibr::nn::cuda

@@ -151,6 +151,9 @@ struct DeviceProblem {
         sigma(in.grad_sigma.size()),
         grads(n.params.size()),
         grad_rgb_features(in.rgb_features.size()) {}
+  nn::AggregatorInputs<float> inputs() const {
+    return {rgb_features.data(), ray_diff.data(), mask.data()};
+  }
   DeviceArray<float> params, rgb_features, ray_diff, mask, grad_rgb, grad_sigma, rgb, sigma, grads,
       grad_rgb_features;
 };
@@ -162,8 +165,7 @@ struct GpuOutputs {
 GpuOutputs run_gpu(nn::cuda::Context& context, nn::cuda::IbrnetAggregator& gpu, const Inputs& in,
                    DeviceProblem& d) {
   d.grads.zero();
-  gpu.forward(context, in.R, in.S, in.V, d.params.data(), d.rgb_features.data(), d.ray_diff.data(),
-              d.mask.data(), d.rgb.data(), d.sigma.data());
+  gpu.forward(context, in.R, in.S, in.V, d.params.data(), d.inputs(), d.rgb.data(), d.sigma.data());
   gpu.backward(context, d.params.data(), d.grads.data(), d.grad_rgb.data(), d.grad_sigma.data(),
                d.grad_rgb_features.data());
   device_synchronize();
@@ -312,8 +314,8 @@ TEST_F(CudaAggregator, InferenceInChunksKeepsNoActivations) {
   const GpuOutputs expected = run_gpu(context(), trained, in, device);
   DeviceArray<float> rgb(in.grad_rgb.size()), sigma(in.grad_sigma.size());
   const size_t chunk_rows = 2 * size_t(in.S) * size_t(in.V);
-  rendered.infer(context(), in.R, in.S, in.V, device.params.data(), device.rgb_features.data(),
-                 device.ray_diff.data(), device.mask.data(), rgb.data(), sigma.data(), chunk_rows);
+  rendered.infer(context(), in.R, in.S, in.V, device.params.data(), device.inputs(), rgb.data(),
+                 sigma.data(), chunk_rows);
   device_synchronize();
   EXPECT_LE(relative_error(to_double(rgb.to_host()), to_double(expected.rgb), 0), 1e-6);
   EXPECT_LE(relative_error(to_double(sigma.to_host()), to_double(expected.sigma), 0), 1e-6);
@@ -321,8 +323,8 @@ TEST_F(CudaAggregator, InferenceInChunksKeepsNoActivations) {
   EXPECT_LT(5 * rendered.device_bytes(), trained.device_bytes())
       << rendered.device_bytes() << " bytes rendering, " << trained.device_bytes() << " training";
   // infer() between a forward and its backward changes nothing of the backward.
-  trained.infer(context(), in.R, in.S, in.V, device.params.data(), device.rgb_features.data(),
-                device.ray_diff.data(), device.mask.data(), rgb.data(), sigma.data(), chunk_rows);
+  trained.infer(context(), in.R, in.S, in.V, device.params.data(), device.inputs(), rgb.data(),
+                sigma.data(), chunk_rows);
   device.grads.zero();
   trained.backward(context(), device.params.data(), device.grads.data(), device.grad_rgb.data(),
                    device.grad_sigma.data(), nullptr);
@@ -343,18 +345,22 @@ TEST_F(CudaAggregator, RejectsWhatTheCpuNetworkRejects) {
     int R, S, V;
   };
   for (const Sizes bad : {Sizes{1, 9, 2}, Sizes{1, 0, 2}, Sizes{1, 8, 0}, Sizes{-1, 8, 2}}) {
-    EXPECT_THROW(gpu.forward(context(), bad.R, bad.S, bad.V, nullptr, nullptr, nullptr, nullptr,
-                             nullptr, nullptr),
+    EXPECT_THROW(gpu.forward(context(), bad.R, bad.S, bad.V, nullptr, {}, nullptr, nullptr),
                  InvalidArgument)
         << bad.R << " rays, " << bad.S << " samples, " << bad.V << " views";
-    EXPECT_THROW(gpu.infer(context(), bad.R, bad.S, bad.V, nullptr, nullptr, nullptr, nullptr,
-                           nullptr, nullptr),
+    EXPECT_THROW(gpu.infer(context(), bad.R, bad.S, bad.V, nullptr, {}, nullptr, nullptr),
                  InvalidArgument);
   }
-  // No rays: nothing to compute, forward and backward included.
-  EXPECT_NO_THROW(
-      gpu.forward(context(), 0, 8, 2, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr));
+  // Missing inputs (checked before anything is read: any non-null pointer stands for one).
+  float dummy = 0;
+  EXPECT_THROW(
+      gpu.forward(context(), 1, 8, 2, nullptr, {&dummy, &dummy, nullptr}, nullptr, nullptr),
+      InvalidArgument);
+  // No rays: nothing to compute, forward and backward included; no positions' gradient.
+  EXPECT_NO_THROW(gpu.forward(context(), 0, 8, 2, nullptr, {}, nullptr, nullptr));
   EXPECT_NO_THROW(gpu.backward(context(), nullptr, nullptr, nullptr, nullptr, nullptr));
+  EXPECT_THROW(gpu.backward(context(), nullptr, nullptr, nullptr, nullptr, nullptr, &dummy),
+               InvalidArgument);
   EXPECT_NO_THROW(device_synchronize());
 }
 

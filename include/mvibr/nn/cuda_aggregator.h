@@ -35,28 +35,30 @@ class IbrnetAggregator {
   IbrnetAggregator& operator=(const IbrnetAggregator&) = delete;
 
   // As nn::IbrnetAggregator::forward, on the context's stream: rgb [R,S,3] and sigma [R,S] are
-  // overwritten. `params` is the device copy of the network's run. Keeps the activations for
-  // backward, and pointers to rgb_features, ray_diff and mask (not copies): those must stay
-  // unchanged until the last backward of this forward has run. Throws InvalidArgument unless
-  // R >= 0, 1 <= S <= n_samples_max and V >= 1.
+  // overwritten. `params` is the device copy of the network's run, `inputs` device pointers.
+  // Keeps the activations for backward, and the input pointers (not copies): those inputs must
+  // stay unchanged until the last backward of this forward has run. Throws InvalidArgument
+  // unless R >= 0, 1 <= S <= n_samples_max and V >= 1, and the inputs the network reads are
+  // there.
   void forward(Context& context, int n_rays, int n_samples, int n_views, const float* params,
-               const float* rgb_features, const float* ray_diff, const float* mask, float* rgb,
-               float* sigma);
+               const AggregatorInputs<float>& inputs, float* rgb, float* sigma);
 
   // The backward of the last forward, on the same stream and with the same params: accumulates
   // (+=) the parameter gradients into `grads` (the run's layout, device) and overwrites
   // grad_rgb_features [R,S,V,3+C] (nullable) with the gradient of the inputs' colours and
-  // features. May run more than once per forward. Throws InvalidArgument before any forward.
+  // features. grad_xyz, the samples' positions' gradient, is DynIBaR's dynamic network's, which
+  // this does not run yet: it must be null. May run more than once per forward. Throws
+  // InvalidArgument before any forward, and for a grad_xyz.
   void backward(Context& context, const float* params, float* grads, const float* grad_rgb,
-                const float* grad_sigma, float* grad_rgb_features);
+                const float* grad_sigma, float* grad_rgb_features, float* grad_xyz = nullptr);
 
   // The forward's rgb and sigma when no backward follows (validation, rendering): rays in
   // chunks whose activations, for at most `rows_per_chunk` (ray, sample, view) rows (at least
   // one ray), reuse one buffer of their own. The last forward stays valid for its backward.
   static constexpr size_t kInferenceRows = size_t(1) << 18;  // ~0.5 GiB of activations
   void infer(Context& context, int n_rays, int n_samples, int n_views, const float* params,
-             const float* rgb_features, const float* ray_diff, const float* mask, float* rgb,
-             float* sigma, size_t rows_per_chunk = kInferenceRows);
+             const AggregatorInputs<float>& inputs, float* rgb, float* sigma,
+             size_t rows_per_chunk = kInferenceRows);
 
   // Device memory held by this network's buffers.
   size_t device_bytes() const;
