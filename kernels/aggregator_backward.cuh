@@ -27,15 +27,27 @@ __global__ void blending_backward_kernel(size_t samples, int n_views, int featur
   }
 }
 
-// The gradient of rgb_fc's input, split: g_x [rows, width] and g_vis [rows] (ray_diff gets none).
-__global__ void split_colour_input_gradient_kernel(size_t rows, int width, const float* g_rgb_in,
-                                                   float* g_x, float* g_vis) {
-  const int in = width + 5;
+// The dynamic network's colour: dL/dz of colour = sigmoid(z), and none where no view sees the
+// sample, rounded as the CPU's g = grad_rgb, then g *= colour (1 - colour).
+__global__ void colour_backward_kernel(size_t samples, const float* n_valid, const float* colour,
+                                       const float* grad_rgb, float* g_colour) {
+  const size_t count = samples * 3;
+  for (size_t i = grid_thread_index(); i < count; i += grid_thread_count()) {
+    const float g = n_valid[i / 3] < 1 ? 0.0f : grad_rgb[i];
+    g_colour[i] = g * (colour[i] * (1.0f - colour[i]));
+  }
+}
+
+// The gradient of rgb_fc's input [x, vis, ray_diff] (rows `stride` apart), split: g_x
+// [rows, width] and g_vis [rows] (ray_diff gets none).
+__global__ void split_colour_input_gradient_kernel(size_t rows, int width, int stride,
+                                                   const float* g_rgb_in, float* g_x,
+                                                   float* g_vis) {
   const size_t count = rows * size_t(width + 1);
   for (size_t i = grid_thread_index(); i < count; i += grid_thread_count()) {
     const size_t row = i / size_t(width + 1);
     const int c = int(i % size_t(width + 1));
-    const float g = g_rgb_in[row * in + c];
+    const float g = g_rgb_in[row * stride + c];
     if (c < width) {
       g_x[row * width + c] = g;
     } else {
@@ -200,16 +212,18 @@ __global__ void pooled_features_backward_kernel(size_t rows, int width, const fl
   }
 }
 
-// per_sample [samples, width] = sum over the sample's views of per_row, views in order: a
-// sample's mean and variance feed base_fc for every one of its views.
+// per_sample [samples, width] = sum over the sample's views of per_row (the first `width`
+// columns of rows `stride` apart), views in order, from zero or (accumulate) from per_sample: a
+// per-sample input that fed every view (base_fc's mean and variance, the dynamic network's time
+// term, the static network's token in rgb_fc).
 __global__ void sum_over_views_kernel(size_t samples, int n_views, int width, const float* per_row,
-                                      float* per_sample) {
+                                      int stride, bool accumulate, float* per_sample) {
   const size_t count = samples * size_t(width);
   for (size_t t = grid_thread_index(); t < count; t += grid_thread_count()) {
     const size_t j = t / size_t(width);
     const size_t c = t % size_t(width);
-    float sum = 0.0f;
-    for (int v = 0; v < n_views; ++v) sum += per_row[(j * n_views + v) * width + c];
+    float sum = accumulate ? per_sample[t] : 0.0f;
+    for (int v = 0; v < n_views; ++v) sum += per_row[(j * n_views + v) * stride + c];
     per_sample[t] = sum;
   }
 }
@@ -267,18 +281,42 @@ __global__ void __launch_bounds__(kReductionThreads)
   }
 }
 
-// grad_rgb_features [rows, width] = g_feat, plus grad_rgb * blend on the colours, which also
-// blend into the output directly.
-__global__ void feature_input_gradient_kernel(size_t rows, int n_views, int width,
+// grad_rgb_features [rows, width] = the first `width` columns of g_feat (rows `stride` apart),
+// plus grad_rgb * blend on the colours, which also blend into the output directly (blend null:
+// the dynamic network, whose colour is not blended).
+__global__ void feature_input_gradient_kernel(size_t rows, int n_views, int width, int stride,
                                               const float* g_feat, const float* grad_rgb,
                                               const float* blend, float* grad_rgb_features) {
   const size_t count = rows * size_t(width);
   for (size_t i = grid_thread_index(); i < count; i += grid_thread_count()) {
     const size_t row = i / size_t(width);
     const int c = int(i % size_t(width));
-    float g = g_feat[i];
-    if (c < 3) g += grad_rgb[(row / n_views) * 3 + c] * blend[row];
+    float g = g_feat[row * stride + c];
+    if (blend && c < 3) g += grad_rgb[(row / n_views) * 3 + c] * blend[row];
     grad_rgb_features[i] = g;
+  }
+}
+
+// A thread per (sample, channel), the static network's features' backward: from the gradient of
+// dir * ref_feature (g_feat's second half, [rows, 2 width]), g_dir = g * ref_feature per view
+// and g_ref_feature = sum over the views, in order, of g * dir.
+__global__ void static_features_backward_kernel(size_t samples, int n_views, int width,
+                                                const float* g_feat, const float* dir,
+                                                const float* ref_feature, float* g_dir,
+                                                float* g_ref_feature) {
+  const size_t count = samples * size_t(width);
+  for (size_t t = grid_thread_index(); t < count; t += grid_thread_count()) {
+    const size_t j = t / size_t(width);
+    const size_t c = t % size_t(width);
+    const float ref = ref_feature[t];
+    float sum = 0.0f;
+    for (int v = 0; v < n_views; ++v) {
+      const size_t row = j * n_views + v;
+      const float g = g_feat[row * 2 * width + width + c];
+      g_dir[row * width + c] = g * ref;
+      sum += g * dir[row * width + c];
+    }
+    g_ref_feature[t] = sum;
   }
 }
 

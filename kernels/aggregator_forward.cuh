@@ -79,9 +79,41 @@ __device__ float mean_var_backward_warp(int n_views, int width, const float* x, 
 
 // ---- Forward kernels ----
 
-// out = a + b: the direction features added to colours and features.
-__global__ void add_kernel(size_t count, const float* a, const float* b, float* out) {
-  for (size_t i = grid_thread_index(); i < count; i += grid_thread_count()) out[i] = a[i] + b[i];
+// out [rows, width] = in[row / repeat] for `width` columns of rows `in_stride` and `out_stride`
+// apart: a concatenation's parts, each copied to its columns, where a per-ray or per-sample part
+// repeats over the row's samples or views (repeat 1: a plain copy).
+__global__ void copy_columns_kernel(size_t rows, int repeat, int width, const float* in,
+                                    int in_stride, float* out, int out_stride) {
+  const size_t count = rows * size_t(width);
+  for (size_t i = grid_thread_index(); i < count; i += grid_thread_count()) {
+    const size_t row = i / size_t(width), c = i % size_t(width);
+    out[row * out_stride + c] = in[(row / repeat) * in_stride + c];
+  }
+}
+
+// feat [rows, width] = gathered + term[row / repeat]: the direction term of the row (IBRNet,
+// repeat 1) or the time term of its sample (dynamic, repeat V) added to colours and features.
+__global__ void add_term_kernel(size_t rows, int repeat, int width, const float* gathered,
+                                const float* term, float* feat) {
+  const size_t count = rows * size_t(width);
+  for (size_t i = grid_thread_index(); i < count; i += grid_thread_count()) {
+    const size_t row = i / size_t(width), c = i % size_t(width);
+    feat[i] = gathered[i] + term[(row / repeat) * width + c];
+  }
+}
+
+// feat [rows, 2 width] of the static network: the gathered colours and features next to
+// dir * ref_feature, the row's source-ray term times its sample's target-ray term.
+__global__ void static_features_kernel(size_t rows, int n_views, int width, const float* gathered,
+                                       const float* dir, const float* ref_feature, float* feat) {
+  const size_t count = rows * size_t(2 * width);
+  for (size_t i = grid_thread_index(); i < count; i += grid_thread_count()) {
+    const size_t row = i / size_t(2 * width);
+    const int c = int(i % size_t(2 * width));
+    feat[i] = c < width ? gathered[row * width + c]
+                        : dir[row * width + (c - width)] *
+                              ref_feature[(row / n_views) * width + (c - width)];
+  }
 }
 
 // y += x: the attention's residual.
@@ -192,7 +224,7 @@ __global__ void visibility_weights_kernel(size_t samples, int n_views, const flo
 
 // A thread per sample: the count of valid views (n_valid), whether the sample is a valid token
 // of the ray transformer (more than one view), and tokens = geometry_out + the positional
-// encoding of the sample's index along its ray (encoding [n_samples_max, width]).
+// encoding of the sample's index along its ray (encoding [n_samples_max, width]; null: none).
 __global__ void tokens_kernel(size_t samples, int n_samples, int n_views, int width,
                               const float* mask, const float* geometry_out, const float* encoding,
                               float* n_valid, float* valid_tokens, float* tokens) {
@@ -201,9 +233,9 @@ __global__ void tokens_kernel(size_t samples, int n_samples, int n_views, int wi
     for (int v = 0; v < n_views; ++v) count += mask[j * n_views + v];
     n_valid[j] = count;
     valid_tokens[j] = count > 1 ? 1.0f : 0.0f;
-    const float* pe = encoding + (j % size_t(n_samples)) * width;
+    const float* pe = encoding ? encoding + (j % size_t(n_samples)) * width : nullptr;
     for (int c = 0; c < width; ++c) {
-      tokens[j * width + c] = geometry_out[j * width + c] + pe[c];
+      tokens[j * width + c] = geometry_out[j * width + c] + (pe ? pe[c] : 0.0f);
     }
   }
 }
@@ -260,25 +292,38 @@ __global__ void attention_forward_kernel(AttentionShape shape, const float* q, c
   }
 }
 
-// A thread per sample: sigma = 0 where no view sees the sample, else out_geometry_fc's output.
+// A thread per sample: sigma = `unseen` (IBRNet's 0, DynIBaR's -1e9) where no view sees the
+// sample, else out_geometry_fc's output less `shift` (the dynamic network's density shift).
 __global__ void density_kernel(size_t samples, const float* n_valid, const float* sigma_head,
-                               float* sigma) {
+                               float unseen, float shift, float* sigma) {
   for (size_t j = grid_thread_index(); j < samples; j += grid_thread_count()) {
-    sigma[j] = n_valid[j] < 1 ? 0.0f : sigma_head[j];
+    sigma[j] = n_valid[j] < 1 ? unseen : sigma_head[j] - shift;
   }
 }
 
-// rgb_fc's input per (row, column): [x (width), vis, ray_diff (4)].
-__global__ void colour_input_kernel(size_t rows, int width, const float* x, const float* vis,
-                                    const float* ray_diff, float* rgb_in) {
+// rgb_fc's input per (row, column): [x (width), vis, ray_diff (4)], in the first width + 5
+// columns of rows `stride` apart (the static network's rows start with the token).
+__global__ void colour_input_kernel(size_t rows, int width, int stride, const float* x,
+                                    const float* vis, const float* ray_diff, float* rgb_in) {
   const int in = width + 5;
   const size_t count = rows * size_t(in);
   for (size_t i = grid_thread_index(); i < count; i += grid_thread_count()) {
     const size_t row = i / size_t(in);
     const int c = int(i % size_t(in));
-    rgb_in[i] = c < width    ? x[row * width + c]
-                : c == width ? vis[row]
-                             : ray_diff[row * 4 + (c - width - 1)];
+    rgb_in[row * stride + c] = c < width    ? x[row * width + c]
+                               : c == width ? vis[row]
+                                            : ray_diff[row * 4 + (c - width - 1)];
+  }
+}
+
+// Per (sample, channel), the dynamic network's colour: the sigmoid of rgb_fc's output, in place
+// in colour [samples, 3], and rgb = colour, or 0 where no view sees the sample.
+__global__ void colour_kernel(size_t samples, const float* n_valid, float* colour, float* rgb) {
+  const size_t count = samples * 3;
+  for (size_t i = grid_thread_index(); i < count; i += grid_thread_count()) {
+    const float value = sigmoid_of(colour[i]);
+    colour[i] = value;
+    rgb[i] = n_valid[i / 3] < 1 ? 0.0f : value;
   }
 }
 

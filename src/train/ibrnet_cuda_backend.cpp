@@ -275,12 +275,12 @@ class CudaBackend final : public IbrnetBackend {
     float* rgb = p->rgb.reserve(rows * 3);
     float* sigma = p->sigma.reserve(rows);
     // Training keeps the activations for the backward; rendering needs none (chunks of them).
+    const nn::AggregatorInputs<float> inputs{p->rgb_features.data(), p->ray_diff.data(),
+                                             p->mask.data()};
     if (with_loss) {
-      net.forward(context_, n_rays, p->n_samples, v.n_views, params, p->rgb_features.data(),
-                  p->ray_diff.data(), p->mask.data(), rgb, sigma);
+      net.forward(context_, n_rays, p->n_samples, v.n_views, params, inputs, rgb, sigma);
     } else {
-      net.infer(context_, n_rays, p->n_samples, v.n_views, params, p->rgb_features.data(),
-                p->ray_diff.data(), p->mask.data(), rgb, sigma);
+      net.infer(context_, n_rays, p->n_samples, v.n_views, params, inputs, rgb, sigma);
     }
     lap(laps, &times->aggregator_forward);
     cuda::composite_rays(n_rays, p->n_samples, p->sigma.data(), p->rgb.data(), p->depths.data(),

@@ -187,20 +187,23 @@ class IbrnetAggregator {
   size_t parameter_offset() const { return block_.offset(); }
   size_t parameter_count() const { return block_.size(); }
 
-  // Copies of the layers (where each one's parameters sit in this network's run), the offset of
-  // s in the run (when anti_alias_pooling) and the positional-encoding table [n_samples_max,
-  // token]: what the GPU version of this network (nn/cuda_aggregator.h) needs to run it on the
-  // same parameter layout.
+  // Copies of the layers (where each one's parameters sit in this network's run) and of the
+  // embeddings, the offset of s in the run (when anti_alias_pooling) and the positional-encoding
+  // table [n_samples_max, token]: what the GPU version of this network (nn/cuda_aggregator.h)
+  // needs to run it on the same parameter layout.
   struct Layers {
     Linear ray_dir_0, ray_dir_2, base_0, base_2, vis_0, vis_2, vis2_0, vis2_2, geometry_0,
         geometry_2;
     MultiHeadAttention ray_attention;
     Linear out_geometry_0, out_geometry_2, rgb_0, rgb_2, rgb_4;
+    std::optional<Linear> ref_feature, point_0, point_2;  // static; dynamic (ref_pts_fc)
+    PeriodicEmbed xyz_embed, ray_embed, time_embed, view_dir_embed;
   };
   Layers layers() const {
     return {ray_dir_0_,      ray_dir_2_, base_0_,     base_2_,     vis_0_,         vis_2_,
             vis2_0_,         vis2_2_,    geometry_0_, geometry_2_, ray_attention_, out_geometry_0_,
-            out_geometry_2_, rgb_0_,     rgb_2_,      rgb_4_};
+            out_geometry_2_, rgb_0_,     rgb_2_,      rgb_4_,      ref_feature_,   point_0_,
+            point_2_,        xyz_embed_, ray_embed_,  time_embed_, view_dir_embed_};
   }
   const AggregatorWidths& widths() const { return widths_; }  // aggregator_layout.h
   size_t sharpness_offset() const { return s_; }
