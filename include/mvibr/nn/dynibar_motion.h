@@ -1,0 +1,56 @@
+// DynIBaR's scene motion for a chunk of samples (render_ray.py's render_rays_mono, its motion
+// part): each sample's trajectory coefficients from the motion MLP at (x, y, z, t), the far end
+// of every ray held static, and the sample moved along its trajectory to other frames; the
+// backward into the MLP, the trajectory basis and the samples' own positions.
+// - Far samples: the coefficients of the last round(0.1 S) samples of each ray are 0 (round half
+//   to even, as Python's). The published slice [-0:] would zero every sample when that count is
+//   0 (S < 5); here none is then.
+// - moved[o] = x + sum_k c_k (B[to_o, k] - B[frame, k]) per axis (trajectory.h).
+// - The positions' gradient (for points that were themselves moved: cross-time rendering's
+//   anchor samples) sums the identity's part and the MLP input's.
+// - No threads of its own, like MotionMlp: a model runs chunks of rays around it.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "mvibr/nn/motion_mlp.h"
+
+namespace mvibr::nn {
+
+// The samples of each ray whose coefficients are held at zero: the last round(0.1 n_samples).
+int static_far_samples(int n_samples);
+
+// What the forward keeps for the backward.
+template <typename T>
+struct DynibarMotionWorkspace {
+  int n_rays = 0, n_samples = 0, frame = 0;
+  std::vector<int> to_frames;
+  std::vector<T> coefficients;  // [R S, 3 K], the far samples' zero
+  std::vector<T> saved;         // the MLP's
+};
+
+class DynibarMotion {
+ public:
+  // The MLP (whose run of the set is `mlp_params`) must outlive this; `frames` is the basis's rows.
+  DynibarMotion(const MotionMlp& mlp, int frames);
+
+  // points [R, S, 3] at time `time` of frame `frame` -> moved [O, R, S, 3] at to_frames[o].
+  // InvalidArgument for a frame outside [0, frames).
+  template <typename T>
+  void forward(const T* mlp_params, const T* basis, int n_rays, int n_samples, const T* points,
+               T time, int frame, const std::vector<int>& to_frames, T* moved,
+               DynibarMotionWorkspace<T>* workspace) const;
+  // From grad_moved [O, R, S, 3]: accumulates (+=) the MLP's and the basis's gradients and
+  // overwrites grad_points [R, S, 3] (nullable: then the MLP's input gradient is skipped).
+  template <typename T>
+  void backward(const T* mlp_params, T* mlp_grads, const T* basis, T* grad_basis,
+                const DynibarMotionWorkspace<T>& workspace, const T* grad_moved,
+                T* grad_points) const;
+
+ private:
+  const MotionMlp& mlp_;
+  int frames_;
+};
+
+}  // namespace mvibr::nn
