@@ -213,7 +213,7 @@ struct IbrnetAggregator::Impl {
       : layers(network.layers()),
         widths(network.widths()),
         variant(network.variant()),
-        n_samples_max(network.options().n_samples_max),
+        options(network.options()),
         anti_alias_pooling(network.options().anti_alias_pooling),
         mask_keys(layers.ray_attention.mask() == AttentionMask::kKeys),
         density_shift(float(network.options().density_shift)),
@@ -235,23 +235,7 @@ struct IbrnetAggregator::Impl {
 
   // The sizes, and the inputs the variant reads, as the CPU network checks them.
   void check(int n_rays, int n_samples, int n_views, const AggregatorInputs<float>& in) const {
-    if (n_rays < 0 || n_samples < 1 || n_samples > n_samples_max || n_views < 1) {
-      throw InvalidArgument("aggregator on the GPU: need n_rays >= 0, 1 <= n_samples <= " +
-                            std::to_string(n_samples_max) + " and n_views >= 1 (got " +
-                            std::to_string(n_rays) + ", " + std::to_string(n_samples) + ", " +
-                            std::to_string(n_views) + ")");
-    }
-    const bool has_views = in.rgb_features && in.ray_diff && in.mask;
-    const bool has_geometry =
-        variant == Variant::kIbrnet ||
-        (variant == Variant::kDynibarStatic && in.xyz && in.src_rays && in.target_rays) ||
-        (variant == Variant::kDynibarDynamic && in.xyz && in.time && in.view_dir);
-    if (n_rays > 0 && !(has_views && has_geometry)) {
-      throw InvalidArgument(
-          "aggregator on the GPU: missing inputs (every variant reads rgb_features, ray_diff and "
-          "mask; DynIBaR's static network also xyz, src_rays and target_rays, its dynamic one "
-          "xyz, time and view_dir)");
-    }
+    check_aggregator_call(options, n_rays, n_samples, n_views, in, "aggregator on the GPU");
   }
 
   // The forward over the rays of `s` (inputs and outputs from their first), activations into `a`.
@@ -393,7 +377,7 @@ struct IbrnetAggregator::Impl {
   nn::IbrnetAggregator::Layers layers;
   Widths widths;
   Variant variant;
-  int n_samples_max;
+  nn::AggregatorOptions options;
   bool anti_alias_pooling, mask_keys;
   float density_shift;
   size_t sharpness_offset;

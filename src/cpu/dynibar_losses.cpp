@@ -188,7 +188,7 @@ SceneFlowRegularizers scene_flow_regularizers(int n_steps, int n_rays, int n_sam
   if (grad_scene_flow) {
     // Each element gathers its own gradient from the pairs it is in: no element is written
     // twice. (Scattering +g and -g into the neighbours instead, a dependence 3 elements apart,
-    // is miscompiled by GCC 12.2 at -O3: its loop vectorizer with partial PRE drops updates.)
+    // is what GCC 12.2's partial PRE miscompiles at -O3; CMakeLists.txt turns it off too.)
     for (size_t f = 0; f < steps; ++f) {
       for (size_t r = 0; r < rays; ++r) {
         for (size_t s = 0; s < samples; ++s) {

@@ -61,6 +61,14 @@ struct Item {
   int target;
 };
 
+// A frame's metadata and pixels.
+View load_frame(const ShardReader& shard, int frame) {
+  View view = shard.frame(frame);
+  view.rgb.resize(size_t(shard.width()) * shard.height() * 3);
+  shard.read_frame(frame, view.rgb.data());
+  return view;
+}
+
 }  // namespace
 
 struct PrefetchReader::State {
@@ -190,19 +198,13 @@ struct PrefetchReader::State {
   TrainingSample read_sample(const ShardReader& shard, int target, ReaderCursor at) const {
     TrainingSample sample;
     sample.cursor = at;
-    const auto load = [&](int frame) {
-      View view = shard.frame(frame);
-      view.rgb.resize(size_t(shard.width()) * shard.height() * 3);
-      shard.read_frame(frame, view.rgb.data());
-      return view;
-    };
     const int target_frame = shard.target_frame(target);
     sample.target_view = shard.frame_view(target_frame);
-    sample.target = load(target_frame);
+    sample.target = load_frame(shard, target_frame);
     if (options.dynibar_sources) return read_dynibar_sources(shard, target, at, std::move(sample));
     for (int frame : choose_sources(shard.target_sources(target), at)) {
       sample.source_views.push_back(shard.frame_view(frame));
-      sample.sources.push_back(load(frame));
+      sample.sources.push_back(load_frame(shard, frame));
     }
     return sample;
   }
@@ -233,9 +235,7 @@ struct PrefetchReader::State {
       if (frame < 0) return -1;
       const auto [it, added] = position.emplace(frame, int(sample.sources.size()));
       if (added) {
-        View view = shard.frame(frame);
-        view.rgb.resize(size_t(shard.width()) * shard.height() * 3);
-        shard.read_frame(frame, view.rgb.data());
+        View view = load_frame(shard, frame);
         const size_t pixels = size_t(shard.width()) * shard.height();
         view.motion.motion_mask.resize(pixels);
         view.motion.static_mask.resize(pixels);

@@ -194,6 +194,33 @@ AggregatorInputs<T> AggregatorInputs<T>::from_ray(size_t first, int n_samples, i
 template struct AggregatorInputs<float>;
 template struct AggregatorInputs<double>;
 
+template <typename T>
+void check_aggregator_call(const AggregatorOptions& options, int n_rays, int n_samples, int n_views,
+                           const AggregatorInputs<T>& in, const std::string& network) {
+  if (n_rays < 0 || n_samples < 1 || n_samples > options.n_samples_max || n_views < 1) {
+    throw InvalidArgument(
+        network + ": need n_rays >= 0, 1 <= n_samples <= " + std::to_string(options.n_samples_max) +
+        " and n_views >= 1 (got " + std::to_string(n_rays) + ", " + std::to_string(n_samples) +
+        ", " + std::to_string(n_views) + ")");
+  }
+  const AggregatorVariant variant = options.variant;
+  const bool has_views = in.rgb_features && in.ray_diff && in.mask;
+  const bool has_geometry =
+      variant == AggregatorVariant::kIbrnet ||
+      (variant == AggregatorVariant::kDynibarStatic && in.xyz && in.src_rays && in.target_rays) ||
+      (variant == AggregatorVariant::kDynibarDynamic && in.xyz && in.time && in.view_dir);
+  if (n_rays > 0 && !(has_views && has_geometry)) {
+    throw InvalidArgument(
+        network +
+        ": missing inputs (every variant reads rgb_features, ray_diff and mask; DynIBaR's static "
+        "network also xyz, src_rays and target_rays, its dynamic one xyz, time and view_dir)");
+  }
+}
+template void check_aggregator_call(const AggregatorOptions&, int, int, int,
+                                    const AggregatorInputs<float>&, const std::string&);
+template void check_aggregator_call(const AggregatorOptions&, int, int, int,
+                                    const AggregatorInputs<double>&, const std::string&);
+
 IbrnetAggregator::IbrnetAggregator(ParameterSet& set, const std::string& prefix,
                                    AggregatorOptions options)
     : options_(options),
@@ -292,25 +319,7 @@ template <typename T>
 void IbrnetAggregator::forward(const T* params, int n_rays, int n_samples, int n_views,
                                const AggregatorInputs<T>& inputs, AggregatorWorkspace<T>* workspace,
                                T* rgb, T* sigma) const {
-  if (n_rays < 0 || n_samples < 1 || n_samples > options_.n_samples_max || n_views < 1) {
-    throw InvalidArgument("aggregator: need n_rays >= 0, 1 <= n_samples <= " +
-                          std::to_string(options_.n_samples_max) + " and n_views >= 1 (got " +
-                          std::to_string(n_rays) + ", " + std::to_string(n_samples) + ", " +
-                          std::to_string(n_views) + ")");
-  }
-  const AggregatorVariant variant = options_.variant;
-  const bool has_views = inputs.rgb_features && inputs.ray_diff && inputs.mask;
-  const bool has_geometry = variant == AggregatorVariant::kIbrnet ||
-                            (variant == AggregatorVariant::kDynibarStatic && inputs.xyz &&
-                             inputs.src_rays && inputs.target_rays) ||
-                            (variant == AggregatorVariant::kDynibarDynamic && inputs.xyz &&
-                             inputs.time && inputs.view_dir);
-  if (n_rays > 0 && !(has_views && has_geometry)) {
-    throw InvalidArgument(
-        "aggregator: missing inputs (every variant reads rgb_features, ray_diff and mask; "
-        "DynIBaR's static network also xyz, src_rays and target_rays, its dynamic one xyz, time "
-        "and view_dir)");
-  }
+  check_aggregator_call(options_, n_rays, n_samples, n_views, inputs, "aggregator");
   const ChunkPlan plan = plan_chunks(n_rays, n_samples, n_views);
   Activations<T> full_chunk(n_samples, n_views, widths_);
   full_chunk.set_rays(plan.rays_per_chunk);

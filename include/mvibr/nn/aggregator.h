@@ -131,6 +131,13 @@ struct AggregatorInputs {
   AggregatorInputs from_ray(size_t first, int n_samples, int n_views, int channels) const;
 };
 
+// Throws InvalidArgument, naming `network` ("aggregator", "aggregator on the GPU"), unless
+// R >= 0, 1 <= S <= n_samples_max and V >= 1, and (with rays) the inputs the variant reads are
+// there. Both backends' forward check their call with it.
+template <typename T>
+void check_aggregator_call(const AggregatorOptions& options, int n_rays, int n_samples, int n_views,
+                           const AggregatorInputs<T>& in, const std::string& network);
+
 // What forward keeps for backward: the sizes, pointers to the inputs (not copies), and, within
 // the budget, every chunk's activations. The inputs must stay alive and unchanged until the
 // backward that uses this workspace has returned. The activations' buffer grows and never
