@@ -316,69 +316,81 @@ double term(const std::string& name, const Sizes& z, const std::map<std::string,
   }
   if (name == "static_bootstrap") {
     return weight * cpu::charbonnier_loss(R, in("static_only_rgb"), in("target_rgb"),
-                                          static_pixels.data(), weight, grad("static_only_rgb"));
+                                          static_pixels.data(), weight, grad("static_only_rgb"))
+                        .value();
   }
   if (name == "composite") {
     return weight * cpu::charbonnier_loss(R, in("rgb"), in("target_rgb"), in("ray_mask"), weight,
-                                          grad("rgb"));
+                                          grad("rgb"))
+                        .value();
   }
   if (name == "cross_time") {
     return weight * cpu::occlusion_weighted_charbonnier_loss(
                         R, in("cross_time_rgb"), in("target_rgb"), in("cross_time_ray_mask"),
-                        in("cross_time_occlusion_map"), weight, grad("cross_time_rgb"));
+                        in("cross_time_occlusion_map"), weight, grad("cross_time_rgb"))
+                        .value();
   }
   if (name == "dynamic_region") {
     const std::vector<T> mask = product("ray_mask", "motion_mask");
     return weight * cpu::charbonnier_loss(R, in("rgb_dynamic"), in("target_rgb"), mask.data(),
-                                          weight, grad("rgb_dynamic"));
+                                          weight, grad("rgb_dynamic"))
+                        .value();
   }
   if (name == "dynamic_only") {
     const std::vector<T> mask = product("dynamic_only_ray_mask", "motion_mask");
     return weight * cpu::charbonnier_loss(R, in("dynamic_only_rgb"), in("target_rgb"), mask.data(),
-                                          weight, grad("dynamic_only_rgb"));
+                                          weight, grad("dynamic_only_rgb"))
+                        .value();
   }
   if (name == "cross_time_dynamic_only") {
     const std::vector<T> mask = product("cross_time_dynamic_only_ray_mask", "motion_mask");
     return weight * cpu::occlusion_weighted_charbonnier_loss(
                         R, in("cross_time_dynamic_only_rgb"), in("target_rgb"), mask.data(),
                         in("cross_time_dynamic_only_occlusion_map"), weight,
-                        grad("cross_time_dynamic_only_rgb"));
+                        grad("cross_time_dynamic_only_rgb"))
+                        .value();
   }
   if (name == "disparity") {
     return weight * cpu::disparity_l1_loss(R, in("depth"), in("target_disparity"), in("ray_mask"),
-                                           weight, grad("depth"));
+                                           weight, grad("depth"))
+                        .value();
   }
   if (name == "flow") {
     const std::vector<T> mask = product("flow_validity", "ray_mask");
     return weight * cpu::flow_l1_loss(z.flows, R, in("render_flows"), in("target_flows"),
-                                      mask.data(), weight, grad("render_flows"));
+                                      mask.data(), weight, grad("render_flows"))
+                        .value();
   }
   if (name == "cycle") {
     return weight * cpu::trajectory_cycle_loss(z.pairs, R, S, in("points_ref"), in("points_anchor"),
                                                in("occlusion_weights"), weight, grad("points_ref"),
-                                               grad("points_anchor"));
+                                               grad("points_anchor"))
+                        .value();
   }
   if (name == "scene_flow") {  // the three regularisers together
     const SceneFlowRegularizers s = cpu::scene_flow_regularizers(
         z.scene_flows, R, S, in("scene_flow"), weight, grad("scene_flow"));
-    return weight * (s.magnitude + s.temporal + s.spatial);
+    return weight * (s.magnitude.value() + s.temporal.value() + s.spatial.value());
   }
   if (name == "skew_entropy") {
     return weight * cpu::skew_entropy_loss(R, S, in("weights_dynamic"), in("weights_static"),
-                                           weight, grad("weights_dynamic"), grad("weights_static"));
+                                           weight, grad("weights_dynamic"), grad("weights_static"))
+                        .value();
   }
   if (name == "distortion") {
     return weight *
-           cpu::distortion_loss(R, S, in("weights"), in("s_vals"), weight, grad("weights"));
+           cpu::distortion_loss(R, S, in("weights"), in("s_vals"), weight, grad("weights")).value();
   }
   if (name == "static_region") {
     return weight * cpu::charbonnier_loss(R, in("rgb_static"), in("target_rgb"),
-                                          static_region.data(), weight, grad("rgb_static"));
+                                          static_region.data(), weight, grad("rgb_static"))
+                        .value();
   }
   if (name == "dynamic_weight_suppression") {
     return weight * cpu::dynamic_weight_suppression_loss(R, S, in("weights_dynamic"),
                                                          suppressed.data(), weight,
-                                                         grad("weights_dynamic"));
+                                                         grad("weights_dynamic"))
+                        .value();
   }
   ADD_FAILURE() << "no term " << name;
   return 0;
@@ -657,7 +669,7 @@ TEST(DynibarLosses, TheDisparityClampPassesItsGradientAtTheFloorAndNotBelow) {
   const double depth[3] = {kDisparityDepthFloor, 0.5 * kDisparityDepthFloor, 0.5};
   const double target[3] = {1, 1, 1}, mask[3] = {1, 1, 1};
   double grad[3] = {0, 0, 0};
-  const double loss = cpu::disparity_l1_loss(3, depth, target, mask, 2.0, grad);
+  const double loss = cpu::disparity_l1_loss(3, depth, target, mask, 2.0, grad).value();
   const double denominator = 3 + kDynibarLossEpsilon;
   EXPECT_DOUBLE_EQ(loss, (99 + 99 + 1) / denominator);  // |100 - 1|, |100 - 1|, |2 - 1|
   EXPECT_DOUBLE_EQ(grad[0], -2.0 / (1e-4 * denominator));
@@ -669,7 +681,7 @@ TEST(DynibarLosses, TheSuppressionAddsItsEpsilonOncePerRay) {
   // Two rays, one sample each; only the first is masked in: 0.3 / (1 + 2e-8).
   const double weights[2] = {0.3, 0.2}, mask[2] = {1, 0};
   double grad[2] = {0, 0};
-  const double loss = cpu::dynamic_weight_suppression_loss(2, 1, weights, mask, 1.0, grad);
+  const double loss = cpu::dynamic_weight_suppression_loss(2, 1, weights, mask, 1.0, grad).value();
   EXPECT_EQ(loss, 0.3 / (1 + kDynibarLossEpsilon + kDynibarLossEpsilon));
   EXPECT_EQ(grad[0], 1 / (1 + kDynibarLossEpsilon + kDynibarLossEpsilon));
   EXPECT_EQ(grad[1], 0.0);

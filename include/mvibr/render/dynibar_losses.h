@@ -26,11 +26,22 @@
 //                    denominator is sum m2 + R 1e-8
 // |x|'s gradient at 0 is 0 and max(x, lo)'s passes at x = lo, as in autograd.
 //
+// Every term is a fraction whose numerator and denominator are sums over rays (and samples), so
+// that ranks and micro-batches add them: a step of B rays split into parts gives the whole's
+// loss from the parts' summed fractions, and the whole's gradient from each part's gradient
+// under the whole's denominators (no gradient ever reaches a denominator).
+//
 // Everything here computes in double whatever T is (the terms are O(R S) beside networks of
 // O(R S width^2)) and sums serially in a fixed order. Each cpu:: function returns its term
 // unweighted; where a gradient pointer is not null it adds weight * d term / d input there (+=),
-// so that the terms of a step accumulate into inputs they share.
+// so that the terms of a step accumulate into inputs they share. The gradient divides by
+// whole's denominator + epsilon where `whole` is given (the term of the batch this one is part
+// of), by its own otherwise.
 #pragma once
+
+#include <array>
+#include <cstddef>
+#include <vector>
 
 #include "mvibr/render/dynibar_schedule.h"
 
@@ -44,41 +55,56 @@ constexpr double kWeightRatioFloor = 1e-9;    // the ratio's denominator clamp
 constexpr double kSkewEntropyEpsilon = 1e-9;  // inside its logarithms
 constexpr double kSuppressionRatioBelow = 0.1;
 
-// The scene-flow regularisers, unweighted.
+// A term as ranks and micro-batches add it: value = numerator / (denominator + epsilon); the
+// numerator and the denominator are sums over rays (and samples), epsilon the term's constant.
+struct LossFraction {
+  double numerator = 0, denominator = 0, epsilon = 0;
+  // 0 for {0, 0, 0} (a term without an epsilon that no part computed), not NaN.
+  double value() const;
+};
+
+// The scene-flow regularisers, unweighted: sum |sf| / n, 0.5 sum d^2 / n_temporal and
+// sum |...| / n_spatial, each without an epsilon.
 struct SceneFlowRegularizers {
-  double magnitude = 0, temporal = 0, spatial = 0;
+  LossFraction magnitude, temporal, spatial;
 };
 
 namespace cpu {
 
 template <typename T>
-double charbonnier_loss(int n_rays, const T* predicted, const T* target, const T* ray_mask,
-                        double weight, T* grad_predicted);
+LossFraction charbonnier_loss(int n_rays, const T* predicted, const T* target, const T* ray_mask,
+                              double weight, T* grad_predicted,
+                              const LossFraction* whole = nullptr);
 
 // compute_temporal_rgb_loss: the Charbonnier loss with each ray weighted by mask * occlusion map.
 template <typename T>
-double occlusion_weighted_charbonnier_loss(int n_rays, const T* predicted, const T* target,
-                                           const T* ray_mask, const T* occlusion_map, double weight,
-                                           T* grad_predicted);
+LossFraction occlusion_weighted_charbonnier_loss(int n_rays, const T* predicted, const T* target,
+                                                 const T* ray_mask, const T* occlusion_map,
+                                                 double weight, T* grad_predicted,
+                                                 const LossFraction* whole = nullptr);
 
 template <typename T>
-double disparity_l1_loss(int n_rays, const T* depth, const T* target_disparity, const T* ray_mask,
-                         double weight, T* grad_depth);
+LossFraction disparity_l1_loss(int n_rays, const T* depth, const T* target_disparity,
+                               const T* ray_mask, double weight, T* grad_depth,
+                               const LossFraction* whole = nullptr);
 
 template <typename T>
-double flow_l1_loss(int n_flows, int n_rays, const T* flows, const T* target_flows,
-                    const T* flow_mask, double weight, T* grad_flows);
+LossFraction flow_l1_loss(int n_flows, int n_rays, const T* flows, const T* target_flows,
+                          const T* flow_mask, double weight, T* grad_flows,
+                          const LossFraction* whole = nullptr);
 
 template <typename T>
-double trajectory_cycle_loss(int n_pairs, int n_rays, int n_samples, const T* points_ref,
-                             const T* points_anchor, const T* occlusion_weights, double weight,
-                             T* grad_points_ref, T* grad_points_anchor);
+LossFraction trajectory_cycle_loss(int n_pairs, int n_rays, int n_samples, const T* points_ref,
+                                   const T* points_anchor, const T* occlusion_weights,
+                                   double weight, T* grad_points_ref, T* grad_points_anchor,
+                                   const LossFraction* whole = nullptr);
 
 // `weight` multiplies each of the three.
 template <typename T>
 SceneFlowRegularizers scene_flow_regularizers(int n_steps, int n_rays, int n_samples,
                                               const T* scene_flow, double weight,
-                                              T* grad_scene_flow);
+                                              T* grad_scene_flow,
+                                              const SceneFlowRegularizers* whole = nullptr);
 
 // q per ray [R], in double: the static-region mask and the suppression's (q < 0.1) read it.
 template <typename T>
@@ -86,19 +112,22 @@ void dynamic_weight_ratio(int n_rays, int n_samples, const T* weights_dynamic,
                           const T* weights_static, double* ratio);
 
 template <typename T>
-double skew_entropy_loss(int n_rays, int n_samples, const T* weights_dynamic,
-                         const T* weights_static, double weight, T* grad_weights_dynamic,
-                         T* grad_weights_static);
+LossFraction skew_entropy_loss(int n_rays, int n_samples, const T* weights_dynamic,
+                               const T* weights_static, double weight, T* grad_weights_dynamic,
+                               T* grad_weights_static, const LossFraction* whole = nullptr);
 
-// Reads w[:, :S-1] of `weights`; the last sample gets no gradient. Needs n_samples >= 2.
+// Reads w[:, :S-1] of `weights`; the last sample gets no gradient. Needs n_samples >= 2. The
+// numerator is 2 pairwise + uniform / 3, the denominator R.
 template <typename T>
-double distortion_loss(int n_rays, int n_samples, const T* weights, const T* s_vals, double weight,
-                       T* grad_weights);
+LossFraction distortion_loss(int n_rays, int n_samples, const T* weights, const T* s_vals,
+                             double weight, T* grad_weights, const LossFraction* whole = nullptr);
 
-// The suppression term without its 0.1 (the schedule's weight), given m2 [R].
+// The suppression term without its 0.1 (the schedule's weight), given m2 [R]. Its denominator
+// holds the per-ray 1e-8s, sum_r (m2_r + 1e-8); its epsilon is 0.
 template <typename T>
-double dynamic_weight_suppression_loss(int n_rays, int n_samples, const T* weights_dynamic,
-                                       const T* mask, double weight, T* grad_weights_dynamic);
+LossFraction dynamic_weight_suppression_loss(int n_rays, int n_samples, const T* weights_dynamic,
+                                             const T* mask, double weight, T* grad_weights_dynamic,
+                                             const LossFraction* whole = nullptr);
 
 }  // namespace cpu
 
@@ -165,6 +194,31 @@ struct DynibarLossTerms {
   double rgb = 0, static_loss = 0, total = 0;
 };
 
+// Every term, in DynibarLossTerms' order.
+enum class DynibarTerm : size_t {
+  kStaticBootstrap,
+  kComposite,
+  kCrossTime,
+  kDynamicRegion,
+  kDynamicOnly,
+  kCrossTimeDynamicOnly,
+  kDisparity,
+  kFlow,
+  kCycle,
+  kSceneFlowMagnitude,
+  kSceneFlowTemporal,
+  kSceneFlowSpatial,
+  kSkewEntropy,
+  kDistortion,
+  kStaticRegion,
+  kDynamicWeightSuppression,
+};
+constexpr size_t kDynibarTermCount = size_t(DynibarTerm::kDynamicWeightSuppression) + 1;
+
+// Each term's fraction, unweighted, indexed by DynibarTerm. A term the phase does not compute
+// is {0, 0, its epsilon}: its value is 0.
+using DynibarLossFractions = std::array<LossFraction, kDynibarTermCount>;
+
 // The loss of one step under `weights` (dynibar_loss_weights) and its gradient into every
 // non-null pointer of `grad` (overwritten; zeros for an input the phase does not read):
 //   static_bootstrap   charbonnier(static_only_rgb, (1 - static_mask) ray_mask)
@@ -182,5 +236,36 @@ struct DynibarLossTerms {
 template <typename T>
 DynibarLossTerms dynibar_losses(const DynibarLossWeights& weights, const DynibarLossBatch<T>& batch,
                                 const DynibarRendered<T>& grad);
+
+// ---- A step split over ranks and micro-batches ----
+// Each part computes its fractions (dynibar_loss_fractions), the parts' numerators and
+// denominators are summed (append_sums, an all-reduce, fractions_from_sums), and each part then
+// takes its share of the whole's gradient (dynibar_losses with `whole`). Throws as
+// dynibar_losses.
+
+// This batch's fractions under `weights`, without gradients.
+template <typename T>
+DynibarLossFractions dynibar_loss_fractions(const DynibarLossWeights& weights,
+                                            const DynibarLossBatch<T>& batch);
+
+// The gradient of the whole batch's loss that this batch's rays contribute (each term's
+// numerator gradient over whole's denominator + epsilon) into `grad` as above, and the whole's
+// terms (dynibar_loss_terms(weights, whole)). `whole` is the sum of every part's fractions
+// under the same weights, this batch's included.
+template <typename T>
+DynibarLossTerms dynibar_losses(const DynibarLossWeights& weights, const DynibarLossBatch<T>& batch,
+                                const DynibarRendered<T>& grad, const DynibarLossFractions& whole);
+
+// The weighted terms of `fractions` and their sums (rgb, static_loss, total).
+DynibarLossTerms dynibar_loss_terms(const DynibarLossWeights& weights,
+                                    const DynibarLossFractions& fractions);
+
+// Appends each term's numerator and denominator, in DynibarTerm's order (2 kDynibarTermCount
+// values): what an all-reduce sums.
+void append_sums(const DynibarLossFractions& fractions, std::vector<double>* sums);
+
+// The fractions of 2 kDynibarTermCount values as append_sums writes them, each with its term's
+// epsilon.
+DynibarLossFractions fractions_from_sums(const double* sums);
 
 }  // namespace mvibr
