@@ -715,5 +715,163 @@ TEST(DynibarLosses, TheBootstrapReadsOnlyItsInputsAndMissingOnesAreRefused) {
   EXPECT_THROW(dynibar_losses(bootstrap, b, g), InvalidArgument);
 }
 
+// ---- a batch split over ranks and micro-batches ----------------------------------------------
+
+// Calls copy(at_batch, at_part, n) for each run of `name`'s array that rays [begin, end) of a
+// batch of z.rays hold, at_batch into that batch's array and at_part into the array of a batch
+// of those rays alone: arrays are cut along their ray axis, the second of the [K,R,...],
+// [P,R,S,3] and [F,R,S,3] ones and the first of the rest.
+template <typename Copy>
+void for_each_ray_run(const Sizes& z, const std::string& name, size_t begin, size_t end,
+                      Copy copy) {
+  const std::vector<size_t> shape = shapes(z).at(name);
+  const bool leading = name == "target_flows" || name == "flow_validity" ||
+                       name == "render_flows" || name == "points_ref" || name == "points_anchor" ||
+                       name == "scene_flow";
+  const size_t axis = leading ? 1 : 0;
+  ASSERT_EQ(shape[axis], size_t(z.rays)) << name;
+  size_t outer = 1, inner = 1;
+  for (size_t d = 0; d < axis; ++d) outer *= shape[d];
+  for (size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
+  const size_t n = (end - begin) * inner;
+  for (size_t o = 0; o < outer; ++o) copy((o * shape[axis] + begin) * inner, o * n, n);
+}
+
+// Rays [begin, end) of every array of a batch of z.rays.
+Arrays ray_slice(const Sizes& z, const Arrays& x, size_t begin, size_t end) {
+  Arrays part;
+  for (const auto& [name, v] : x) {
+    std::vector<double>& p = part[name];
+    for_each_ray_run(z, name, begin, end, [&](size_t at, size_t, size_t n) {
+      p.insert(p.end(), v.begin() + long(at), v.begin() + long(at + n));
+    });
+  }
+  return part;
+}
+
+// Writes the arrays of `part`, rays [begin, end), into those of `batch`, a batch of z.rays.
+void put_rays(const Sizes& z, const Arrays& part, size_t begin, size_t end, Arrays* batch) {
+  for (const auto& [name, p] : part) {
+    for_each_ray_run(z, name, begin, end, [&](size_t at, size_t from, size_t n) {
+      std::copy(p.begin() + long(from), p.begin() + long(from + n),
+                batch->at(name).begin() + long(at));
+    });
+  }
+}
+
+const char* const kTermNames[] = {"static_bootstrap",
+                                  "composite",
+                                  "cross_time",
+                                  "dynamic_region",
+                                  "dynamic_only",
+                                  "cross_time_dynamic_only",
+                                  "disparity",
+                                  "flow",
+                                  "cycle",
+                                  "scene_flow_magnitude",
+                                  "scene_flow_temporal",
+                                  "scene_flow_spatial",
+                                  "skew_entropy",
+                                  "distortion",
+                                  "static_region",
+                                  "dynamic_weight_suppression",
+                                  "rgb",
+                                  "static_loss",
+                                  "total"};
+
+// Each case's rays split at ray 5 (which parts the suppression's rays, 3 to 8): the halves'
+// summed fractions give the whole batch's terms, and each half's gradient under them is the
+// whole batch's gradient at its rays, in double.
+TEST(DynibarLosses, TwoHalvesOfABatchGiveItsLossAndGradient) {
+  const size_t split = 5;
+  uint64_t seed = 7000;
+  int main_cases = 0, bootstrap_cases = 0;
+  for (const LossCase& c : loss_cases()) {
+    if (size_t(c.sizes.rays) <= split) continue;
+    const DynibarLossWeights w = dynibar_loss_weights(c.step, c.options);
+    (w.phase == DynibarPhase::kMain ? main_cases : bootstrap_cases)++;
+    const Arrays x = make_inputs(c, seed += 100);
+    const StepResult whole = run_step<double>(c, x);
+    const size_t rays = size_t(c.sizes.rays);
+    const size_t bounds[3] = {0, split, rays};
+    Sizes part_sizes[2] = {c.sizes, c.sizes};
+    std::map<std::string, std::vector<double>> parts[2];
+    std::vector<double> sums[2];
+    for (int h = 0; h < 2; ++h) {
+      part_sizes[h].rays = int(bounds[h + 1] - bounds[h]);
+      parts[h] = ray_slice(c.sizes, x, bounds[h], bounds[h + 1]);
+      append_sums(dynibar_loss_fractions(w, batch_of(part_sizes[h], parts[h])), &sums[h]);
+    }
+    ASSERT_EQ(sums[0].size(), 2 * kDynibarTermCount);
+    std::vector<double> summed(sums[0].size());
+    for (size_t i = 0; i < summed.size(); ++i) summed[i] = sums[0][i] + sums[1][i];
+    const DynibarLossFractions fractions = fractions_from_sums(summed.data());
+    const DynibarLossTerms terms = dynibar_loss_terms(w, fractions);
+    for (const char* name : kTermNames) {
+      EXPECT_LE(scalar_error(term_value(terms, name), term_value(whole.terms, name)), 1e-12)
+          << c.name << ": " << name;
+    }
+    Arrays grads;  // NaN where no half writes
+    for (const auto& [name, g] : whole.grads) grads[name].assign(g.size(), NAN);
+    for (int h = 0; h < 2; ++h) {
+      auto g = zero_gradients<double>(part_sizes[h]);
+      const DynibarLossTerms returned =
+          dynibar_losses(w, batch_of(part_sizes[h], parts[h]), rendered<double>(g), fractions);
+      EXPECT_EQ(returned.total, terms.total) << c.name;
+      put_rays(c.sizes, Arrays(g.begin(), g.end()), bounds[h], bounds[h + 1], &grads);
+    }
+    for (const char* name : kDifferentiable) {
+      EXPECT_LE(normwise_relative_error(grads.at(name), whole.grads.at(name)), 1e-12)
+          << c.name << ": d total / d " << name;
+    }
+  }
+  EXPECT_GT(main_cases, 0);
+  EXPECT_GT(bootstrap_cases, 0);
+}
+
+// append_sums and fractions_from_sums give back every numerator, denominator and epsilon the
+// terms computed (a main step with every main term on, and a bootstrap step); a term the phase
+// does not compute is {0, 0, its epsilon}, and {0, 0, 0} is 0.
+TEST(DynibarLosses, SumsGiveBackTheFractionsWithTheirEpsilons) {
+  const LossCase late = loss_cases()[2], bootstrap = loss_cases()[5];
+  DynibarLossWeights all_main = dynibar_loss_weights(late.step, late.options);
+  ASSERT_NE(all_main.dynamic_weight_suppression, 0.0);
+  all_main.dynamic_region = 1;
+  const DynibarLossWeights only_bootstrap = dynibar_loss_weights(bootstrap.step, bootstrap.options);
+  ASSERT_EQ(only_bootstrap.phase, DynibarPhase::kStaticBootstrap);
+  const auto v = cast<double>(make_inputs(late, 31));
+  const DynibarLossBatch<double> b = batch_of(late.sizes, v);
+  for (const DynibarLossWeights& w : {all_main, only_bootstrap}) {
+    const DynibarLossFractions f = dynibar_loss_fractions(w, b);
+    std::vector<double> sums = {-1};  // appended after what is there
+    append_sums(f, &sums);
+    ASSERT_EQ(sums.size(), 1 + 2 * kDynibarTermCount);
+    const DynibarLossFractions back = fractions_from_sums(sums.data() + 1);
+    for (size_t i = 0; i < kDynibarTermCount; ++i) {
+      EXPECT_EQ(back[i].numerator, f[i].numerator) << kTermNames[i];
+      EXPECT_EQ(back[i].denominator, f[i].denominator) << kTermNames[i];
+      EXPECT_EQ(back[i].epsilon, f[i].epsilon) << kTermNames[i];
+      const bool computed = w.phase == DynibarPhase::kMain ? i != 0 : i == 0;
+      EXPECT_EQ(f[i].denominator > 0, computed) << kTermNames[i];
+    }
+    // The step's own terms are those of its fractions, to the bit.
+    auto g = zero_gradients<double>(late.sizes);
+    const DynibarLossTerms step = dynibar_losses(w, b, rendered<double>(g));
+    const DynibarLossTerms from_fractions = dynibar_loss_terms(w, f);
+    for (const char* name : kTermNames) {
+      EXPECT_EQ(term_value(step, name), term_value(from_fractions, name)) << name;
+    }
+  }
+  const auto at = [](const DynibarLossFractions& f, DynibarTerm t) { return f[size_t(t)]; };
+  const DynibarLossFractions f = dynibar_loss_fractions(all_main, b);
+  EXPECT_EQ(at(f, DynibarTerm::kComposite).epsilon, kCharbonnierDenominatorEpsilon);
+  EXPECT_EQ(at(f, DynibarTerm::kCycle).epsilon, kDynibarLossEpsilon);
+  EXPECT_EQ(at(f, DynibarTerm::kDistortion).denominator, double(late.sizes.rays));
+  EXPECT_EQ(at(f, DynibarTerm::kDynamicWeightSuppression).epsilon, 0.0);
+  EXPECT_EQ(at(dynibar_loss_fractions(only_bootstrap, b), DynibarTerm::kCycle).epsilon,
+            kDynibarLossEpsilon);
+  EXPECT_EQ(LossFraction().value(), 0.0);
+}
+
 }  // namespace
 }  // namespace mvibr
