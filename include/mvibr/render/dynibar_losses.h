@@ -59,7 +59,8 @@ constexpr double kSuppressionRatioBelow = 0.1;
 // numerator and the denominator are sums over rays (and samples), epsilon the term's constant.
 struct LossFraction {
   double numerator = 0, denominator = 0, epsilon = 0;
-  // 0 for {0, 0, 0} (a term without an epsilon that no part computed), not NaN.
+  // 0 where the numerator is 0: {0, 0, 0} (a term without an epsilon that no part computed)
+  // is 0, not NaN.
   double value() const;
 };
 
