@@ -26,22 +26,26 @@ void validate(int64_t step, const DynibarScheduleOptions& o) {
   }
 }
 
-int64_t bootstrap_steps(const DynibarScheduleOptions& o) {
+}  // namespace
+
+int64_t dynibar_bootstrap_steps(const DynibarScheduleOptions& o) {
   return int64_t(o.init_decay_epoch / 2) * o.num_frames;
 }
 
-}  // namespace
+int64_t dynibar_decay_steps(const DynibarScheduleOptions& o) {
+  return int64_t(o.num_frames) * o.init_decay_epoch;
+}
 
 DynibarLossWeights dynibar_loss_weights(int64_t step, const DynibarScheduleOptions& o) {
   validate(step, o);
   DynibarLossWeights w;
-  if (step < bootstrap_steps(o)) {
+  if (step < dynibar_bootstrap_steps(o)) {
     w.phase = DynibarPhase::kStaticBootstrap;
     w.static_bootstrap = 1;
     return w;
   }
   w.phase = DynibarPhase::kMain;
-  w.main_epoch = (step - bootstrap_steps(o)) / o.num_frames;
+  w.main_epoch = (step - dynibar_bootstrap_steps(o)) / o.num_frames;
   w.divisor = w.main_epoch / o.init_decay_epoch;
   const double d = double(w.divisor);
   w.composite = 1;
@@ -62,9 +66,8 @@ DynibarLossWeights dynibar_loss_weights(int64_t step, const DynibarScheduleOptio
 
 double dynibar_learning_rate(double initial, int64_t step, const DynibarScheduleOptions& o) {
   validate(step, o);
-  if (step < bootstrap_steps(o)) return initial;
-  const int64_t step_size = int64_t(o.num_frames) * o.init_decay_epoch;
-  const int64_t due = (step - bootstrap_steps(o)) / step_size;
+  if (step < dynibar_bootstrap_steps(o)) return initial;
+  const int64_t due = (step - dynibar_bootstrap_steps(o)) / dynibar_decay_steps(o);
   double first = o.lrate_mlp * kDynibarStaticRateMultiplier, rate = initial;
   for (int64_t i = 0; i < due && first > kDynibarLearningRateFloor; ++i) {
     first *= o.lrate_decay_factor;

@@ -223,9 +223,12 @@ struct PrefetchReader::State {
     for (int frame : shard.target_sources(target))
       pool.push_back({frame, shard.frame(frame).time_index});
     DynibarSourceOptions choice = options.dynibar;
-    if (options.anchor_growth_epochs > 0) {
-      choice.anchor_max_step = int(std::min<uint64_t>(
-          uint64_t(choice.anchor_max_step), at.epoch / uint64_t(options.anchor_growth_epochs) + 1));
+    if (options.anchor_growth_steps > 0) {
+      const uint64_t index = at.epoch * items.size() + at.position;  // the rank's sample number
+      const uint64_t grown =
+          index > options.anchor_growth_start ? index - options.anchor_growth_start : 0;
+      choice.anchor_max_step = int(std::min<uint64_t>(uint64_t(choice.anchor_max_step),
+                                                      grown / options.anchor_growth_steps + 1));
     }
     const DynibarSources chosen = select_dynibar_sources(
         pool, target_frame, sample.target.time_index, choice,

@@ -70,6 +70,9 @@ Adam::Adam(const ParameterSet& params, const AdamOptions& options)
   check_option(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1,
                "betas must be in [0, 1)");
   check_option(std::isfinite(o.eps) && o.eps >= 0, "eps must be a finite number >= 0");
+  check_option(std::isfinite(o.static_rate_multiplier) && o.static_rate_multiplier >= 0 &&
+                   std::isfinite(o.basis_rate_multiplier) && o.basis_rate_multiplier >= 0,
+               "the rate multipliers must be finite numbers >= 0");
   check_option(std::isfinite(o.max_grad_norm) && o.max_grad_norm >= 0,
                "max_grad_norm must be a finite number >= 0 (0 = no clipping)");
   for (const ParameterInfo& info : params.infos()) {
@@ -81,9 +84,26 @@ Adam::Adam(const ParameterSet& params, const AdamOptions& options)
   }
 }
 
+double Adam::initial_learning_rate(ParameterGroup group) const {
+  const AdamOptions& o = options_;
+  switch (group) {
+    case ParameterGroup::kFeature:
+      return o.lrate_feature;
+    case ParameterGroup::kMlp:
+      return o.lrate_mlp;
+    case ParameterGroup::kStaticFeature:
+      return o.lrate_feature * o.static_rate_multiplier;
+    case ParameterGroup::kStaticMlp:
+      return o.lrate_mlp * o.static_rate_multiplier;
+    case ParameterGroup::kTrajectoryBasis:
+      return o.lrate_mlp * o.basis_rate_multiplier;
+  }
+  throw InvalidArgument("Adam: unknown parameter group " + std::to_string(int(group)));
+}
+
 double Adam::learning_rate(ParameterGroup group) const {
-  const double initial =
-      group == ParameterGroup::kFeature ? options_.lrate_feature : options_.lrate_mlp;
+  const double initial = initial_learning_rate(group);
+  if (options_.schedule) return options_.schedule(initial, steps_);
   return step_decay_learning_rate(initial, options_.lrate_decay_factor, options_.lrate_decay_steps,
                                   steps_);
 }
@@ -117,15 +137,16 @@ double Adam::step(ParameterSet* params, double grad_norm) {
 }
 
 AdamCoefficients Adam::begin_update() {
-  const double lr[2] = {learning_rate(ParameterGroup::kFeature),
-                        learning_rate(ParameterGroup::kMlp)};
+  static_assert(sizeof(AdamCoefficients::step_size) / sizeof(float) == kParameterGroupCount,
+                "a step size for every parameter group");
+  double lr[kParameterGroupCount];
+  for (int g = 0; g < kParameterGroupCount; ++g) lr[g] = learning_rate(ParameterGroup(g));
   ++steps_;
   const double t = double(steps_);
   const double bias_correction1 = 1 - std::pow(options_.beta1, t);
   const double bias_correction2 = 1 - std::pow(options_.beta2, t);
   AdamCoefficients c;
-  c.step_size[0] = float(lr[0] / bias_correction1);
-  c.step_size[1] = float(lr[1] / bias_correction1);
+  for (int g = 0; g < kParameterGroupCount; ++g) c.step_size[g] = float(lr[g] / bias_correction1);
   c.bias_correction2_sqrt = float(std::sqrt(bias_correction2));
   c.beta1 = float(options_.beta1);
   c.beta2 = float(options_.beta2);

@@ -225,7 +225,7 @@ IbrnetAggregator::IbrnetAggregator(ParameterSet& set, const std::string& prefix,
                                    AggregatorOptions options)
     : options_(options),
       widths_(widths_of(options)),
-      block_(set, prefix, ParameterGroup::kMlp),
+      block_(set, prefix, options.group),
       s_(options.anti_alias_pooling ? block_.add("s", {}) : 0),
       xyz_embed_(3, FrequencySpacing::kLog, kXyzFrequencies, kXyzFrequencies),
       ray_embed_(6, FrequencySpacing::kLog, kRayFrequencies, kRayFrequencies),

@@ -196,7 +196,7 @@ ResUNetOptions ResUNetOptions::preset(ResUNetPreset preset) {
 
 int ResUNet::add_unit(const std::string& conv_name, int in_channels, int out_channels, int kernel,
                       int stride, bool bias, Activation activation, const std::string& norm_name) {
-  const auto feature = ParameterGroup::kFeature;
+  const ParameterGroup feature = options_.group;
   const auto offset = [&](const std::string& name, std::vector<int> shape) {
     return parameters_->info(parameters_->add(prefix_ + name, std::move(shape), feature)).offset;
   };
@@ -261,14 +261,12 @@ ResUNet::ResUNet(const ResUNetOptions& options, ParameterSet* parameters, const 
   const int out = options.out_channels();
   graph_.iconv2 =
       add_unit("iconv2.conv", d[1] + w[0], out, 3, 1, true, Activation::kElu, "iconv2.bn");
-  graph_.out_weight = parameters_
-                          ->info(parameters_->add(prefix_ + "out_conv.weight", {out, out, 1, 1},
-                                                  ParameterGroup::kFeature))
-                          .offset;
-  graph_.out_bias =
+  graph_.out_weight =
       parameters_
-          ->info(parameters_->add(prefix_ + "out_conv.bias", {out}, ParameterGroup::kFeature))
+          ->info(parameters_->add(prefix_ + "out_conv.weight", {out, out, 1, 1}, options.group))
           .offset;
+  graph_.out_bias =
+      parameters_->info(parameters_->add(prefix_ + "out_conv.bias", {out}, options.group)).offset;
 }
 
 void ResUNet::initialize(Initializer& initializer) {

@@ -9,6 +9,7 @@
 #include "mvibr/core/error.h"
 #include "mvibr/nn/aggregator.h"
 #include "mvibr/render/loss.h"
+#include "mvibr/train/dynibar_model.h"
 #include "phase_laps.h"
 
 namespace mvibr::train {
@@ -39,6 +40,7 @@ bool runs_on_device(const TrainConfig& config) {
 }
 
 std::unique_ptr<TrainableModel> make_model(const TrainConfig& config) {
+  if (config.model == ModelKind::kDynibar) return std::make_unique<DynibarModel>(config);
   return std::make_unique<IbrnetModel>(config);
 }
 

@@ -23,6 +23,7 @@
 #include "mvibr/nn/optimizer.h"
 #include "mvibr/render/loss.h"
 #include "mvibr/train/checkpoint.h"
+#include "mvibr/train/dynibar_model.h"
 #include "mvibr/train/evaluate.h"
 #include "mvibr/train/loss_scale.h"
 #include "mvibr/train/model.h"
@@ -224,6 +225,14 @@ data::ReaderOptions reader_options(const TrainConfig& c, int rank, int ranks) {
   o.source_pool = c.source_pool;
   o.queue_depth = c.queue_depth;
   o.split = data::Split::kTrain;
+  if (c.model == ModelKind::kDynibar) {
+    o.dynibar_sources = true;
+    o.dynibar.max_range = c.max_range;
+    o.dynibar.static_views = 2 * c.num_source_views;
+    const DynibarScheduleOptions schedule = dynibar_schedule_options(c);
+    o.anchor_growth_steps = uint64_t(dynibar_decay_steps(schedule));
+    o.anchor_growth_start = uint64_t(dynibar_bootstrap_steps(schedule));
+  }
   return o;
 }
 
@@ -351,8 +360,12 @@ TrainingRun::TrainingRun(const TrainConfig& config, std::ostream& rank0_log,
   log_ << describe_job(config_, context_, comm_, parameters().size(), buckets_->buckets().size());
 
   reader_ = std::make_unique<data::PrefetchReader>(reader_options(config_, rank_, ranks_), cursor);
-  if (!context_.measure_only) heldout_ = first_heldout_sample(config_);
-  if (heldout_) {
+  if (!context_.measure_only && config_.model == ModelKind::kIbrnet) {
+    heldout_ = first_heldout_sample(config_);
+  }
+  if (config_.model == ModelKind::kDynibar) {
+    log_ << "model = dynibar: no held-out validation during training yet\n";
+  } else if (heldout_) {
     validation_model_ = make_model(evaluation_config(config_));
   } else if (!context_.measure_only) {
     log_ << "no test or val views in " << config_.datadir << ": no held-out validation\n";
@@ -639,7 +652,8 @@ TrainSummary TrainingRun::finish() {
 }  // namespace
 
 TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const RankContext& context) {
-  TrainingRun run(config, rank0_log, context);
+  const TrainConfig resolved = with_video_frames(config);
+  TrainingRun run(resolved, rank0_log, context);
   while (!run.finished()) {
     if (!run.step()) continue;
     run.log_if_due();

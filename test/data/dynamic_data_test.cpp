@@ -231,7 +231,7 @@ TEST(PrefetchReader, DynibarSamplesCarryTheThreeSourceSetsAndTheMotionData) {
   reader.data_dir = dir.str();
   reader.dynibar_sources = true;
   reader.dynibar.static_views = 6;
-  reader.anchor_growth_epochs = 2;
+  reader.anchor_growth_steps = 2 * 16;  // two epochs of the 16 frames
   PrefetchReader a(reader), b(reader);
   std::set<int> anchor_steps_epoch_0, anchor_steps_epoch_2;
   for (int i = 0; i < 3 * 16; ++i) {

@@ -43,11 +43,12 @@ struct ReaderOptions {
   bool allow_shared_shards = false;
   // DynIBaR's sources (dynibar_sources.h) instead of num_source_views from the pool: the whole
   // neighbour list is the pool, and the sample carries the target's motion data and every
-  // source's masks. The anchor's reach grows by a frame every anchor_growth_epochs epochs up to
-  // dynibar.anchor_max_step (the published min(3, epoch / init_decay_epoch + 1)); 0: at once.
+  // source's masks. The anchor's reach grows by a frame every anchor_growth_steps samples after
+  // the first anchor_growth_start, up to dynibar.anchor_max_step (a rank reads a sample a step:
+  // train.py's min(3, epoch // init_decay_epoch + 1) of its main loop); 0: the whole reach at once.
   bool dynibar_sources = false;
   DynibarSourceOptions dynibar;
-  int anchor_growth_epochs = 0;
+  uint64_t anchor_growth_steps = 0, anchor_growth_start = 0;
 };
 
 // Which of a sample's sources serve DynIBaR's three source sets: positions in

@@ -16,7 +16,7 @@ constexpr size_t kGradNormChunk = size_t(1) << 14;
 
 // One update's scalars, computed in double on the host as Python computes them, then rounded.
 struct AdamCoefficients {
-  float step_size[2] = {0, 0};  // per ParameterGroup: learning rate / bias correction 1
+  float step_size[5] = {0, 0, 0, 0, 0};  // per ParameterGroup: learning rate / bias correction 1
   float bias_correction2_sqrt = 1;
   float beta1 = 0, beta2 = 0, one_minus_beta1 = 1, one_minus_beta2 = 1, eps = 0;
 };

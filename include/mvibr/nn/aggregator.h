@@ -70,6 +70,7 @@ struct AggregatorOptions {
   int n_samples_max = 128;         // rows of the positional-encoding table: S may not exceed it
   bool anti_alias_pooling = true;  // IBRNet's and the static network's; never the dynamic's
   double density_shift = 5.0;      // the dynamic network's (DynIBaR's monocular model)
+  ParameterGroup group = ParameterGroup::kMlp;  // the learning rate its parameters train at
   // kQueries is what IBRNet's code computes (its mask broadcasts over keys); kKeys is the
   // key-padding mask the transformer literature means.
   AttentionMask attention_mask = AttentionMask::kQueries;
@@ -155,7 +156,7 @@ class IbrnetAggregator {
  public:
   // Registers every parameter in `set` under `prefix` (e.g. "net_coarse."), named and shaped as
   // PyTorch's state_dict (IBRNet's, or DynIBaR's DynibarStatic / DynibarDynamic), all in
-  // ParameterGroup::kMlp, back to back. The set must outlive this. InvalidArgument for a dynamic
+  // options.group, back to back. The set must outlive this. InvalidArgument for a dynamic
   // network with anti-aliased pooling.
   IbrnetAggregator(ParameterSet& set, const std::string& prefix, AggregatorOptions options);
 

@@ -10,7 +10,8 @@
 // Every convolution pads by reflection; every norm is InstanceNorm2d(affine). The output is at a
 // quarter of the image resolution, rounded up to whole cells of layer3 (output_size). Parameters
 // are registered under PyTorch's state_dict names ("conv1.weight", "layer1.0.bn1.bias",
-// "upconv3.conv.conv.weight", ...) behind a caller-given prefix, in ParameterGroup::kFeature.
+// "upconv3.conv.conv.weight", ...) behind a caller-given prefix, in options.group (kFeature unless
+// set).
 #pragma once
 
 #include <array>
@@ -41,6 +42,7 @@ struct ResUNetOptions {
   // DynIBaR's forward (ResUNetGraph::shallow): conv1 → layer1 → out_conv at a quarter of the
   // image size; layer1's width must equal out_channels() (out_conv maps it 1x1).
   bool shallow = false;
+  ParameterGroup group = ParameterGroup::kFeature;  // the learning rate its parameters train at
 
   // kIbrnet is the defaults above.
   static ResUNetOptions preset(ResUNetPreset preset);

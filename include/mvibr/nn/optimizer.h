@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "mvibr/nn/adam_math.h"
@@ -22,6 +23,12 @@ struct AdamOptions {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   // Clip the global L2 norm of all gradients to this before the update; 0 = no clipping (IBRNet).
   double max_grad_norm = 0;
+  // DynIBaR's groups: kStaticFeature at lrate_feature x static_rate_multiplier, kStaticMlp at
+  // lrate_mlp x static_rate_multiplier, kTrajectoryBasis at lrate_mlp x basis_rate_multiplier.
+  double static_rate_multiplier = 1, basis_rate_multiplier = 1;
+  // When set, replaces the step decay: the rate of a group that starts at `initial`, for the
+  // update after `completed` updates (DynIBaR's schedule, render/dynibar_schedule.h).
+  std::function<double(double initial, uint64_t completed)> schedule;
 };
 
 // IBRNet calls scheduler.step() once after every optimizer.step(), so the update that follows
@@ -56,6 +63,8 @@ class Adam {
 
   // The learning rate of `group` for the next update.
   double learning_rate(ParameterGroup group) const;
+  // Its rate before any decay.
+  double initial_learning_rate(ParameterGroup group) const;
   uint64_t steps() const { return steps_; }  // updates taken
   const AdamOptions& options() const { return options_; }
   const std::vector<float>& exp_avg() const { return exp_avg_; }

@@ -12,8 +12,17 @@
 
 namespace mvibr::nn {
 
-// Which learning rate a parameter trains with (IBRNet's lrate_feature and lrate_mlp).
-enum class ParameterGroup : uint8_t { kFeature = 0, kMlp = 1 };
+// Which learning rate a parameter trains with: IBRNet's lrate_feature and lrate_mlp, and
+// DynIBaR's groups at multiples of them (its static network and feature net, its trajectory
+// basis; AdamOptions says how much).
+enum class ParameterGroup : uint8_t {
+  kFeature = 0,
+  kMlp = 1,
+  kStaticFeature = 2,
+  kStaticMlp = 3,
+  kTrajectoryBasis = 4
+};
+constexpr int kParameterGroupCount = 5;
 
 struct ParameterInfo {
   std::string name;        // PyTorch module path

@@ -37,6 +37,11 @@ struct DynibarScheduleOptions {
 
 enum class DynibarPhase { kStaticBootstrap, kMain };
 
+// Updates in the static bootstrap (init_decay_epoch // 2 epochs), and between the main loop's
+// decays (num_frames x init_decay_epoch: the cross-time anchor's reach grows a frame with each).
+int64_t dynibar_bootstrap_steps(const DynibarScheduleOptions& options);
+int64_t dynibar_decay_steps(const DynibarScheduleOptions& options);
+
 // Every term's weight in one epoch (0: the term is off). Names as in dynibar_losses.h.
 struct DynibarLossWeights {
   DynibarPhase phase = DynibarPhase::kMain;

@@ -25,6 +25,7 @@ enum class Precision { kFp32, kBf16, kFp16 };
 enum class LrScaling { kNone, kLinear, kSqrt };  // learning rates x 1, x ranks, x sqrt(ranks)
 enum class AllreduceDtype { kFp32, kBf16 };      // how gradients travel
 enum class NanPolicy { kSkip, kStop };           // on a non-finite loss or gradient
+enum class ModelKind { kIbrnet, kDynibar };      // what trains: IBRNet, or DynIBaR on a video
 
 struct TrainConfig {
   // Run
@@ -50,6 +51,7 @@ struct TrainConfig {
   double center_ratio = 0.8;
   int queue_depth = 4;
   // Model
+  ModelKind model = ModelKind::kIbrnet;
   nn::ResUNetPreset feature_net = nn::ResUNetPreset::kIbrnet;
   int coarse_feat_dim = 32, fine_feat_dim = 32;
   bool coarse_only = false;
@@ -68,6 +70,13 @@ struct TrainConfig {
   double lrate_decay_factor = 0.5;
   int lrate_decay_steps = 50000;
   double grad_clip = 0;  // max global gradient norm; 0 disables clipping
+  // DynIBaR (model = dynibar), named and defaulted as its configs/train_kid-running.txt and
+  // config.py. num_frames is the video's (the trajectory basis's rows; 0: taken from the data).
+  int num_frames = 0, num_basis = 6, max_range = 42;
+  int init_decay_epoch = 400;
+  double decay_rate = 10, w_disp = 0.1, w_flow = 0.01, w_cycle = 0.1, cycle_factor = 0.1;
+  bool anneal_cycle = true;
+  double w_reg = 0.05, w_skew_entropy = 5e-4, w_distortion = 1e-3;
   // Data parallelism. A step's global batch is N_rand x accumulation_steps x ranks rays: each
   // rank takes its own target view and accumulates accumulation_steps micro-steps of N_rand of
   // its rays before the update (memory for N_rand rays, the batch of all of them).
@@ -133,6 +142,11 @@ template <>
 struct EnumNames<train::AllreduceDtype> {
   static constexpr std::pair<train::AllreduceDtype, const char*> values[] = {
       {train::AllreduceDtype::kFp32, "fp32"}, {train::AllreduceDtype::kBf16, "bf16"}};
+};
+template <>
+struct EnumNames<train::ModelKind> {
+  static constexpr std::pair<train::ModelKind, const char*> values[] = {
+      {train::ModelKind::kIbrnet, "ibrnet"}, {train::ModelKind::kDynibar, "dynibar"}};
 };
 template <>
 struct EnumNames<train::NanPolicy> {

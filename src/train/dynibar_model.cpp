@@ -1,0 +1,1132 @@
+// The DynIBaR model's CPU step (see dynibar_model.h). A micro-batch's forward keeps everything in
+// one MicroBatch until end_step, which runs its backward with the whole batch's denominators.
+#include "mvibr/train/dynibar_model.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <string>
+#include <tuple>
+
+#include "mvibr/core/error.h"
+#include "mvibr/data/shards.h"
+#include "mvibr/geom/plucker.h"
+#include "mvibr/nn/aggregator.h"
+#include "mvibr/nn/dynibar_motion.h"
+#include "mvibr/nn/motion_mlp.h"
+#include "mvibr/nn/trajectory.h"
+#include "mvibr/ops/render_ops.h"
+#include "mvibr/render/dynibar_losses.h"
+#include "mvibr/render/loss.h"
+#include "phase_laps.h"
+
+namespace mvibr::train {
+
+TrainConfig with_video_frames(const TrainConfig& config) {
+  if (config.model != ModelKind::kDynibar) return config;
+  const data::SceneIndex index = data::read_scene_index(config.datadir);
+  int frames = 0;
+  for (const data::View& view : index.scene.views) frames = std::max(frames, view.time_index + 1);
+  if (!index.scene.dynamic || frames < 2) {
+    throw InvalidArgument("model = dynibar: " + config.datadir +
+                          " holds no video (a dynamic scene with motion data)");
+  }
+  if (config.num_frames != 0 && config.num_frames != frames) {
+    throw InvalidArgument("config key 'num_frames': " + std::to_string(config.num_frames) +
+                          ", but " + config.datadir + " holds a video of " +
+                          std::to_string(frames) + " frames");
+  }
+  // The dynamic sources of a training frame (t +- 1..3, where they are training frames too) must
+  // be in its source pool: a pool prepared for IBRNet holds only t +- 1.
+  std::vector<int> training_view_at(size_t(frames), -1);
+  for (size_t v = 0; v < index.scene.views.size(); ++v) {
+    const data::View& view = index.scene.views[v];
+    if (view.split == data::Split::kTrain) training_view_at[size_t(view.time_index)] = int(v);
+  }
+  for (size_t v = 0; v < index.scene.views.size(); ++v) {
+    const data::View& view = index.scene.views[v];
+    if (view.split != data::Split::kTrain) continue;
+    const std::vector<int>& pool = index.scene.neighbours[v];
+    for (int offset : data::kFlowOffsets) {
+      const int f = view.time_index + offset;
+      if (f < 0 || f >= frames || training_view_at[size_t(f)] < 0) continue;
+      if (std::find(pool.begin(), pool.end(), training_view_at[size_t(f)]) == pool.end()) {
+        throw InvalidArgument("model = dynibar: frame " + std::to_string(f) +
+                              " is not among the sources of view " + view.name + " in " +
+                              config.datadir + ": prepare the video with --time_window " +
+                              std::to_string(config.max_range) + " --neighbours " +
+                              std::to_string(2 * config.max_range) + " (max_range's reach)");
+      }
+    }
+  }
+  TrainConfig resolved = config;
+  resolved.num_frames = frames;
+  return resolved;
+}
+
+DynibarScheduleOptions dynibar_schedule_options(const TrainConfig& c) {
+  DynibarScheduleOptions o;
+  o.num_frames = c.num_frames;
+  o.init_decay_epoch = c.init_decay_epoch;
+  o.decay_rate = c.decay_rate;
+  o.w_disp = c.w_disp;
+  o.w_flow = c.w_flow;
+  o.w_cycle = c.w_cycle;
+  o.cycle_factor = c.cycle_factor;
+  o.anneal_cycle = c.anneal_cycle;
+  o.w_reg = c.w_reg;
+  o.w_skew_entropy = c.w_skew_entropy;
+  o.w_distortion = c.w_distortion;
+  o.lrate_feature = c.lrate_feature;
+  o.lrate_mlp = c.lrate_mlp;
+  o.lrate_decay_factor = c.lrate_decay_factor;
+  return o;
+}
+
+nn::ResUNetOptions dynibar_feature_net_options(const TrainConfig& c) {
+  nn::ResUNetOptions o = nn::ResUNetOptions::preset(c.feature_net);
+  o.coarse_out_ch = c.coarse_feat_dim;
+  o.fine_out_ch = c.fine_feat_dim;
+  o.coarse_only = false;  // DynIBaR's out_conv has both halves; only the coarse one is read
+  o.shallow = true;
+  o.widths[0] = o.out_channels();
+  return o;
+}
+
+namespace {
+
+constexpr int kMaxOffset = 3;  // the dynamic sources and trajectories reach t +- 3
+// A sample counts for a render when this many views see it (DynIBaR: > 1 at the target's
+// time, > 0 across time); a ray when more than 8 samples count.
+constexpr RayMaskRule kSeenTwice{2, 9}, kSeenOnce{1, 9};
+constexpr float kUnseenColourSum = 1e-3f;  // the static network's mask_rgb
+
+nn::AggregatorOptions network_options(const TrainConfig& c, nn::AggregatorVariant variant) {
+  nn::AggregatorOptions o;
+  o.variant = variant;
+  o.feature_channels = c.coarse_feat_dim;
+  o.n_samples_max = c.N_samples;
+  o.anti_alias_pooling = variant == nn::AggregatorVariant::kDynibarStatic && c.anti_alias_pooling;
+  o.group = variant == nn::AggregatorVariant::kDynibarStatic ? nn::ParameterGroup::kStaticMlp
+                                                             : nn::ParameterGroup::kMlp;
+  return o;
+}
+
+nn::ResUNetOptions static_feature_net_options(const TrainConfig& c) {
+  nn::ResUNetOptions o = dynibar_feature_net_options(c);
+  o.group = nn::ParameterGroup::kStaticFeature;
+  return o;
+}
+
+// One source set as the gathers read it: cameras, images and coarse feature maps, each set's
+// views back to back.
+struct SourceSet {
+  std::vector<int> positions;  // in the sample's sources
+  std::vector<int> frames;     // their time steps
+  std::vector<PinholeCamera<float>> cameras;
+  int first_map = 0;  // the set's first view in its feature network's maps
+};
+
+// sum_s w c of one component, [R,3], and its backward into w and c (+=).
+void component_colour(int n_rays, int n_samples, const float* weights, const float* rgb,
+                      float* out) {
+  for (size_t r = 0; r < size_t(n_rays); ++r) {
+    float sum[3] = {0, 0, 0};
+    for (size_t i = r * n_samples; i < (r + 1) * n_samples; ++i) {
+      for (int c = 0; c < 3; ++c) sum[c] += weights[i] * rgb[3 * i + c];
+    }
+    std::copy(sum, sum + 3, out + 3 * r);
+  }
+}
+
+void component_colour_backward(int n_rays, int n_samples, const float* weights, const float* rgb,
+                               const float* grad_out, float* grad_weights, float* grad_rgb) {
+  for (size_t r = 0; r < size_t(n_rays); ++r) {
+    const float* g = grad_out + 3 * r;
+    for (size_t i = r * n_samples; i < (r + 1) * n_samples; ++i) {
+      grad_weights[i] += g[0] * rgb[3 * i] + g[1] * rgb[3 * i + 1] + g[2] * rgb[3 * i + 2];
+      for (int c = 0; c < 3; ++c) grad_rgb[3 * i + c] += weights[i] * g[c];
+    }
+  }
+}
+
+void add_to(std::vector<float>* sum, const std::vector<float>& x) {
+  for (size_t i = 0; i < x.size(); ++i) (*sum)[i] += x[i];
+}
+
+// Points [O][R,S,3] laid out per view [R,S,V,3], view v reading points[index[v]].
+void per_view(size_t points, const float* moved, const std::vector<int>& index, float* out) {
+  const size_t V = index.size();
+  for (size_t p = 0; p < points; ++p) {
+    for (size_t v = 0; v < V; ++v) {
+      std::copy_n(moved + (size_t(index[v]) * points + p) * 3, 3, out + (p * V + v) * 3);
+    }
+  }
+}
+
+// The backward of per_view: grad_moved[index[v]] += grad_out's view v.
+void per_view_backward(size_t points, const float* grad_out, const std::vector<int>& index,
+                       float* grad_moved) {
+  const size_t V = index.size();
+  for (size_t p = 0; p < points; ++p) {
+    for (size_t v = 0; v < V; ++v) {
+      for (int a = 0; a < 3; ++a) {
+        grad_moved[(size_t(index[v]) * points + p) * 3 + a] += grad_out[(p * V + v) * 3 + a];
+      }
+    }
+  }
+}
+
+// What the gather and a network compute for one source set.
+struct Branch {
+  std::vector<float> moved;  // [R,S,V,3], where each view reads each sample
+  std::vector<float> rgb_features, ray_diff, mask, network_mask;
+  std::vector<float> src_rays;  // [R,S,V,6] (the static network)
+  std::vector<float> rgb, sigma;
+  nn::AggregatorWorkspace<float> workspace;
+  // Backward scratch.
+  std::vector<float> grad_rgb, grad_sigma, grad_rgb_features, grad_moved, grad_xyz;
+};
+
+// Everything a micro-batch's forward computes, for its backward in end_step.
+struct MicroBatch {
+  int n_rays = 0;
+  DynibarPhase phase = DynibarPhase::kMain;
+  std::vector<float> pixels, target_rgb, disparity, flows, flow_valid, motion_mask, static_mask;
+  std::vector<float> origins, directions, view_dirs, target_rays, depths, s_vals, points;
+  std::vector<float> time_ref, time_anchor;
+  // Motion at the target's time: moved_ref [O,R,S,3] at frames first_frame .. first_frame+O-1.
+  nn::DynibarMotionWorkspace<float> motion_ref;
+  std::vector<float> moved_ref;
+  // Cross time: the anchor samples' motion, moved_anchor [Oa,R,S,3] at the anchor set's frames.
+  nn::DynibarMotionWorkspace<float> motion_anchor;
+  std::vector<float> points_anchor, moved_anchor;
+  Branch static_branch, dynamic_branch, anchor_branch;
+  // Renders at the target's time: the composite with its components, and each component alone.
+  std::vector<float> rgb, rgb_static, rgb_dynamic, depth, weights, weights_static, weights_dynamic;
+  std::vector<float> dynamic_only_rgb, dynamic_only_weights, static_only_rgb;
+  std::vector<float> flow_points, render_flows;  // [K,R,S,3], [K,R,2]
+  // Renders across time.
+  std::vector<float> cross_rgb, cross_weights, cross_weights_dynamic;
+  std::vector<float> cross_dynamic_only_rgb, cross_dynamic_only_weights;
+  std::vector<float> occlusion_weights, occlusion_map, dynamic_only_occlusion_map;
+  std::vector<float> points_traj_ref, points_traj_anchor, scene_flow;  // [P|F,R,S,3]
+  // Ray masks.
+  std::vector<float> ray_mask, dynamic_only_mask, cross_mask, cross_dynamic_only_mask,
+      static_only_mask;
+  DynibarLossBatch<float> loss_batch;
+  double squared_error = 0, valid = 0;  // the composite's, for the PSNR
+};
+
+}  // namespace
+
+struct DynibarModel::State {
+  TrainConfig config;
+  DynibarScheduleOptions schedule;
+  nn::ParameterSet parameters;
+  nn::ResUNet feature_net, feature_net_st;
+  nn::IbrnetAggregator net_st, net_dy;
+  nn::MotionMlp motion_mlp;
+  nn::Parameter basis;
+  nn::DynibarMotion motion;
+  nn::Adam adam;
+  // The step's sample.
+  const data::TrainingSample* sample = nullptr;
+  int frame = 0, anchor_frame = -1;
+  int first_frame = 0, n_ref_frames = 0;  // the target's trajectory frames t + lo .. t + hi
+  SourceSet dynamic, anchor, statics;
+  std::vector<int> flow_offsets;                     // kFlowOffsets' index of each dynamic view
+  std::vector<float> dynamic_images, static_images;  // [V,H,W,3], the dynamic then anchor sets
+  int height = 0, width = 0, map_height = 0, map_width = 0;
+  std::vector<float> dynamic_maps, static_maps, grad_dynamic_maps, grad_static_maps;
+  nn::ResUNet::Workspace dynamic_workspace, static_workspace;
+  DynibarLossWeights weights;
+  std::vector<MicroBatch> batches;
+  size_t used_batches = 0;
+  PhaseTimes times;
+  PhaseLaps laps;
+
+  explicit State(const TrainConfig& c)
+      : config(c),
+        schedule(dynibar_schedule_options(c)),
+        feature_net(dynibar_feature_net_options(c), &parameters, "feature_net."),
+        feature_net_st(static_feature_net_options(c), &parameters, "feature_net_st."),
+        net_st(parameters, "net_coarse_st.",
+               network_options(c, nn::AggregatorVariant::kDynibarStatic)),
+        net_dy(parameters, "net_coarse_dy.",
+               network_options(c, nn::AggregatorVariant::kDynibarDynamic)),
+        motion_mlp(parameters, "motion_mlp.", motion_options(c)),
+        basis(parameters.add("trajectory_basis", {c.num_frames, c.num_basis},
+                             nn::ParameterGroup::kTrajectoryBasis)),
+        motion(motion_mlp, c.num_frames),
+        adam(parameters, adam_options(c, nn::AdamOptions{})) {}
+
+  static nn::MotionMlpOptions motion_options(const TrainConfig& c) {
+    nn::MotionMlpOptions o;
+    o.basis = c.num_basis;
+    return o;
+  }
+
+  // DynibarMono's groups and schedule on top of `o`.
+  static nn::AdamOptions adam_options(const TrainConfig& c, nn::AdamOptions o) {
+    const DynibarScheduleOptions schedule = dynibar_schedule_options(c);
+    o.static_rate_multiplier = kDynibarStaticRateMultiplier;
+    o.basis_rate_multiplier = kDynibarBasisRateMultiplier;
+    o.schedule = [schedule](double initial, uint64_t completed) {
+      return dynibar_learning_rate(initial, int64_t(completed), schedule);
+    };
+    return o;
+  }
+
+  const float* values(size_t offset) const { return parameters.values().data() + offset; }
+  float* grads(size_t offset) { return parameters.grads().data() + offset; }
+  const float* basis_values() const { return parameters.value(basis); }
+
+  SourceViews<float> views(const SourceSet& set, bool static_set) const {
+    SourceViews<float> v;
+    v.n_views = int(set.positions.size());
+    v.cameras = set.cameras.data();
+    v.image_height = height;
+    v.image_width = width;
+    const size_t image = size_t(height) * width * 3;
+    const size_t map = size_t(map_height) * map_width * config.coarse_feat_dim;
+    v.images = (static_set ? static_images : dynamic_images).data() + set.first_map * image;
+    v.feature_height = map_height;
+    v.feature_width = map_width;
+    v.feature_channels = config.coarse_feat_dim;
+    const std::vector<float>& maps = static_set ? static_maps : dynamic_maps;
+    v.features = maps.empty() ? nullptr : maps.data() + set.first_map * map;
+    if (maps.empty()) v.feature_channels = 0;  // the bootstrap reads only where views see
+    return v;
+  }
+
+  // The sample's source sets, images and feature maps; `training` keeps the feature networks'
+  // workspaces and zeroes the gradients. `dynamic_features`: whether the dynamic sets need maps.
+  void prepare(const data::TrainingSample& s, bool training, bool dynamic_features);
+
+  // One micro-batch's forward (training: everything its backward needs) on `pixels`.
+  void forward(MicroBatch* b, RandomKey key, uint32_t first_ray, bool training);
+  void backward(MicroBatch* b, const DynibarLossFractions& whole);
+
+  // Rays, samples and, when training, the target's motion data at the pixels.
+  void ray_inputs(MicroBatch* b, RandomKey key, uint32_t first_ray, bool training);
+  void gather(Branch* br, MicroBatch* b, const float* points, const SourceSet& set,
+              bool static_set);
+  void run_network(const nn::IbrnetAggregator& net, Branch* br, MicroBatch* b, const float* xyz,
+                   const float* time, bool training);
+};
+
+void DynibarModel::State::prepare(const data::TrainingSample& s, bool training,
+                                  bool dynamic_features) {
+  if (!s.dynibar) {
+    throw InvalidArgument("model = dynibar: the sample of view " + s.target.name +
+                          " has no DynIBaR source sets (a reader without dynibar_sources)");
+  }
+  if (training && s.target.motion.empty()) {
+    throw InvalidArgument("model = dynibar: view " + s.target.name +
+                          " has no motion data (flows, disparity, masks): prepare a dynamic scene");
+  }
+  const data::DynibarSourceSets& sets = *s.dynibar;
+  frame = s.target.time_index;
+  if (frame < 0 || frame >= config.num_frames) {
+    throw InvalidArgument("model = dynibar: view " + s.target.name + " is frame " +
+                          std::to_string(frame) +
+                          ", outside num_frames = " + std::to_string(config.num_frames));
+  }
+  height = s.target.camera.height;
+  width = s.target.camera.width;
+  const auto fill = [&](SourceSet* set, const std::vector<int>& positions, int first_map) {
+    set->positions = positions;
+    set->frames.clear();
+    set->cameras.clear();
+    for (int p : positions) {
+      const data::View& view = s.sources.at(size_t(p));
+      if (view.time_index < 0 || view.time_index >= config.num_frames) {
+        throw InvalidArgument("model = dynibar: source " + view.name + " is frame " +
+                              std::to_string(view.time_index) +
+                              ", outside num_frames = " + std::to_string(config.num_frames));
+      }
+      set->frames.push_back(view.time_index);
+      set->cameras.push_back(camera_cast<float>(view.camera));
+    }
+    set->first_map = first_map;
+  };
+  std::vector<int> dynamic_positions;
+  flow_offsets.clear();
+  for (int k = 0; k < data::kFlowCount; ++k) {
+    if (sets.dynamic[size_t(k)] < 0) continue;
+    dynamic_positions.push_back(sets.dynamic[size_t(k)]);
+    flow_offsets.push_back(k);
+  }
+  if (dynamic_positions.empty() || sets.anchor_time < 0 || sets.anchor.empty() ||
+      sets.static_views.empty()) {
+    throw InvalidArgument("model = dynibar: view " + s.target.name +
+                          " lacks dynamic, anchor or static sources (a video of too few frames)");
+  }
+  fill(&dynamic, dynamic_positions, 0);
+  fill(&anchor, sets.anchor, int(dynamic_positions.size()));
+  fill(&statics, sets.static_views, 0);
+  anchor_frame = sets.anchor_time;
+  const int lo = std::max(-kMaxOffset, -frame),
+            hi = std::min(kMaxOffset, config.num_frames - 1 - frame);
+  first_frame = frame + lo;
+  n_ref_frames = hi - lo + 1;
+  // Images as floats; the static set's moving pixels black (DynIBaR's mask_src_view).
+  const size_t pixels = size_t(height) * width;
+  const auto load = [&](const SourceSet& set, bool black_out_motion, std::vector<float>* images,
+                        size_t first) {
+    for (size_t v = 0; v < set.positions.size(); ++v) {
+      const data::View& view = s.sources[size_t(set.positions[v])];
+      if (view.camera.height != height || view.camera.width != width) {
+        throw InvalidArgument("model = dynibar: source " + view.name + " differs in size from " +
+                              s.target.name);
+      }
+      if (black_out_motion && view.motion.motion_mask.size() != pixels) {
+        throw InvalidArgument("model = dynibar: static source " + view.name +
+                              " has no motion mask");
+      }
+      float* out = images->data() + (first + v) * pixels * 3;
+      for (size_t i = 0; i < pixels; ++i) {
+        const float keep = black_out_motion ? float(1 - view.motion.motion_mask[i]) : 1.0f;
+        for (int c = 0; c < 3; ++c) out[3 * i + c] = float(view.rgb[3 * i + c]) / 255.0f * keep;
+      }
+    }
+  };
+  const size_t n_dynamic = dynamic.positions.size() + anchor.positions.size();
+  dynamic_images.resize(n_dynamic * pixels * 3);
+  load(dynamic, false, &dynamic_images, 0);
+  load(anchor, false, &dynamic_images, dynamic.positions.size());
+  static_images.resize(statics.positions.size() * pixels * 3);
+  load(statics, true, &static_images, 0);
+  std::tie(map_height, map_width) = nn::ResUNet::output_size(height, width, true);
+  const size_t map = size_t(map_height) * map_width * config.coarse_feat_dim;
+  static_maps.resize(statics.positions.size() * map);
+  feature_net_st.forward(int(statics.positions.size()), height, width, static_images.data(),
+                         &static_workspace, static_maps.data(), nullptr);
+  dynamic_maps.resize(dynamic_features ? n_dynamic * map : 0);
+  if (dynamic_features) {
+    feature_net.forward(int(n_dynamic), height, width, dynamic_images.data(), &dynamic_workspace,
+                        dynamic_maps.data(), nullptr);
+  }
+  if (!training) return;
+  parameters.zero_grads();
+  grad_static_maps.assign(static_maps.size(), 0.0f);
+  grad_dynamic_maps.assign(dynamic_maps.size(), 0.0f);
+}
+
+void DynibarModel::State::ray_inputs(MicroBatch* b, RandomKey key, uint32_t first_ray,
+                                     bool training) {
+  const data::View& target = sample->target;
+  const int R = b->n_rays, S = config.N_samples;
+  const size_t rays = size_t(R), pixels = size_t(height) * width;
+  const data::FrameMotion& m = target.motion;
+  const int K = int(flow_offsets.size());
+  b->disparity.resize(rays);
+  b->motion_mask.resize(rays);
+  b->static_mask.resize(rays);
+  b->flows.resize(size_t(K) * rays * 2);
+  b->flow_valid.resize(size_t(K) * rays);
+  for (size_t r = 0; r < rays && training; ++r) {
+    const size_t i = size_t(b->pixels[2 * r + 1]) * width + size_t(b->pixels[2 * r]);
+    b->disparity[r] = m.disparity[i];
+    b->motion_mask[r] = float(m.motion_mask[i]);
+    b->static_mask[r] = float(m.static_mask[i]);
+    for (int k = 0; k < K; ++k) {
+      const size_t at = size_t(flow_offsets[size_t(k)]) * pixels + i;
+      b->flows[(size_t(k) * rays + r) * 2] = m.flow[2 * at];
+      b->flows[(size_t(k) * rays + r) * 2 + 1] = m.flow[2 * at + 1];
+      b->flow_valid[size_t(k) * rays + r] = float(m.flow_valid[at]);
+    }
+  }
+  b->origins.resize(rays * 3);
+  b->directions.resize(rays * 3);
+  cpu::generate_rays(camera_cast<float>(target.camera), b->pixels.data(), R, b->origins.data(),
+                     b->directions.data());
+  b->view_dirs.resize(rays * 3);
+  b->target_rays.resize(rays * 6);
+  for (size_t r = 0; r < rays; ++r) {
+    const Vec3<float> o{b->origins[3 * r], b->origins[3 * r + 1], b->origins[3 * r + 2]};
+    const Vec3<float> d{b->directions[3 * r], b->directions[3 * r + 1], b->directions[3 * r + 2]};
+    plucker_coordinates(o, d, b->target_rays.data() + 6 * r);
+    std::copy_n(b->target_rays.data() + 6 * r, 3, b->view_dirs.data() + 3 * r);
+  }
+  const size_t samples = rays * S;
+  b->depths.resize(samples);
+  cpu::sample_coarse_depths(
+      R, DepthSampling{target.near_depth, target.far_depth, S, config.inv_uniform, config.det}, key,
+      first_ray, b->depths.data());
+  // Mip-NeRF 360's normalised distance (render_ray.py's z_to_s), for the distortion loss.
+  b->s_vals.resize(samples);
+  const double inv_near = 1 / target.near_depth, inv_far = 1 / target.far_depth;
+  for (size_t i = 0; i < samples; ++i) {
+    b->s_vals[i] = float((1 / double(b->depths[i]) - inv_near) / (inv_far - inv_near));
+  }
+  b->points.resize(samples * 3);
+  for (size_t r = 0; r < rays; ++r) {
+    for (size_t s = 0; s < size_t(S); ++s) {
+      const float z = b->depths[r * S + s];
+      for (int a = 0; a < 3; ++a) {
+        b->points[(r * S + s) * 3 + a] = b->origins[3 * r + a] + z * b->directions[3 * r + a];
+      }
+    }
+  }
+  const auto time_of = [&](int f) { return float(double(f) / double(config.num_frames)); };
+  b->time_ref.assign(rays, time_of(frame));
+  b->time_anchor.assign(rays, time_of(anchor_frame));
+}
+
+void DynibarModel::State::gather(Branch* br, MicroBatch* b, const float* points,
+                                 const SourceSet& set, bool static_set) {
+  const int R = b->n_rays, S = config.N_samples, V = int(set.positions.size());
+  const SourceViews<float> v = views(set, static_set);
+  const size_t rows = size_t(R) * S * V;
+  br->rgb_features.resize(rows * (3 + v.feature_channels));
+  br->ray_diff.resize(rows * 4);
+  br->mask.resize(rows);
+  const Vec3<float> center = camera_cast<float>(sample->target.camera).center();
+  cpu::gather_moved_samples(
+      R, S, points, br->moved.data(), center, v,
+      GatherOutputs<float>{br->rgb_features.data(), br->ray_diff.data(), br->mask.data()});
+}
+
+void DynibarModel::State::run_network(const nn::IbrnetAggregator& net, Branch* br, MicroBatch* b,
+                                      const float* xyz, const float* time, bool training) {
+  const int R = b->n_rays, S = config.N_samples;
+  const int V = int(br->mask.size() / (size_t(R) * S));
+  nn::AggregatorInputs<float> in;
+  in.rgb_features = br->rgb_features.data();
+  in.ray_diff = br->ray_diff.data();
+  in.xyz = xyz;
+  if (net.variant() == nn::AggregatorVariant::kDynibarStatic) {
+    // mask_rgb: a view whose colour there is black (a moving pixel blacked out) does not count.
+    const int row = 3 + config.coarse_feat_dim;
+    br->network_mask.resize(br->mask.size());
+    for (size_t i = 0; i < br->mask.size(); ++i) {
+      const float* rgb = br->rgb_features.data() + i * row;
+      br->network_mask[i] = br->mask[i] * float(rgb[0] + rgb[1] + rgb[2] > kUnseenColourSum);
+    }
+    in.mask = br->network_mask.data();
+    in.src_rays = br->src_rays.data();
+    in.target_rays = b->target_rays.data();
+  } else {
+    in.mask = br->mask.data();
+    in.time = time;
+    in.view_dir = b->view_dirs.data();
+  }
+  br->rgb.resize(size_t(R) * S * 3);
+  br->sigma.resize(size_t(R) * S);
+  net.forward(R, S, V, in, training ? &br->workspace : nullptr, br->rgb.data(), br->sigma.data());
+}
+
+namespace {
+
+// OR of two ray masks, into the first.
+void either(std::vector<float>* a, const std::vector<float>& b) {
+  for (size_t i = 0; i < a->size(); ++i) (*a)[i] = ((*a)[i] != 0 || b[i] != 0) ? 1.0f : 0.0f;
+}
+
+}  // namespace
+
+void DynibarModel::State::forward(MicroBatch* b, RandomKey key, uint32_t first_ray, bool training) {
+  const int R = b->n_rays, S = config.N_samples;
+  const size_t rays = size_t(R), samples = rays * S, points = samples;
+  const bool main = b->phase == DynibarPhase::kMain || !training;
+  ray_inputs(b, key, first_ray, training);
+  laps.to(&times.sampling);
+  // The samples' motion at the target's time, to frames t + lo .. t + hi.
+  std::vector<int> ref_frames;
+  for (int o = 0; o < n_ref_frames; ++o) ref_frames.push_back(first_frame + o);
+  b->moved_ref.resize(size_t(n_ref_frames) * points * 3);
+  motion.forward(values(motion_mlp.parameter_offset()), basis_values(), R, S, b->points.data(),
+                 b->time_ref[0], frame, ref_frames, b->moved_ref.data(), &b->motion_ref);
+  const auto ref_index = [&](int f) { return f - first_frame; };
+  // The static branch: every static view reads the sample where it is.
+  Branch& st = b->static_branch;
+  const int Vs = int(statics.positions.size());
+  st.moved.resize(points * Vs * 3);
+  per_view(points, b->points.data(), std::vector<int>(size_t(Vs), 0), st.moved.data());
+  gather(&st, b, b->points.data(), statics, true);
+  st.src_rays.resize(points * Vs * 6);
+  for (size_t p = 0; p < points; ++p) {
+    const Vec3<float> x{b->points[3 * p], b->points[3 * p + 1], b->points[3 * p + 2]};
+    for (int v = 0; v < Vs; ++v) {
+      source_plucker_coordinates(statics.cameras[size_t(v)].center(), x,
+                                 st.src_rays.data() + (p * Vs + v) * 6);
+    }
+  }
+  // The dynamic branch: view v reads the sample where it has moved to by v's frame.
+  Branch& dy = b->dynamic_branch;
+  std::vector<int> dynamic_index;
+  for (int f : dynamic.frames) dynamic_index.push_back(ref_index(f));
+  dy.moved.resize(points * dynamic_index.size() * 3);
+  per_view(points, b->moved_ref.data(), dynamic_index, dy.moved.data());
+  gather(&dy, b, b->points.data(), dynamic, false);
+  laps.to(&times.gather_forward);
+  run_network(net_st, &st, b, b->points.data(), nullptr, training);
+  if (main) run_network(net_dy, &dy, b, b->points.data(), b->time_ref.data(), training);
+  laps.to(&times.aggregator_forward);
+  // Ray masks: samples seen by two views, rays with more than 8 of them.
+  const auto ray_mask_of = [&](const Branch& br, RayMaskRule rule, std::vector<float>* out) {
+    out->resize(rays);
+    cpu::ray_mask(R, S, int(br.mask.size() / samples), br.mask.data(), rule, out->data());
+  };
+  ray_mask_of(st, kSeenTwice, &b->static_only_mask);
+  ray_mask_of(dy, kSeenTwice, &b->dynamic_only_mask);
+  b->ray_mask = b->dynamic_only_mask;
+  either(&b->ray_mask, b->static_only_mask);
+  DynibarLossBatch<float>& lb = b->loss_batch;
+  lb = DynibarLossBatch<float>{};
+  lb.n_rays = R;
+  lb.n_samples = S;
+  lb.target_rgb = b->target_rgb.data();
+  lb.static_mask = b->static_mask.data();
+  lb.ray_mask = b->ray_mask.data();
+  b->static_only_rgb.resize(rays * 3);
+  cpu::composite_dynamic_rays(
+      R, S, DynamicComposite::kStaticOnly,
+      DynamicSamples<const float>{st.sigma.data(), st.rgb.data(), nullptr, nullptr},
+      b->depths.data(), DynamicRenders<float>{b->static_only_rgb.data()});
+  lb.rendered.static_only_rgb = b->static_only_rgb.data();
+  if (!main) {
+    laps.to(&times.composite_loss);
+    return;
+  }
+  // The composite at the target's time, its components and the dynamic component alone.
+  b->rgb.resize(rays * 3);
+  b->depth.resize(rays);
+  b->weights.resize(samples);
+  b->weights_static.resize(samples);
+  b->weights_dynamic.resize(samples);
+  const DynamicSamples<const float> both{st.sigma.data(), st.rgb.data(), dy.sigma.data(),
+                                         dy.rgb.data()};
+  cpu::composite_dynamic_rays(
+      R, S, DynamicComposite::kBoth, both, b->depths.data(),
+      DynamicRenders<float>{b->rgb.data(), b->depth.data(), b->weights.data(),
+                            b->weights_static.data(), b->weights_dynamic.data()});
+  b->rgb_static.resize(rays * 3);
+  b->rgb_dynamic.resize(rays * 3);
+  component_colour(R, S, b->weights_static.data(), st.rgb.data(), b->rgb_static.data());
+  component_colour(R, S, b->weights_dynamic.data(), dy.rgb.data(), b->rgb_dynamic.data());
+  b->dynamic_only_rgb.resize(rays * 3);
+  b->dynamic_only_weights.resize(samples);
+  cpu::composite_dynamic_rays(
+      R, S, DynamicComposite::kDynamicOnly,
+      DynamicSamples<const float>{nullptr, nullptr, dy.sigma.data(), dy.rgb.data()},
+      b->depths.data(),
+      DynamicRenders<float>{b->dynamic_only_rgb.data(), nullptr, b->dynamic_only_weights.data()});
+  // The rendered flow to each dynamic view's frame.
+  const int K = int(flow_offsets.size());
+  b->flow_points.resize(size_t(K) * points * 3);
+  for (int k = 0; k < K; ++k) {
+    const float* from = b->moved_ref.data() + size_t(dynamic_index[size_t(k)]) * points * 3;
+    std::copy(from, from + points * 3, b->flow_points.data() + size_t(k) * points * 3);
+  }
+  b->render_flows.resize(size_t(K) * rays * 2);
+  cpu::render_flows(R, S, K, b->weights.data(), b->flow_points.data(), dynamic.cameras.data(),
+                    b->pixels.data(), b->render_flows.data());
+  laps.to(&times.composite_loss);
+  if (!training) return;
+  // Cross-time rendering: the samples moved to the anchor's frame, their motion there, the
+  // dynamic network at the anchor's time on the anchor's sources.
+  const float* anchor_points = b->moved_ref.data() + size_t(ref_index(anchor_frame)) * points * 3;
+  b->points_anchor.assign(anchor_points, anchor_points + points * 3);
+  b->moved_anchor.resize(anchor.frames.size() * points * 3);
+  motion.forward(values(motion_mlp.parameter_offset()), basis_values(), R, S,
+                 b->points_anchor.data(), b->time_anchor[0], anchor_frame, anchor.frames,
+                 b->moved_anchor.data(), &b->motion_anchor);
+  laps.to(&times.sampling);
+  Branch& an = b->anchor_branch;
+  std::vector<int> anchor_index(anchor.frames.size());
+  for (size_t v = 0; v < anchor_index.size(); ++v) anchor_index[v] = int(v);
+  an.moved.resize(points * anchor_index.size() * 3);
+  per_view(points, b->moved_anchor.data(), anchor_index, an.moved.data());
+  gather(&an, b, b->points.data(), anchor, false);
+  laps.to(&times.gather_forward);
+  run_network(net_dy, &an, b, b->points_anchor.data(), b->time_anchor.data(), training);
+  laps.to(&times.aggregator_forward);
+  b->cross_rgb.resize(rays * 3);
+  b->cross_weights.resize(samples);
+  b->cross_weights_dynamic.resize(samples);
+  cpu::composite_dynamic_rays(
+      R, S, DynamicComposite::kBoth,
+      DynamicSamples<const float>{st.sigma.data(), st.rgb.data(), an.sigma.data(), an.rgb.data()},
+      b->depths.data(),
+      DynamicRenders<float>{b->cross_rgb.data(), nullptr, b->cross_weights.data(), nullptr,
+                            b->cross_weights_dynamic.data()});
+  b->cross_dynamic_only_rgb.resize(rays * 3);
+  b->cross_dynamic_only_weights.resize(samples);
+  cpu::composite_dynamic_rays(
+      R, S, DynamicComposite::kDynamicOnly,
+      DynamicSamples<const float>{nullptr, nullptr, an.sigma.data(), an.rgb.data()},
+      b->depths.data(),
+      DynamicRenders<float>{b->cross_dynamic_only_rgb.data(), nullptr,
+                            b->cross_dynamic_only_weights.data()});
+  ray_mask_of(an, kSeenOnce, &b->cross_dynamic_only_mask);
+  b->cross_mask = b->cross_dynamic_only_mask;
+  either(&b->cross_mask, b->static_only_mask);
+  // Occlusion weights (no gradient; occ_weights_mode 0): across one frame the composites'
+  // weights, across more the dynamic components'.
+  const bool adjacent = std::abs(anchor_frame - frame) <= 1;
+  const std::vector<float>& ref_w = adjacent ? b->weights : b->weights_dynamic;
+  const std::vector<float>& cross_w = adjacent ? b->cross_weights : b->cross_weights_dynamic;
+  b->occlusion_weights.resize(samples);
+  b->occlusion_map.resize(rays);
+  b->dynamic_only_occlusion_map.resize(rays);
+  for (size_t r = 0; r < rays; ++r) {
+    float sum = 0, dynamic_sum = 0;
+    for (size_t i = r * S; i < (r + 1) * S; ++i) {
+      const float score = ref_w[i] - cross_w[i];
+      b->occlusion_weights[i] = 1 - std::abs(score);
+      sum += score;
+      dynamic_sum += b->dynamic_only_weights[i] - b->cross_dynamic_only_weights[i];
+    }
+    b->occlusion_map[r] = 1 - std::abs(sum);
+    b->dynamic_only_occlusion_map[r] = 1 - std::abs(dynamic_sum);
+  }
+  // Cycle pairs: an anchor source's frame within the target's reach, where the anchor sample's
+  // trajectory and the target sample's put the point.
+  b->points_traj_ref.clear();
+  b->points_traj_anchor.clear();
+  int pairs = 0;
+  for (size_t v = 0; v < anchor.frames.size(); ++v) {
+    const int f = anchor.frames[v];
+    if (std::abs(f - frame) > kMaxOffset) continue;
+    const float* ref = b->moved_ref.data() + size_t(ref_index(f)) * points * 3;
+    const float* cross = b->moved_anchor.data() + v * points * 3;
+    b->points_traj_ref.insert(b->points_traj_ref.end(), ref, ref + points * 3);
+    b->points_traj_anchor.insert(b->points_traj_anchor.end(), cross, cross + points * 3);
+    ++pairs;
+  }
+  // The scene flow between consecutive frames of the target's reach.
+  const int F = n_ref_frames - 1;
+  b->scene_flow.resize(size_t(F) * points * 3);
+  for (size_t f = 0; f < size_t(F); ++f) {
+    for (size_t i = 0; i < points * 3; ++i) {
+      b->scene_flow[f * points * 3 + i] =
+          b->moved_ref[(f + 1) * points * 3 + i] - b->moved_ref[f * points * 3 + i];
+    }
+  }
+  lb.n_flows = K;
+  lb.n_cycle_pairs = pairs;
+  lb.n_scene_flows = F;
+  lb.target_disparity = b->disparity.data();
+  lb.target_flows = b->flows.data();
+  lb.flow_validity = b->flow_valid.data();
+  lb.motion_mask = b->motion_mask.data();
+  lb.dynamic_only_ray_mask = b->dynamic_only_mask.data();
+  lb.cross_time_ray_mask = b->cross_mask.data();
+  lb.cross_time_dynamic_only_ray_mask = b->cross_dynamic_only_mask.data();
+  lb.cross_time_occlusion_map = b->occlusion_map.data();
+  lb.cross_time_dynamic_only_occlusion_map = b->dynamic_only_occlusion_map.data();
+  lb.occlusion_weights = b->occlusion_weights.data();
+  lb.s_vals = b->s_vals.data();
+  DynibarRendered<const float>& out = lb.rendered;
+  out.rgb = b->rgb.data();
+  out.rgb_static = b->rgb_static.data();
+  out.rgb_dynamic = b->rgb_dynamic.data();
+  out.depth = b->depth.data();
+  out.weights = b->weights.data();
+  out.weights_static = b->weights_static.data();
+  out.weights_dynamic = b->weights_dynamic.data();
+  out.render_flows = b->render_flows.data();
+  out.dynamic_only_rgb = b->dynamic_only_rgb.data();
+  out.cross_time_rgb = b->cross_rgb.data();
+  out.points_ref = b->points_traj_ref.data();
+  out.points_anchor = b->points_traj_anchor.data();
+  out.scene_flow = b->scene_flow.data();
+  out.cross_time_dynamic_only_rgb = b->cross_dynamic_only_rgb.data();
+  laps.to(&times.composite_loss);
+}
+
+void DynibarModel::State::backward(MicroBatch* b, const DynibarLossFractions& whole) {
+  const int R = b->n_rays, S = config.N_samples;
+  const size_t rays = size_t(R), samples = rays * S, points = samples;
+  const bool main = b->phase == DynibarPhase::kMain;
+  const DynibarLossBatch<float>& lb = b->loss_batch;
+  // The loss's gradient into every render.
+  std::vector<float> g_rgb(rays * 3), g_rgb_static(rays * 3), g_rgb_dynamic(rays * 3),
+      g_depth(rays), g_weights(samples), g_weights_static(samples), g_weights_dynamic(samples),
+      g_flows(b->render_flows.size()), g_dynamic_only(rays * 3), g_cross(rays * 3),
+      g_traj_ref(b->points_traj_ref.size()), g_traj_anchor(b->points_traj_anchor.size()),
+      g_scene_flow(b->scene_flow.size()), g_cross_dynamic_only(rays * 3), g_static_only(rays * 3);
+  DynibarRendered<float> grad;
+  grad.static_only_rgb = g_static_only.data();
+  if (main) {
+    grad.rgb = g_rgb.data();
+    grad.rgb_static = g_rgb_static.data();
+    grad.rgb_dynamic = g_rgb_dynamic.data();
+    grad.depth = g_depth.data();
+    grad.weights = g_weights.data();
+    grad.weights_static = g_weights_static.data();
+    grad.weights_dynamic = g_weights_dynamic.data();
+    grad.render_flows = g_flows.data();
+    grad.dynamic_only_rgb = g_dynamic_only.data();
+    grad.cross_time_rgb = g_cross.data();
+    grad.points_ref = g_traj_ref.data();
+    grad.points_anchor = g_traj_anchor.data();
+    grad.scene_flow = g_scene_flow.data();
+    grad.cross_time_dynamic_only_rgb = g_cross_dynamic_only.data();
+  }
+  dynibar_losses(weights, lb, grad, whole);
+  Branch& st = b->static_branch;
+  Branch& dy = b->dynamic_branch;
+  Branch& an = b->anchor_branch;
+  st.grad_sigma.assign(samples, 0.0f);
+  st.grad_rgb.assign(samples * 3, 0.0f);
+  std::vector<float> g_sigma_a(samples), g_rgb_a(samples * 3), g_sigma_b(samples),
+      g_rgb_b(samples * 3);
+  // Each render's backward overwrites (g_sigma_a, g_rgb_a) for the static and (g_sigma_b,
+  // g_rgb_b) for the dynamic component; the sums gather in the branches.
+  const auto add_static = [&]() {
+    add_to(&st.grad_sigma, g_sigma_a);
+    add_to(&st.grad_rgb, g_rgb_a);
+  };
+  const auto add_dynamic = [&](Branch* br) {
+    add_to(&br->grad_sigma, g_sigma_b);
+    add_to(&br->grad_rgb, g_rgb_b);
+  };
+  cpu::composite_dynamic_rays_backward(
+      R, S, DynamicComposite::kStaticOnly,
+      DynamicSamples<const float>{st.sigma.data(), st.rgb.data(), nullptr, nullptr},
+      b->depths.data(), DynamicRenders<const float>{g_static_only.data()},
+      DynamicSamples<float>{g_sigma_a.data(), g_rgb_a.data(), nullptr, nullptr});
+  add_static();
+  std::vector<float> g_moved_ref(b->moved_ref.size(), 0.0f);
+  if (main) {
+    dy.grad_sigma.assign(samples, 0.0f);
+    dy.grad_rgb.assign(samples * 3, 0.0f);
+    an.grad_sigma.assign(samples, 0.0f);
+    an.grad_rgb.assign(samples * 3, 0.0f);
+    // The rendered flow: into the composite's weights and the moved samples.
+    const int K = int(flow_offsets.size());
+    std::vector<float> g_flow_points(b->flow_points.size());
+    cpu::render_flows_backward(R, S, K, b->weights.data(), b->flow_points.data(),
+                               dynamic.cameras.data(), g_flows.data(), g_weights.data(),
+                               g_flow_points.data());
+    for (int k = 0; k < K; ++k) {
+      const size_t o = size_t(dynamic.frames[size_t(k)] - first_frame);
+      for (size_t i = 0; i < points * 3; ++i) {
+        g_moved_ref[o * points * 3 + i] += g_flow_points[size_t(k) * points * 3 + i];
+      }
+    }
+    // The component colours, then the composite.
+    std::vector<float> g_rgb_st_extra(samples * 3, 0.0f), g_rgb_dy_extra(samples * 3, 0.0f);
+    component_colour_backward(R, S, b->weights_static.data(), st.rgb.data(), g_rgb_static.data(),
+                              g_weights_static.data(), g_rgb_st_extra.data());
+    component_colour_backward(R, S, b->weights_dynamic.data(), dy.rgb.data(), g_rgb_dynamic.data(),
+                              g_weights_dynamic.data(), g_rgb_dy_extra.data());
+    add_to(&st.grad_rgb, g_rgb_st_extra);
+    add_to(&dy.grad_rgb, g_rgb_dy_extra);
+    const DynamicSamples<const float> both{st.sigma.data(), st.rgb.data(), dy.sigma.data(),
+                                           dy.rgb.data()};
+    const DynamicSamples<float> grad_both{g_sigma_a.data(), g_rgb_a.data(), g_sigma_b.data(),
+                                          g_rgb_b.data()};
+    cpu::composite_dynamic_rays_backward(
+        R, S, DynamicComposite::kBoth, both, b->depths.data(),
+        DynamicRenders<const float>{g_rgb.data(), g_depth.data(), g_weights.data(),
+                                    g_weights_static.data(), g_weights_dynamic.data()},
+        grad_both);
+    add_static();
+    add_dynamic(&dy);
+    cpu::composite_dynamic_rays_backward(
+        R, S, DynamicComposite::kDynamicOnly, both, b->depths.data(),
+        DynamicRenders<const float>{g_dynamic_only.data()},
+        DynamicSamples<float>{nullptr, nullptr, g_sigma_b.data(), g_rgb_b.data()});
+    add_dynamic(&dy);
+    // Across time.
+    const DynamicSamples<const float> cross{st.sigma.data(), st.rgb.data(), an.sigma.data(),
+                                            an.rgb.data()};
+    cpu::composite_dynamic_rays_backward(
+        R, S, DynamicComposite::kBoth, cross, b->depths.data(),
+        DynamicRenders<const float>{g_cross.data()},
+        DynamicSamples<float>{g_sigma_a.data(), g_rgb_a.data(), g_sigma_b.data(), g_rgb_b.data()});
+    add_static();
+    add_dynamic(&an);
+    cpu::composite_dynamic_rays_backward(
+        R, S, DynamicComposite::kDynamicOnly, cross, b->depths.data(),
+        DynamicRenders<const float>{g_cross_dynamic_only.data()},
+        DynamicSamples<float>{nullptr, nullptr, g_sigma_b.data(), g_rgb_b.data()});
+    add_dynamic(&an);
+  }
+  laps.to(&times.composite_backward);
+  if (main) {
+    // The anchor's branch: the network, its gather, the anchor samples' motion.
+    an.grad_rgb_features.resize(an.rgb_features.size());
+    an.grad_xyz.resize(points * 3);
+    net_dy.backward(an.workspace, an.grad_rgb.data(), an.grad_sigma.data(),
+                    an.grad_rgb_features.data(), an.grad_xyz.data());
+    laps.to(&times.aggregator_backward);
+    const size_t n_anchor = anchor.frames.size();
+    an.grad_moved.resize(an.moved.size());
+    cpu::gather_moved_samples_backward(
+        R, S, an.moved.data(), views(anchor, false), an.grad_rgb_features.data(),
+        an.grad_moved.data(), static_cast<float*>(nullptr),
+        grad_dynamic_maps.data() +
+            anchor.first_map * size_t(map_height) * map_width * config.coarse_feat_dim);
+    laps.to(&times.gather_backward);
+    std::vector<float> g_moved_anchor(n_anchor * points * 3, 0.0f);
+    std::vector<int> anchor_index(n_anchor);
+    for (size_t v = 0; v < n_anchor; ++v) anchor_index[v] = int(v);
+    per_view_backward(points, an.grad_moved.data(), anchor_index, g_moved_anchor.data());
+    // The cycle pairs and the scene flow, into both trajectories.
+    size_t pair = 0;
+    for (size_t v = 0; v < n_anchor; ++v) {
+      const int f = anchor.frames[v];
+      if (std::abs(f - frame) > kMaxOffset) continue;
+      const size_t o = size_t(f - first_frame);
+      for (size_t i = 0; i < points * 3; ++i) {
+        g_moved_ref[o * points * 3 + i] += g_traj_ref[pair * points * 3 + i];
+        g_moved_anchor[v * points * 3 + i] += g_traj_anchor[pair * points * 3 + i];
+      }
+      ++pair;
+    }
+    const size_t F = size_t(n_ref_frames - 1);
+    for (size_t f = 0; f < F; ++f) {
+      for (size_t i = 0; i < points * 3; ++i) {
+        const float g = g_scene_flow[f * points * 3 + i];
+        g_moved_ref[(f + 1) * points * 3 + i] += g;
+        g_moved_ref[f * points * 3 + i] -= g;
+      }
+    }
+    std::vector<float> g_points_anchor(points * 3);
+    motion.backward(values(motion_mlp.parameter_offset()), grads(motion_mlp.parameter_offset()),
+                    basis_values(), parameters.grad(basis), b->motion_anchor, g_moved_anchor.data(),
+                    g_points_anchor.data());
+    // The anchor samples are the target's moved to the anchor frame.
+    const size_t o = size_t(anchor_frame - first_frame);
+    for (size_t i = 0; i < points * 3; ++i) {
+      g_moved_ref[o * points * 3 + i] += g_points_anchor[i] + an.grad_xyz[i];
+    }
+    laps.to(&times.sampling);
+    // The dynamic branch at the target's time.
+    dy.grad_rgb_features.resize(dy.rgb_features.size());
+    net_dy.backward(dy.workspace, dy.grad_rgb.data(), dy.grad_sigma.data(),
+                    dy.grad_rgb_features.data());
+    laps.to(&times.aggregator_backward);
+    dy.grad_moved.resize(dy.moved.size());
+    cpu::gather_moved_samples_backward(R, S, dy.moved.data(), views(dynamic, false),
+                                       dy.grad_rgb_features.data(), dy.grad_moved.data(),
+                                       static_cast<float*>(nullptr), grad_dynamic_maps.data());
+    std::vector<int> dynamic_index;
+    for (int f : dynamic.frames) dynamic_index.push_back(f - first_frame);
+    per_view_backward(points, dy.grad_moved.data(), dynamic_index, g_moved_ref.data());
+    laps.to(&times.gather_backward);
+    motion.backward(values(motion_mlp.parameter_offset()), grads(motion_mlp.parameter_offset()),
+                    basis_values(), parameters.grad(basis), b->motion_ref, g_moved_ref.data(),
+                    static_cast<float*>(nullptr));
+    laps.to(&times.sampling);
+  }
+  // The static branch.
+  st.grad_rgb_features.resize(st.rgb_features.size());
+  net_st.backward(st.workspace, st.grad_rgb.data(), st.grad_sigma.data(),
+                  st.grad_rgb_features.data());
+  laps.to(&times.aggregator_backward);
+  cpu::gather_moved_samples_backward(R, S, st.moved.data(), views(statics, true),
+                                     st.grad_rgb_features.data(), static_cast<float*>(nullptr),
+                                     static_cast<float*>(nullptr), grad_static_maps.data());
+  laps.to(&times.gather_backward);
+}
+
+DynibarModel::DynibarModel(const TrainConfig& config) {
+  if (config.num_frames <= config.num_basis) {
+    throw InvalidArgument("model = dynibar: num_frames (" + std::to_string(config.num_frames) +
+                          ") must exceed num_basis (" + std::to_string(config.num_basis) + ")");
+  }
+  if (runs_on_device(config)) {
+    throw InvalidArgument(
+        "model = dynibar: the step runs on the CPU only so far; set device = cpu");
+  }
+  if (config.precision != Precision::kFp32) {
+    throw InvalidArgument("model = dynibar: the CPU step is fp32 only");
+  }
+  state_ = std::make_unique<State>(config);
+}
+
+DynibarModel::~DynibarModel() = default;
+
+const nn::ParameterSet& DynibarModel::parameters() const {
+  return state_->parameters;
+}
+nn::ParameterSet& DynibarModel::parameters() {
+  return state_->parameters;
+}
+const nn::Adam& DynibarModel::optimizer() const {
+  return state_->adam;
+}
+nn::Adam& DynibarModel::optimizer() {
+  return state_->adam;
+}
+
+void DynibarModel::configure_optimizer(const nn::AdamOptions& options) {
+  State& s = *state_;
+  s.adam = nn::Adam(s.parameters, State::adam_options(s.config, options));
+}
+
+void DynibarModel::initialize(uint64_t seed) {
+  State& s = *state_;
+  nn::Initializer init(seed);
+  s.feature_net.initialize(init);
+  s.feature_net_st.initialize(init);
+  s.net_st.initialize(init);
+  s.net_dy.initialize(init);
+  s.motion_mlp.initialize(init);
+  const std::vector<double> dct = nn::dct_trajectory_basis(s.config.num_frames, s.config.num_basis);
+  std::transform(dct.begin(), dct.end(), s.parameters.value(s.basis),
+                 [](double x) { return float(x); });
+}
+
+uint64_t DynibarModel::updates() const {
+  return state_->adam.steps();
+}
+
+double DynibarModel::learning_rate(nn::ParameterGroup group) const {
+  return state_->adam.learning_rate(group);
+}
+
+size_t DynibarModel::loss_sums_size() const {
+  return 2 * size_t(kDynibarTermCount) + 2;
+}
+
+std::vector<ParameterRange> DynibarModel::gradient_ready_order() const {
+  const State& s = *state_;
+  const size_t networks = s.net_st.parameter_offset();
+  return {{networks, s.parameters.size() - networks}, {0, networks}};
+}
+
+void DynibarModel::set_loss_scale(double scale) {
+  if (scale != 1.0) throw InvalidArgument("DynibarModel: the CPU step has no loss scale");
+}
+
+void DynibarModel::begin_step(const data::TrainingSample& sample) {
+  State& s = *state_;
+  s.times = PhaseTimes{};
+  s.laps.start();
+  s.weights = dynibar_loss_weights(int64_t(s.adam.steps()), s.schedule);
+  s.prepare(sample, true, s.weights.phase == DynibarPhase::kMain);
+  s.sample = &sample;
+  s.used_batches = 0;
+  s.laps.to(&s.times.features_forward);
+}
+
+LossSums DynibarModel::accumulate(RandomKey key, int batch) {
+  State& s = *state_;
+  if (!s.sample) throw InvalidArgument("DynibarModel::accumulate before begin_step");
+  const TrainConfig& c = s.config;
+  const uint32_t first_ray = uint32_t(batch * c.N_rand);
+  if (s.batches.size() <= s.used_batches) s.batches.emplace_back();
+  MicroBatch& b = s.batches[s.used_batches++];
+  const RayBatch rays =
+      select_rays(s.sample->target, c.N_rand, c.sample_mode, c.center_ratio, key, first_ray);
+  b.n_rays = c.N_rand;
+  b.phase = s.weights.phase;
+  b.pixels = rays.pixels;
+  b.target_rgb = rays.target_rgb;
+  s.forward(&b, key, first_ray, true);
+  LossSums sums;
+  append_sums(dynibar_loss_fractions(s.weights, b.loss_batch), &sums);
+  // The composite's squared error where it counts (the static-only render's in the bootstrap).
+  const float* rgb = b.phase == DynibarPhase::kMain ? b.rgb.data() : b.static_only_rgb.data();
+  double squared = 0, valid = 0;
+  for (size_t r = 0; r < size_t(b.n_rays); ++r) {
+    if (b.ray_mask[r] == 0) continue;
+    for (size_t c3 = 3 * r; c3 < 3 * r + 3; ++c3) {
+      const double d = double(rgb[c3]) - double(b.target_rgb[c3]);
+      squared += d * d;
+    }
+    valid += 1;
+  }
+  sums.push_back(squared);
+  sums.push_back(valid);
+  return sums;
+}
+
+StepResult DynibarModel::end_step(const LossSums& global,
+                                  const std::function<void(ParameterRange)>& ready) {
+  State& s = *state_;
+  if (global.size() != loss_sums_size()) {
+    throw InvalidArgument("DynibarModel::end_step: " + std::to_string(global.size()) +
+                          " loss sums, expected " + std::to_string(loss_sums_size()));
+  }
+  const DynibarLossFractions whole = fractions_from_sums(global.data());
+  for (size_t i = 0; i < s.used_batches; ++i) s.backward(&s.batches[i], whole);
+  const std::vector<ParameterRange> order = gradient_ready_order();
+  if (ready) ready(order[0]);
+  s.laps.start();
+  s.feature_net_st.backward(&s.static_workspace, s.grad_static_maps.data(), nullptr);
+  if (!s.dynamic_maps.empty()) {
+    s.feature_net.backward(&s.dynamic_workspace, s.grad_dynamic_maps.data(), nullptr);
+  }
+  s.laps.to(&s.times.features_backward);
+  if (ready) ready(order[1]);
+  s.sample = nullptr;
+  StepResult result;
+  const DynibarLossTerms terms = dynibar_loss_terms(s.weights, whole);
+  result.loss = terms.total;
+  const double squared = global[global.size() - 2], valid = global.back();
+  result.psnr = mse_to_psnr(squared / (3 * valid + kCharbonnierDenominatorEpsilon));
+  result.valid_rays = int(valid);
+  result.terms = {
+      {"loss/static_bootstrap", "static_bootstrap", terms.static_bootstrap},
+      {"loss/rgb", "rgb", terms.rgb},
+      {"loss/composite", "composite", terms.composite},
+      {"loss/cross_time", "cross_time", terms.cross_time},
+      {"loss/dynamic_region", "dynamic_region", terms.dynamic_region},
+      {"loss/dynamic_only", "dynamic_only", terms.dynamic_only},
+      {"loss/cross_time_dynamic_only", "cross_time_dynamic_only", terms.cross_time_dynamic_only},
+      {"loss/disparity", "disparity", terms.disparity},
+      {"loss/flow", "flow", terms.flow},
+      {"loss/cycle", "cycle", terms.cycle},
+      {"loss/scene_flow_magnitude", "scene_flow_magnitude", terms.scene_flow_magnitude},
+      {"loss/scene_flow_temporal", "scene_flow_temporal", terms.scene_flow_temporal},
+      {"loss/scene_flow_spatial", "scene_flow_spatial", terms.scene_flow_spatial},
+      {"loss/skew_entropy", "skew_entropy", terms.skew_entropy},
+      {"loss/distortion", "distortion", terms.distortion},
+      {"loss/static_region", "static_region", terms.static_region},
+      {"loss/dynamic_weight_suppression", "dynamic_weight_suppression",
+       terms.dynamic_weight_suppression}};
+  result.times = s.times;
+  return result;
+}
+
+float* DynibarModel::gradients() {
+  return state_->parameters.grads().data();
+}
+
+double DynibarModel::gradient_norm() {
+  const nn::ParameterSet& p = state_->parameters;
+  return nn::global_grad_norm(p.grads().data(), p.size());
+}
+
+void DynibarModel::update(double gradient_norm) {
+  State& s = *state_;
+  s.adam.step(&s.parameters, gradient_norm);
+}
+
+const PhaseTimes& DynibarModel::phase_times() const {
+  return state_->times;
+}
+
+void DynibarModel::render(const data::TrainingSample& sample, const std::vector<float>& pixels,
+                          RandomKey key, std::vector<float>* rgb, std::vector<float>* depth,
+                          const std::function<void(int, int)>& on_chunk) {
+  State& s = *state_;
+  const int total = int(pixels.size() / 2);
+  rgb->resize(size_t(total) * 3);
+  depth->resize(total);
+  s.prepare(sample, false, true);
+  s.sample = &sample;
+  MicroBatch b;
+  for (int first = 0; first < total; first += s.config.chunk_size) {
+    b.n_rays = std::min(s.config.chunk_size, total - first);
+    b.pixels.assign(pixels.begin() + 2 * size_t(first),
+                    pixels.begin() + 2 * size_t(first + b.n_rays));
+    b.target_rgb.assign(size_t(b.n_rays) * 3, 0.0f);
+    s.forward(&b, key, uint32_t(first), false);
+    std::copy(b.rgb.begin(), b.rgb.end(), rgb->begin() + 3 * size_t(first));
+    std::copy(b.depth.begin(), b.depth.end(), depth->begin() + first);
+    if (on_chunk) on_chunk(first + b.n_rays, total);
+  }
+  s.sample = nullptr;
+}
+
+}  // namespace mvibr::train

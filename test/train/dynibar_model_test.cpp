@@ -1,0 +1,197 @@
+// DynIBaR's training step on the CPU (model = dynibar): every part of the model trains in the main
+// loop and only the static branch in the bootstrap; micro-batches add up to the whole batch; bad
+// samples and data are refused.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include <unistd.h>
+#include "mvibr/core/error.h"
+#include "mvibr/data/neighbours.h"
+#include "mvibr/data/prefetch_reader.h"
+#include "mvibr/data/shards.h"
+#include "mvibr/data/synthetic_scene.h"
+#include "mvibr/synthetic/random_scene.h"
+#include "mvibr/train/dynibar_model.h"
+
+namespace mvibr::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kFrames = 12;
+
+// A 12-frame monocular video of the built-in dynamic scene at 40x32, prepared once.
+class DynibarModelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = fs::temp_directory_path() / ("mvibr-dynibar-model-" + std::to_string(::getpid()));
+    data::SyntheticSceneOptions options;
+    options.rig = "monocular";
+    options.n_time_steps = kFrames;
+    options.width = 40;
+    options.height = 32;
+    data::Scene scene = data::make_synthetic_scene(options);
+    data::select_neighbours(
+        &scene, {2 * 6, 6});  // as prep --neighbours 2 max_range --time_window max_range
+    data::write_prepared_scene(scene, data_dir(), {1, 0, "dynibar_model_test"});
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+  static std::string data_dir() { return (root_ / "data").string(); }
+
+  static TrainConfig config(int n_rand) {
+    TrainConfig c;
+    c.model = ModelKind::kDynibar;
+    c.datadir = data_dir();
+    c.device = Device::kCpu;
+    c.feature_net = nn::ResUNetPreset::kSmall;
+    c.coarse_feat_dim = c.fine_feat_dim = 8;
+    c.N_rand = n_rand;
+    c.N_samples = 16;
+    c.N_importance = 0;
+    c.inv_uniform = true;
+    c.num_source_views = 3;
+    c.max_range = 6;
+    c.init_decay_epoch = 2;  // a bootstrap of one epoch (12 steps), decays every 24
+    c.seed = 5;
+    return with_video_frames(c);
+  }
+
+  // A sample of the video whose target has every dynamic source (frames 3 .. 8).
+  static data::TrainingSample sample(const TrainConfig& c) {
+    data::ReaderOptions o;
+    o.data_dir = c.datadir;
+    o.seed = c.seed;
+    o.dynibar_sources = true;
+    o.dynibar.max_range = c.max_range;
+    o.dynibar.static_views = 2 * c.num_source_views;
+    o.shuffle = false;
+    data::PrefetchReader reader(o);
+    for (;;) {
+      data::TrainingSample s = reader.next();
+      if (s.target.time_index >= 3 && s.target.time_index + 3 < kFrames) return s;
+    }
+  }
+
+  // A model at update `step` (the phase follows), its motion head moved off its zero start so
+  // that the motion MLP and the basis get gradients.
+  static std::unique_ptr<DynibarModel> model_at(const TrainConfig& c, uint64_t step) {
+    auto model = std::make_unique<DynibarModel>(c);
+    model->initialize(11);
+    nn::ParameterSet& p = model->parameters();
+    for (const char* name : {"motion_mlp.coeff_linear.weight", "motion_mlp.coeff_linear.bias"}) {
+      const nn::Parameter head = p.find(name);
+      const std::vector<double> values =
+          synthetic::random_values(p.info(head).size, -0.02, 0.02, 99);
+      std::transform(values.begin(), values.end(), p.value(head),
+                     [](double x) { return float(x); });
+    }
+    nn::Adam& adam = model->optimizer();
+    adam.restore(step, adam.exp_avg(), adam.exp_avg_sq());
+    return model;
+  }
+
+  static StepResult step(DynibarModel* model, const data::TrainingSample& s, int micro_batches) {
+    model->begin_step(s);
+    LossSums sums(model->loss_sums_size(), 0.0);
+    for (int m = 0; m < micro_batches; ++m) {
+      const LossSums batch = model->accumulate(RandomKey{7, 3}, m);
+      for (size_t i = 0; i < sums.size(); ++i) sums[i] += batch[i];
+    }
+    return model->end_step(sums, {});
+  }
+
+  // The largest |gradient| of each parameter group.
+  static std::map<nn::ParameterGroup, double> group_gradients(const nn::ParameterSet& p) {
+    std::map<nn::ParameterGroup, double> out;
+    for (const nn::ParameterInfo& info : p.infos()) {
+      double& m = out[info.group];
+      for (size_t i = info.offset; i < info.offset + info.size; ++i) {
+        m = std::max(m, double(std::abs(p.grads()[i])));
+      }
+    }
+    return out;
+  }
+
+  static inline fs::path root_;
+};
+
+TEST_F(DynibarModelTest, TheMainLoopTrainsEveryPartAndTheBootstrapOnlyTheStaticBranch) {
+  const TrainConfig c = config(64);
+  ASSERT_EQ(c.num_frames, kFrames);
+  const data::TrainingSample s = sample(c);
+  const auto main = model_at(c, 12);
+  const StepResult r = step(main.get(), s, 1);
+  EXPECT_TRUE(std::isfinite(r.loss));
+  EXPECT_GT(r.term("composite"), 0.0);
+  EXPECT_GT(r.term("dynamic_only"), 0.0);  // some rays see the moving object
+  EXPECT_GT(r.term("cross_time"), 0.0);
+  EXPECT_GT(r.term("flow"), 0.0);
+  EXPECT_GT(r.term("disparity"), 0.0);
+  EXPECT_GT(r.term("cycle"), 0.0);
+  EXPECT_GT(r.term("scene_flow_magnitude"), 0.0);
+  EXPECT_EQ(r.term("static_bootstrap"), 0.0);
+  for (const auto& [group, largest] : group_gradients(main->parameters())) {
+    EXPECT_GT(largest, 0.0) << "group " << int(group) << " untrained in the main loop";
+  }
+  const auto bootstrap = model_at(c, 11);
+  const StepResult b = step(bootstrap.get(), s, 1);
+  EXPECT_GT(b.term("static_bootstrap"), 0.0);
+  EXPECT_EQ(b.loss, b.term("static_bootstrap"));
+  for (const auto& [group, largest] : group_gradients(bootstrap->parameters())) {
+    const bool static_branch =
+        group == nn::ParameterGroup::kStaticFeature || group == nn::ParameterGroup::kStaticMlp;
+    if (static_branch) {
+      EXPECT_GT(largest, 0.0) << "group " << int(group);
+    } else {
+      EXPECT_EQ(largest, 0.0) << "group " << int(group) << " trained in the bootstrap";
+    }
+  }
+}
+
+// Two micro-batches of B rays are the global batch of 2B: the same loss and gradients up to the
+// order of float sums (every term divides by the whole batch's sums, not each half's).
+TEST_F(DynibarModelTest, TwoMicroBatchesOfBTrainAsOneOfTwoB) {
+  for (uint64_t at : {12u, 11u}) {
+    const TrainConfig half = config(12), whole = config(24);
+    const data::TrainingSample s = sample(whole);
+    const auto a = model_at(half, at), b = model_at(whole, at);
+    const StepResult ra = step(a.get(), s, 2), rb = step(b.get(), s, 1);
+    EXPECT_NEAR(ra.loss, rb.loss, 1e-6 * rb.loss) << "step " << at;
+    for (size_t i = 0; i < rb.terms.size(); ++i) {
+      EXPECT_NEAR(ra.terms[i].value, rb.terms[i].value, 1e-6 * std::abs(rb.terms[i].value) + 1e-12)
+          << ra.terms[i].key;
+    }
+    const std::vector<float>& ga = a->parameters().grads();
+    const std::vector<float>& gb = b->parameters().grads();
+    double difference = 0, norm = 0;
+    for (size_t i = 0; i < ga.size(); ++i) {
+      difference += double(ga[i] - gb[i]) * double(ga[i] - gb[i]);
+      norm += double(gb[i]) * double(gb[i]);
+    }
+    EXPECT_GT(norm, 0.0);
+    EXPECT_LE(std::sqrt(difference / norm), 1e-4) << "step " << at;
+  }
+}
+
+TEST_F(DynibarModelTest, SamplesWithoutSourceSetsOrFramesBeyondTheVideoAreRefused) {
+  const TrainConfig c = config(8);
+  data::TrainingSample s = sample(c);
+  DynibarModel model(c);
+  data::TrainingSample plain = s;
+  plain.dynibar.reset();
+  EXPECT_THROW(model.begin_step(plain), InvalidArgument);
+  data::TrainingSample late = s;
+  late.target.time_index = kFrames;
+  EXPECT_THROW(model.begin_step(late), InvalidArgument);
+  TrainConfig wrong = c;
+  wrong.num_frames = kFrames + 1;
+  EXPECT_THROW(with_video_frames(wrong), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace mvibr::train
