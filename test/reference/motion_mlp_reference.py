@@ -47,11 +47,13 @@ def embed(x, freqs):
     return torch.cat([x] + cosines + sines, dim=-1)
 
 
-def motion_mlp(p, spec, xyzt, freqs):
+def motion_mlp(p, spec, xyzt, freqs, relu=lambda z, layer: F.relu(z)):
+    """relu(z, layer): the ReLU after hidden layer `layer` (feature_net_reference's
+    relu_on_our_side in the whole-step parity test)."""
     embedding = embed(xyzt, freqs)
     h = embedding
     for i in range(spec["depth"]):
-        h = F.relu(F.linear(h, p[f"pts_linears.{i}.weight"], p[f"pts_linears.{i}.bias"]))
+        h = relu(F.linear(h, p[f"pts_linears.{i}.weight"], p[f"pts_linears.{i}.bias"]), i)
         if i in spec["skips"]:
             h = torch.cat([embedding, h], dim=-1)
     out = F.linear(h, p["coeff_linear.weight"], p["coeff_linear.bias"])
