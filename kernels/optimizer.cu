@@ -31,16 +31,16 @@ __global__ void sum_in_order_kernel(size_t chunks, double* partials) {
   partials[0] = total;
 }
 
-__global__ void adam_kernel(size_t begin, size_t end, AdamCoefficients coefficients,
-                            float step_size, float clip_factor, float* values, float* grads,
-                            float* exp_avg, float* exp_avg_sq) {
+__global__ void adam_kernel(size_t begin, size_t end, AdamCoefficients coefficients, int group,
+                            float clip_factor, float* values, float* grads, float* exp_avg,
+                            float* exp_avg_sq) {
   for (size_t i = begin + grid_thread_index(); i < end; i += grid_thread_count()) {
     float grad = grads[i];
     if (clip_factor < 1.0f) {
       grad = __fmul_rn(grad, clip_factor);
       grads[i] = grad;
     }
-    adam_update_value(coefficients, step_size, grad, &values[i], &exp_avg[i], &exp_avg_sq[i]);
+    adam_update_value(coefficients, group, grad, &values[i], &exp_avg[i], &exp_avg_sq[i]);
   }
 }
 
@@ -64,12 +64,12 @@ double gradient_norm(size_t count, const float* grads, double* partials, cudaStr
   return std::sqrt(total);
 }
 
-void adam_update(size_t begin, size_t end, const AdamCoefficients& coefficients, float step_size,
-                 float clip_factor, float* values, float* grads, float* exp_avg, float* exp_avg_sq,
-                 cudaStream_t stream) {
+void adam_update(size_t begin, size_t end, const AdamCoefficients& coefficients,
+                 ParameterGroup group, float clip_factor, float* values, float* grads,
+                 float* exp_avg, float* exp_avg_sq, cudaStream_t stream) {
   if (end <= begin) return;
-  launch_threads(end - begin, stream, adam_kernel, begin, end, coefficients, step_size, clip_factor,
-                 values, grads, exp_avg, exp_avg_sq);
+  launch_threads(end - begin, stream, adam_kernel, begin, end, coefficients, int(group),
+                 clip_factor, values, grads, exp_avg, exp_avg_sq);
 }
 
 }  // namespace mvibr::nn::cuda

@@ -112,7 +112,7 @@ double Adam::step(ParameterSet* params) {
   return step(params, global_grad_norm(params->grads().data(), params->size()));
 }
 
-double Adam::step(ParameterSet* params, double grad_norm) {
+double Adam::step(ParameterSet* params, double grad_norm, uint32_t groups) {
   if (params->size() != exp_avg_.size()) {
     throw InvalidArgument("Adam: built for " + std::to_string(exp_avg_.size()) +
                           " parameter values, stepped with " + std::to_string(params->size()));
@@ -121,33 +121,37 @@ double Adam::step(ParameterSet* params, double grad_norm) {
   const size_t count = params->size();
   if (options_.max_grad_norm > 0) clip_grad_norm(grads, count, options_.max_grad_norm, grad_norm);
 
-  const AdamCoefficients c = begin_update();
+  const AdamCoefficients c = begin_update(groups);
   float* values = params->values().data();
   float* m = exp_avg_.data();
   float* v = exp_avg_sq_.data();
 #pragma omp parallel
   for (const Span& span : spans_) {
-    const float step_size = c.step_size[size_t(span.group)];
+    const int group = int(span.group);
+    if (!(groups >> group & 1u)) continue;
 #pragma omp for schedule(static)
     for (size_t i = span.begin; i < span.end; ++i) {
-      adam_update_value(c, step_size, grads[i], &values[i], &m[i], &v[i]);
+      adam_update_value(c, group, grads[i], &values[i], &m[i], &v[i]);
     }
   }
   return grad_norm;
 }
 
-AdamCoefficients Adam::begin_update() {
+AdamCoefficients Adam::begin_update(uint32_t groups) {
   static_assert(sizeof(AdamCoefficients::step_size) / sizeof(float) == kParameterGroupCount,
                 "a step size for every parameter group");
   double lr[kParameterGroupCount];
   for (int g = 0; g < kParameterGroupCount; ++g) lr[g] = learning_rate(ParameterGroup(g));
   ++steps_;
-  const double t = double(steps_);
-  const double bias_correction1 = 1 - std::pow(options_.beta1, t);
-  const double bias_correction2 = 1 - std::pow(options_.beta2, t);
   AdamCoefficients c;
-  for (int g = 0; g < kParameterGroupCount; ++g) c.step_size[g] = float(lr[g] / bias_correction1);
-  c.bias_correction2_sqrt = float(std::sqrt(bias_correction2));
+  for (int g = 0; g < kParameterGroupCount; ++g) {
+    if (!(groups >> g & 1u)) continue;
+    const double t = double(++group_steps_[size_t(g)]);
+    const double bias_correction1 = 1 - std::pow(options_.beta1, t);
+    const double bias_correction2 = 1 - std::pow(options_.beta2, t);
+    c.step_size[g] = float(lr[g] / bias_correction1);
+    c.bias_correction2_sqrt[g] = float(std::sqrt(bias_correction2));
+  }
   c.beta1 = float(options_.beta1);
   c.beta2 = float(options_.beta2);
   c.one_minus_beta1 = float(1 - options_.beta1);
@@ -156,15 +160,29 @@ AdamCoefficients Adam::begin_update() {
   return c;
 }
 
-void Adam::restore(uint64_t steps, std::vector<float> exp_avg, std::vector<float> exp_avg_sq) {
+void Adam::restore(uint64_t steps, std::vector<float> exp_avg, std::vector<float> exp_avg_sq,
+                   const std::array<uint64_t, kParameterGroupCount>& group_steps) {
   if (exp_avg.size() != exp_avg_.size() || exp_avg_sq.size() != exp_avg_sq_.size()) {
     throw InvalidArgument("Adam: restored moments have " + std::to_string(exp_avg.size()) +
                           " and " + std::to_string(exp_avg_sq.size()) + " values, the parameters " +
                           std::to_string(exp_avg_.size()));
   }
+  for (uint64_t g : group_steps) {
+    if (g > steps) {
+      throw InvalidArgument("Adam: a group's update count (" + std::to_string(g) +
+                            ") exceeds the updates taken (" + std::to_string(steps) + ")");
+    }
+  }
   steps_ = steps;
+  group_steps_ = group_steps;
   exp_avg_ = std::move(exp_avg);
   exp_avg_sq_ = std::move(exp_avg_sq);
+}
+
+void Adam::restore(uint64_t steps, std::vector<float> exp_avg, std::vector<float> exp_avg_sq) {
+  std::array<uint64_t, kParameterGroupCount> every;
+  every.fill(steps);
+  restore(steps, std::move(exp_avg), std::move(exp_avg_sq), every);
 }
 
 }  // namespace mvibr::nn

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -119,6 +120,9 @@ void write_checkpoint_file(const std::string& temporary, const std::string& path
     cursors.push_back(c.position);
   }
   file.write("data_cursors", {hsize_t(state.cursors.size()), 2}, cursors.data());
+  // Each parameter group's own update count (DynIBaR's dynamic parts skip its bootstrap).
+  const std::array<uint64_t, nn::kParameterGroupCount>& group_steps = adam.group_steps();
+  file.write("optimizer_group_steps", {hsize_t(group_steps.size())}, group_steps.data());
   file.flush();
 }
 
@@ -251,8 +255,20 @@ void load_checkpoint(const std::string& path, ParameterSet* params, Adam* adam,
     }
   }
 
+  // Each group's update count; a checkpoint from before the counts had every group in every
+  // update.
+  std::array<uint64_t, nn::kParameterGroupCount> group_steps;
+  group_steps.fill(step);
+  if (file.has("optimizer_group_steps")) {
+    const std::vector<uint64_t> read =
+        file.read_uint64s("optimizer_group_steps", {(long long)nn::kParameterGroupCount});
+    for (size_t g = 0; g < group_steps.size(); ++g) {
+      if (read[g] > step) file.fail("optimizer_group_steps exceeds the step");
+      group_steps[g] = read[g];
+    }
+  }
   params->values() = std::move(buffers[0]);
-  adam->restore(step, std::move(buffers[1]), std::move(buffers[2]));
+  adam->restore(step, std::move(buffers[1]), std::move(buffers[2]), group_steps);
   *state = std::move(loaded);
 }
 

@@ -1099,7 +1099,12 @@ double DynibarModel::gradient_norm() {
 
 void DynibarModel::update(double gradient_norm) {
   State& s = *state_;
-  s.adam.step(&s.parameters, gradient_norm);
+  // The bootstrap's loss reaches the static branch alone: the other groups have no gradient,
+  // and torch's Adam skips them (their update counts start with the main loop).
+  const uint32_t static_branch =
+      1u << int(nn::ParameterGroup::kStaticFeature) | 1u << int(nn::ParameterGroup::kStaticMlp);
+  s.adam.step(&s.parameters, gradient_norm,
+              s.weights.phase == DynibarPhase::kMain ? nn::Adam::kAllGroups : static_branch);
 }
 
 const PhaseTimes& DynibarModel::phase_times() const {

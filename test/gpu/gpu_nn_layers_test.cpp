@@ -260,9 +260,9 @@ TEST_F(CudaLayers, AdamAndTheGradientNormMatchTheCpus) {
       const double clip = max_grad_norm > 0 ? max_grad_norm / (cpu_norm + 1e-6) : 1.0;
       const nn::AdamCoefficients c = gpu_adam.begin_update();
       for (const nn::Adam::Span& span : gpu_adam.spans()) {
-        nn::cuda::adam_update(span.begin, span.end, c, c.step_size[size_t(span.group)],
-                              clip < 1 ? float(clip) : 1.0f, values.data(), grads.data(),
-                              exp_avg.data(), exp_avg_sq.data(), nullptr);
+        nn::cuda::adam_update(span.begin, span.end, c, span.group, clip < 1 ? float(clip) : 1.0f,
+                              values.data(), grads.data(), exp_avg.data(), exp_avg_sq.data(),
+                              nullptr);
       }
       device_synchronize();
       EXPECT_EQ(values.to_host(), cpu.values())

@@ -240,6 +240,43 @@ TEST(Adam, FirstUpdateMovesEachValueByItsGroupsLearningRate) {
   EXPECT_EQ(adam.steps(), 1u);
 }
 
+// A group left out of updates (DynIBaR's dynamic parts in its bootstrap) is untouched, and its
+// first update is a first update: m_hat = g, v_hat = g^2, as torch's per-parameter count has it
+// for a parameter whose gradient was None until then. DynIBaR's group rates are multiples.
+TEST(Adam, AGroupLeftOutKeepsItsStateAndStartsItsBiasCorrectionWhenItJoins) {
+  ParameterSet params;
+  params.add("static", {1}, ParameterGroup::kStaticMlp);
+  params.add("dynamic", {1}, ParameterGroup::kMlp);
+  params.add("basis", {1}, ParameterGroup::kTrajectoryBasis);
+  AdamOptions options;
+  options.static_rate_multiplier = 0.5;
+  options.basis_rate_multiplier = 0.25;
+  Adam adam(params, options);
+  const uint32_t static_only = 1u << int(ParameterGroup::kStaticMlp);
+  for (int i = 0; i < 5; ++i) {
+    std::fill(params.grads().begin(), params.grads().end(), 1.0f);
+    adam.step(&params, 1.0, static_only);
+  }
+  EXPECT_EQ(params.values()[1], 0.0f);
+  EXPECT_EQ(params.values()[2], 0.0f);
+  EXPECT_EQ(adam.exp_avg()[1], 0.0f);
+  EXPECT_EQ(adam.steps(), 5u);
+  EXPECT_EQ(adam.group_steps()[size_t(ParameterGroup::kStaticMlp)], 5u);
+  EXPECT_EQ(adam.group_steps()[size_t(ParameterGroup::kMlp)], 0u);
+  const float grads[3] = {1.0f, 2.0f, -3.0f};
+  std::copy(grads, grads + 3, params.grads().begin());
+  const float before = params.values()[0];
+  adam.step(&params, 1.0);
+  EXPECT_NEAR(params.values()[1], -5e-4 * 2 / (2 + 1e-8), 1e-6 * 5e-4);
+  EXPECT_NEAR(params.values()[2], 0.25 * 5e-4 * 3 / (3 + 1e-8), 1e-6 * 5e-4);
+  EXPECT_LT(params.values()[0], before);
+  EXPECT_EQ(adam.group_steps()[size_t(ParameterGroup::kMlp)], 1u);
+  EXPECT_EQ(adam.learning_rate(ParameterGroup::kStaticMlp), 0.5 * 5e-4);
+  Adam restored(params, options);
+  EXPECT_THROW(restored.restore(2, adam.exp_avg(), adam.exp_avg_sq(), adam.group_steps()),
+               InvalidArgument);  // a group's count above the updates taken
+}
+
 TEST(Adam, ClipGradNormScalesOnlyAboveTheLimitAndReturnsTheNorm) {
   std::vector<float> g = {3.0f, 4.0f};
   EXPECT_DOUBLE_EQ(clip_grad_norm(g.data(), g.size(), 10.0), 5.0);

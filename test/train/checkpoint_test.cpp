@@ -190,6 +190,30 @@ TEST(Checkpoint, RoundTripIsBitExactAndTrainingContinuesIdentically) {
   EXPECT_TRUE(bit_identical(loaded_adam.exp_avg_sq(), adam.exp_avg_sq()));
 }
 
+// DynIBaR's dynamic groups sit out its bootstrap: their own update counts (their bias
+// corrections) come back from the checkpoint, so a resumed run's first main update is theirs too.
+TEST(Checkpoint, EachGroupsUpdateCountComesBack) {
+  TempDir dir;
+  ParameterSet params;
+  params.add("static", {2}, ParameterGroup::kStaticMlp);
+  params.add("dynamic", {2}, ParameterGroup::kMlp);
+  Adam adam(params, AdamOptions{});
+  std::fill(params.grads().begin(), params.grads().end(), 0.5f);
+  for (int i = 0; i < 3; ++i) adam.step(&params, 1.0, 1u << int(ParameterGroup::kStaticMlp));
+  adam.step(&params, 1.0);
+  const std::string path = save_checkpoint(dir.path.string(), params, adam, training_state(), 0);
+  ParameterSet loaded = params;
+  Adam loaded_adam(loaded, AdamOptions{});
+  TrainingState state;
+  load_checkpoint(path, &loaded, &loaded_adam, &state);
+  EXPECT_EQ(loaded_adam.steps(), 4u);
+  EXPECT_EQ(loaded_adam.group_steps(), adam.group_steps());
+  EXPECT_EQ(loaded_adam.group_steps()[size_t(ParameterGroup::kMlp)], 1u);
+  adam.step(&params, 1.0);
+  loaded_adam.step(&loaded, 1.0);
+  EXPECT_TRUE(bit_identical(loaded.values(), params.values()));
+}
+
 TEST(Checkpoint, AFailedWriteLeavesTheExistingFileAndNoTemporary) {
   TempDir dir;
   TrainedModel model;

@@ -15,18 +15,20 @@ namespace mvibr::nn {
 constexpr size_t kGradNormChunk = size_t(1) << 14;
 
 // One update's scalars, computed in double on the host as Python computes them, then rounded.
+// Per ParameterGroup, from the group's own update count (torch counts per parameter, and skips
+// one whose gradient is None: DynIBaR's dynamic parts during its static bootstrap).
 struct AdamCoefficients {
-  float step_size[5] = {0, 0, 0, 0, 0};  // per ParameterGroup: learning rate / bias correction 1
-  float bias_correction2_sqrt = 1;
+  float step_size[5] = {0, 0, 0, 0, 0};  // learning rate / bias correction 1
+  float bias_correction2_sqrt[5] = {1, 1, 1, 1, 1};
   float beta1 = 0, beta2 = 0, one_minus_beta1 = 1, one_minus_beta2 = 1, eps = 0;
 };
 
-MVIBR_HD void adam_update_value(const AdamCoefficients& c, float step_size, float grad,
-                                float* value, float* exp_avg, float* exp_avg_sq) {
+MVIBR_HD void adam_update_value(const AdamCoefficients& c, int group, float grad, float* value,
+                                float* exp_avg, float* exp_avg_sq) {
   *exp_avg = *exp_avg * c.beta1 + c.one_minus_beta1 * grad;
   *exp_avg_sq = *exp_avg_sq * c.beta2 + c.one_minus_beta2 * grad * grad;
-  const float denom = sqrtf(*exp_avg_sq) / c.bias_correction2_sqrt + c.eps;
-  *value += -step_size * (*exp_avg / denom);
+  const float denom = sqrtf(*exp_avg_sq) / c.bias_correction2_sqrt[group] + c.eps;
+  *value += -c.step_size[group] * (*exp_avg / denom);
 }
 
 }  // namespace mvibr::nn

@@ -9,6 +9,7 @@
 #include <cstddef>
 
 #include "mvibr/nn/adam_math.h"
+#include "mvibr/nn/parameters.h"
 
 struct CUstream_st;
 
@@ -20,9 +21,9 @@ size_t gradient_norm_partials(size_t count);
 double gradient_norm(size_t count, const float* grads, double* partials, CUstream_st* stream);
 
 // Adam on values [begin, end): with `clip_factor` < 1 the gradients are first scaled by it (in
-// place, as clip_grad_norm_ does), then each value takes adam_update_value with `step_size`.
-void adam_update(size_t begin, size_t end, const AdamCoefficients& coefficients, float step_size,
-                 float clip_factor, float* values, float* grads, float* exp_avg, float* exp_avg_sq,
-                 CUstream_st* stream);
+// place, as clip_grad_norm_ does), then each value takes adam_update_value as one of `group`.
+void adam_update(size_t begin, size_t end, const AdamCoefficients& coefficients,
+                 ParameterGroup group, float clip_factor, float* values, float* grads,
+                 float* exp_avg, float* exp_avg_sq, CUstream_st* stream);
 
 }  // namespace mvibr::nn::cuda

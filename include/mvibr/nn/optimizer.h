@@ -4,6 +4,7 @@
 // the same layout, which checkpoints store under each parameter's name.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -53,24 +54,34 @@ class Adam {
   // option.
   Adam(const ParameterSet& params, const AdamOptions& options);
 
+  // The groups an update trains, as bits 1 << group: a group left out keeps its values, moments
+  // and update count, as torch's Adam skips a parameter without a gradient.
+  static constexpr uint32_t kAllGroups = (1u << kParameterGroupCount) - 1;
+
   // One update of params' values from its gradients (clipped in place first when
   // max_grad_norm > 0). Returns the gradient norm before clipping. `params` must have the layout
   // Adam was built for.
   double step(ParameterSet* params);
   // The same given global_grad_norm of params' gradients, which the caller has taken already
   // (the training loop checks it first): a second sweep over them spared.
-  double step(ParameterSet* params, double grad_norm);
+  double step(ParameterSet* params, double grad_norm, uint32_t groups = kAllGroups);
 
   // The learning rate of `group` for the next update.
   double learning_rate(ParameterGroup group) const;
   // Its rate before any decay.
   double initial_learning_rate(ParameterGroup group) const;
   uint64_t steps() const { return steps_; }  // updates taken
+  // Updates each group took part in (its bias corrections count them).
+  const std::array<uint64_t, kParameterGroupCount>& group_steps() const { return group_steps_; }
   const AdamOptions& options() const { return options_; }
   const std::vector<float>& exp_avg() const { return exp_avg_; }
   const std::vector<float>& exp_avg_sq() const { return exp_avg_sq_; }
 
-  // Continues from a checkpoint: the step count and both moments (sizes must match).
+  // Continues from a checkpoint: the step count, both moments (sizes must match) and each group's
+  // count (InvalidArgument above `steps`).
+  void restore(uint64_t steps, std::vector<float> exp_avg, std::vector<float> exp_avg_sq,
+               const std::array<uint64_t, kParameterGroupCount>& group_steps);
+  // The same for every group in every update (IBRNet's, and checkpoints from before the counts).
   void restore(uint64_t steps, std::vector<float> exp_avg, std::vector<float> exp_avg_sq);
 
   // A run of consecutive values that train with one learning rate.
@@ -79,15 +90,16 @@ class Adam {
     ParameterGroup group;
   };
   const std::vector<Span>& spans() const { return spans_; }
-  // The next update's scalars, counting the update as taken: for a backend that keeps the
-  // moments where it runs and applies adam_update_value there (the CUDA step).
-  AdamCoefficients begin_update();
+  // The next update's scalars, counting the update as taken (by `groups`): for a backend that
+  // keeps the moments where it runs and applies adam_update_value there (the CUDA step).
+  AdamCoefficients begin_update(uint32_t groups = kAllGroups);
 
  private:
   AdamOptions options_;
   std::vector<Span> spans_;
   std::vector<float> exp_avg_, exp_avg_sq_;
   uint64_t steps_ = 0;
+  std::array<uint64_t, kParameterGroupCount> group_steps_{};
 };
 
 }  // namespace mvibr::nn
