@@ -398,7 +398,7 @@ template <typename T>
 void validate(const DynibarLossWeights& w, const DynibarLossBatch<T>& b) {
   const bool main = w.phase == DynibarPhase::kMain;
   if (b.n_rays < 1 || b.n_samples < (main ? 2 : 1) ||
-      (main && (b.n_flows < 1 || b.n_cycle_pairs < 1 || b.n_scene_flows < 2))) {
+      (main && (b.n_flows < 1 || (b.cross_time && b.n_cycle_pairs < 1) || b.n_scene_flows < 2))) {
     throw InvalidArgument("DynIBaR losses: needs rays (" + std::to_string(b.n_rays) +
                           ") >= 1, samples (" + std::to_string(b.n_samples) + ") >= 2, flows (" +
                           std::to_string(b.n_flows) + ") >= 1, cycle pairs (" +
@@ -417,11 +417,6 @@ void validate(const DynibarLossWeights& w, const DynibarLossBatch<T>& b) {
   require(b.flow_validity, "flow_validity");
   require(b.motion_mask, "motion_mask");
   require(b.dynamic_only_ray_mask, "dynamic_only_ray_mask");
-  require(b.cross_time_ray_mask, "cross_time_ray_mask");
-  require(b.cross_time_dynamic_only_ray_mask, "cross_time_dynamic_only_ray_mask");
-  require(b.cross_time_occlusion_map, "cross_time_occlusion_map");
-  require(b.cross_time_dynamic_only_occlusion_map, "cross_time_dynamic_only_occlusion_map");
-  require(b.occlusion_weights, "occlusion_weights");
   require(b.s_vals, "s_vals");
   const DynibarRendered<const T>& r = b.rendered;
   require(r.rgb, "rgb");
@@ -433,10 +428,16 @@ void validate(const DynibarLossWeights& w, const DynibarLossBatch<T>& b) {
   require(r.weights_dynamic, "weights_dynamic");
   require(r.render_flows, "render_flows");
   require(r.dynamic_only_rgb, "dynamic_only_rgb");
+  require(r.scene_flow, "scene_flow");
+  if (!b.cross_time) return;
+  require(b.cross_time_ray_mask, "cross_time_ray_mask");
+  require(b.cross_time_dynamic_only_ray_mask, "cross_time_dynamic_only_ray_mask");
+  require(b.cross_time_occlusion_map, "cross_time_occlusion_map");
+  require(b.cross_time_dynamic_only_occlusion_map, "cross_time_dynamic_only_occlusion_map");
+  require(b.occlusion_weights, "occlusion_weights");
   require(r.cross_time_rgb, "cross_time_rgb");
   require(r.points_ref, "points_ref");
   require(r.points_anchor, "points_anchor");
-  require(r.scene_flow, "scene_flow");
   require(r.cross_time_dynamic_only_rgb, "cross_time_dynamic_only_rgb");
 }
 
@@ -508,9 +509,19 @@ DynibarLossFractions step_fractions(const DynibarLossWeights& w, const DynibarLo
   };
   of(Term::kComposite) = cpu::charbonnier_loss(R, in.rgb, b.target_rgb, b.ray_mask, w.composite,
                                                g.rgb, whole_of(Term::kComposite));
-  of(Term::kCrossTime) = cpu::occlusion_weighted_charbonnier_loss(
-      R, in.cross_time_rgb, b.target_rgb, b.cross_time_ray_mask, b.cross_time_occlusion_map,
-      w.cross_time, g.cross_time_rgb, whole_of(Term::kCrossTime));
+  if (b.cross_time) {
+    of(Term::kCrossTime) = cpu::occlusion_weighted_charbonnier_loss(
+        R, in.cross_time_rgb, b.target_rgb, b.cross_time_ray_mask, b.cross_time_occlusion_map,
+        w.cross_time, g.cross_time_rgb, whole_of(Term::kCrossTime));
+    of(Term::kCrossTimeDynamicOnly) = cpu::occlusion_weighted_charbonnier_loss(
+        R, in.cross_time_dynamic_only_rgb, b.target_rgb,
+        with_motion(b.cross_time_dynamic_only_ray_mask), b.cross_time_dynamic_only_occlusion_map,
+        w.cross_time_dynamic_only, g.cross_time_dynamic_only_rgb,
+        whole_of(Term::kCrossTimeDynamicOnly));
+    of(Term::kCycle) = cpu::trajectory_cycle_loss(
+        b.n_cycle_pairs, R, S, in.points_ref, in.points_anchor, b.occlusion_weights, w.cycle,
+        g.points_ref, g.points_anchor, whole_of(Term::kCycle));
+  }
   if (w.dynamic_region != 0) {
     of(Term::kDynamicRegion) =
         cpu::charbonnier_loss(R, in.rgb_dynamic, b.target_rgb, with_motion(b.ray_mask),
@@ -519,11 +530,6 @@ DynibarLossFractions step_fractions(const DynibarLossWeights& w, const DynibarLo
   of(Term::kDynamicOnly) = cpu::charbonnier_loss(
       R, in.dynamic_only_rgb, b.target_rgb, with_motion(b.dynamic_only_ray_mask), w.dynamic_only,
       g.dynamic_only_rgb, whole_of(Term::kDynamicOnly));
-  of(Term::kCrossTimeDynamicOnly) = cpu::occlusion_weighted_charbonnier_loss(
-      R, in.cross_time_dynamic_only_rgb, b.target_rgb,
-      with_motion(b.cross_time_dynamic_only_ray_mask), b.cross_time_dynamic_only_occlusion_map,
-      w.cross_time_dynamic_only, g.cross_time_dynamic_only_rgb,
-      whole_of(Term::kCrossTimeDynamicOnly));
   of(Term::kDisparity) = cpu::disparity_l1_loss(R, in.depth, b.target_disparity, b.ray_mask,
                                                 w.disparity, g.depth, whole_of(Term::kDisparity));
   std::vector<T> flow_mask(size_t(b.n_flows) * rays);
@@ -533,9 +539,6 @@ DynibarLossFractions step_fractions(const DynibarLossWeights& w, const DynibarLo
   of(Term::kFlow) =
       cpu::flow_l1_loss(b.n_flows, R, in.render_flows, b.target_flows, flow_mask.data(), w.flow,
                         g.render_flows, whole_of(Term::kFlow));
-  of(Term::kCycle) = cpu::trajectory_cycle_loss(
-      b.n_cycle_pairs, R, S, in.points_ref, in.points_anchor, b.occlusion_weights, w.cycle,
-      g.points_ref, g.points_anchor, whole_of(Term::kCycle));
   SceneFlowRegularizers whole_regularizers;
   if (whole) {
     whole_regularizers = {*whole_of(Term::kSceneFlowMagnitude), *whole_of(Term::kSceneFlowTemporal),

@@ -307,6 +307,8 @@ struct DynibarModel::State {
   // One micro-batch's forward (training: everything its backward needs) on `pixels`.
   void forward(MicroBatch* b, RandomKey key, uint32_t first_ray, bool training);
   void backward(MicroBatch* b, const DynibarLossFractions& whole);
+  // Cross-time rendering at the anchor's frame and the cycle pairs; returns their count.
+  int cross_time_forward(MicroBatch* b);
 
   // Rays, samples and, when training, the target's motion data at the pixels.
   void ray_inputs(MicroBatch* b, RandomKey key, uint32_t first_ray, bool training);
@@ -358,15 +360,15 @@ void DynibarModel::State::prepare(const data::TrainingSample& s, bool training,
     dynamic_positions.push_back(sets.dynamic[size_t(k)]);
     flow_offsets.push_back(k);
   }
-  if (dynamic_positions.empty() || sets.anchor_time < 0 || sets.anchor.empty() ||
-      sets.static_views.empty()) {
+  if (dynamic_positions.empty() || sets.static_views.empty()) {
     throw InvalidArgument("model = dynibar: view " + s.target.name +
-                          " lacks dynamic, anchor or static sources (a video of too few frames)");
+                          " lacks dynamic or static sources (a video of too few frames)");
   }
   fill(&dynamic, dynamic_positions, 0);
   fill(&anchor, sets.anchor, int(dynamic_positions.size()));
   fill(&statics, sets.static_views, 0);
-  anchor_frame = sets.anchor_time;
+  // No anchor (its neighbours in time held out or past the video's ends): no cross-time pass.
+  anchor_frame = sets.anchor.empty() ? -1 : sets.anchor_time;
   const int lo = std::max(-kMaxOffset, -frame),
             hi = std::min(kMaxOffset, config.num_frames - 1 - frame);
   first_frame = frame + lo;
@@ -472,7 +474,7 @@ void DynibarModel::State::ray_inputs(MicroBatch* b, RandomKey key, uint32_t firs
   }
   const auto time_of = [&](int f) { return float(double(f) / double(config.num_frames)); };
   b->time_ref.assign(rays, time_of(frame));
-  b->time_anchor.assign(rays, time_of(anchor_frame));
+  b->time_anchor.assign(rays, time_of(std::max(anchor_frame, 0)));
 }
 
 void DynibarModel::State::gather(Branch* br, MicroBatch* b, const float* points,
@@ -520,6 +522,14 @@ void DynibarModel::State::run_network(const nn::IbrnetAggregator& net, Branch* b
 
 namespace {
 
+// A branch's ray mask [R] under `rule`.
+void ray_mask(int n_rays, int n_samples, const Branch& branch, RayMaskRule rule,
+              std::vector<float>* out) {
+  out->resize(size_t(n_rays));
+  const int views = int(branch.mask.size() / (size_t(n_rays) * size_t(n_samples)));
+  cpu::ray_mask(n_rays, n_samples, views, branch.mask.data(), rule, out->data());
+}
+
 // OR of two ray masks, into the first.
 void either(std::vector<float>* a, const std::vector<float>& b) {
   for (size_t i = 0; i < a->size(); ++i) (*a)[i] = ((*a)[i] != 0 || b[i] != 0) ? 1.0f : 0.0f;
@@ -566,12 +576,8 @@ void DynibarModel::State::forward(MicroBatch* b, RandomKey key, uint32_t first_r
   if (main) run_network(net_dy, &dy, b, b->points.data(), b->time_ref.data(), training);
   laps.to(&times.aggregator_forward);
   // Ray masks: samples seen by two views, rays with more than 8 of them.
-  const auto ray_mask_of = [&](const Branch& br, RayMaskRule rule, std::vector<float>* out) {
-    out->resize(rays);
-    cpu::ray_mask(R, S, int(br.mask.size() / samples), br.mask.data(), rule, out->data());
-  };
-  ray_mask_of(st, kSeenTwice, &b->static_only_mask);
-  ray_mask_of(dy, kSeenTwice, &b->dynamic_only_mask);
+  ray_mask(R, S, st, kSeenTwice, &b->static_only_mask);
+  ray_mask(R, S, dy, kSeenTwice, &b->dynamic_only_mask);
   b->ray_mask = b->dynamic_only_mask;
   either(&b->ray_mask, b->static_only_mask);
   DynibarLossBatch<float>& lb = b->loss_batch;
@@ -626,8 +632,59 @@ void DynibarModel::State::forward(MicroBatch* b, RandomKey key, uint32_t first_r
                     b->pixels.data(), b->render_flows.data());
   laps.to(&times.composite_loss);
   if (!training) return;
-  // Cross-time rendering: the samples moved to the anchor's frame, their motion there, the
+  const bool cross_time = anchor_frame >= 0;
+  const int pairs = cross_time ? cross_time_forward(b) : 0;
+  // The scene flow between consecutive frames of the target's reach.
+  const int F = n_ref_frames - 1;
+  b->scene_flow.resize(size_t(F) * points * 3);
+  for (size_t f = 0; f < size_t(F); ++f) {
+    for (size_t i = 0; i < points * 3; ++i) {
+      b->scene_flow[f * points * 3 + i] =
+          b->moved_ref[(f + 1) * points * 3 + i] - b->moved_ref[f * points * 3 + i];
+    }
+  }
+  lb.n_flows = K;
+  lb.n_cycle_pairs = pairs;
+  lb.n_scene_flows = F;
+  lb.target_disparity = b->disparity.data();
+  lb.target_flows = b->flows.data();
+  lb.flow_validity = b->flow_valid.data();
+  lb.motion_mask = b->motion_mask.data();
+  lb.dynamic_only_ray_mask = b->dynamic_only_mask.data();
+  lb.s_vals = b->s_vals.data();
+  lb.cross_time = cross_time;
+  DynibarRendered<const float>& out = lb.rendered;
+  out.rgb = b->rgb.data();
+  out.rgb_static = b->rgb_static.data();
+  out.rgb_dynamic = b->rgb_dynamic.data();
+  out.depth = b->depth.data();
+  out.weights = b->weights.data();
+  out.weights_static = b->weights_static.data();
+  out.weights_dynamic = b->weights_dynamic.data();
+  out.render_flows = b->render_flows.data();
+  out.dynamic_only_rgb = b->dynamic_only_rgb.data();
+  out.scene_flow = b->scene_flow.data();
+  if (cross_time) {
+    lb.cross_time_ray_mask = b->cross_mask.data();
+    lb.cross_time_dynamic_only_ray_mask = b->cross_dynamic_only_mask.data();
+    lb.cross_time_occlusion_map = b->occlusion_map.data();
+    lb.cross_time_dynamic_only_occlusion_map = b->dynamic_only_occlusion_map.data();
+    lb.occlusion_weights = b->occlusion_weights.data();
+    out.cross_time_rgb = b->cross_rgb.data();
+    out.points_ref = b->points_traj_ref.data();
+    out.points_anchor = b->points_traj_anchor.data();
+    out.cross_time_dynamic_only_rgb = b->cross_dynamic_only_rgb.data();
+  }
+  laps.to(&times.composite_loss);
+}
+
+int DynibarModel::State::cross_time_forward(MicroBatch* b) {
+  // The samples moved to the anchor's frame, their motion there, the
   // dynamic network at the anchor's time on the anchor's sources.
+  const int R = b->n_rays, S = config.N_samples;
+  const size_t rays = size_t(R), samples = rays * S, points = samples;
+  const Branch& st = b->static_branch;
+  const auto ref_index = [&](int f) { return f - first_frame; };
   const float* anchor_points = b->moved_ref.data() + size_t(ref_index(anchor_frame)) * points * 3;
   b->points_anchor.assign(anchor_points, anchor_points + points * 3);
   b->moved_anchor.resize(anchor.frames.size() * points * 3);
@@ -642,7 +699,7 @@ void DynibarModel::State::forward(MicroBatch* b, RandomKey key, uint32_t first_r
   per_view(points, b->moved_anchor.data(), anchor_index, an.moved.data());
   gather(&an, b, b->points.data(), anchor, false);
   laps.to(&times.gather_forward);
-  run_network(net_dy, &an, b, b->points_anchor.data(), b->time_anchor.data(), training);
+  run_network(net_dy, &an, b, b->points_anchor.data(), b->time_anchor.data(), true);
   laps.to(&times.aggregator_forward);
   b->cross_rgb.resize(rays * 3);
   b->cross_weights.resize(samples);
@@ -661,7 +718,7 @@ void DynibarModel::State::forward(MicroBatch* b, RandomKey key, uint32_t first_r
       b->depths.data(),
       DynamicRenders<float>{b->cross_dynamic_only_rgb.data(), nullptr,
                             b->cross_dynamic_only_weights.data()});
-  ray_mask_of(an, kSeenOnce, &b->cross_dynamic_only_mask);
+  ray_mask(R, S, an, kSeenOnce, &b->cross_dynamic_only_mask);
   b->cross_mask = b->cross_dynamic_only_mask;
   either(&b->cross_mask, b->static_only_mask);
   // Occlusion weights (no gradient; occ_weights_mode 0): across one frame the composites'
@@ -697,45 +754,8 @@ void DynibarModel::State::forward(MicroBatch* b, RandomKey key, uint32_t first_r
     b->points_traj_anchor.insert(b->points_traj_anchor.end(), cross, cross + points * 3);
     ++pairs;
   }
-  // The scene flow between consecutive frames of the target's reach.
-  const int F = n_ref_frames - 1;
-  b->scene_flow.resize(size_t(F) * points * 3);
-  for (size_t f = 0; f < size_t(F); ++f) {
-    for (size_t i = 0; i < points * 3; ++i) {
-      b->scene_flow[f * points * 3 + i] =
-          b->moved_ref[(f + 1) * points * 3 + i] - b->moved_ref[f * points * 3 + i];
-    }
-  }
-  lb.n_flows = K;
-  lb.n_cycle_pairs = pairs;
-  lb.n_scene_flows = F;
-  lb.target_disparity = b->disparity.data();
-  lb.target_flows = b->flows.data();
-  lb.flow_validity = b->flow_valid.data();
-  lb.motion_mask = b->motion_mask.data();
-  lb.dynamic_only_ray_mask = b->dynamic_only_mask.data();
-  lb.cross_time_ray_mask = b->cross_mask.data();
-  lb.cross_time_dynamic_only_ray_mask = b->cross_dynamic_only_mask.data();
-  lb.cross_time_occlusion_map = b->occlusion_map.data();
-  lb.cross_time_dynamic_only_occlusion_map = b->dynamic_only_occlusion_map.data();
-  lb.occlusion_weights = b->occlusion_weights.data();
-  lb.s_vals = b->s_vals.data();
-  DynibarRendered<const float>& out = lb.rendered;
-  out.rgb = b->rgb.data();
-  out.rgb_static = b->rgb_static.data();
-  out.rgb_dynamic = b->rgb_dynamic.data();
-  out.depth = b->depth.data();
-  out.weights = b->weights.data();
-  out.weights_static = b->weights_static.data();
-  out.weights_dynamic = b->weights_dynamic.data();
-  out.render_flows = b->render_flows.data();
-  out.dynamic_only_rgb = b->dynamic_only_rgb.data();
-  out.cross_time_rgb = b->cross_rgb.data();
-  out.points_ref = b->points_traj_ref.data();
-  out.points_anchor = b->points_traj_anchor.data();
-  out.scene_flow = b->scene_flow.data();
-  out.cross_time_dynamic_only_rgb = b->cross_dynamic_only_rgb.data();
   laps.to(&times.composite_loss);
+  return pairs;
 }
 
 void DynibarModel::State::backward(MicroBatch* b, const DynibarLossFractions& whole) {
@@ -833,53 +853,67 @@ void DynibarModel::State::backward(MicroBatch* b, const DynibarLossFractions& wh
         DynamicRenders<const float>{g_dynamic_only.data()},
         DynamicSamples<float>{nullptr, nullptr, g_sigma_b.data(), g_rgb_b.data()});
     add_dynamic(&dy);
-    // Across time.
-    const DynamicSamples<const float> cross{st.sigma.data(), st.rgb.data(), an.sigma.data(),
-                                            an.rgb.data()};
-    cpu::composite_dynamic_rays_backward(
-        R, S, DynamicComposite::kBoth, cross, b->depths.data(),
-        DynamicRenders<const float>{g_cross.data()},
-        DynamicSamples<float>{g_sigma_a.data(), g_rgb_a.data(), g_sigma_b.data(), g_rgb_b.data()});
-    add_static();
-    add_dynamic(&an);
-    cpu::composite_dynamic_rays_backward(
-        R, S, DynamicComposite::kDynamicOnly, cross, b->depths.data(),
-        DynamicRenders<const float>{g_cross_dynamic_only.data()},
-        DynamicSamples<float>{nullptr, nullptr, g_sigma_b.data(), g_rgb_b.data()});
-    add_dynamic(&an);
+    if (lb.cross_time) {
+      // Across time.
+      const DynamicSamples<const float> cross{st.sigma.data(), st.rgb.data(), an.sigma.data(),
+                                              an.rgb.data()};
+      cpu::composite_dynamic_rays_backward(R, S, DynamicComposite::kBoth, cross, b->depths.data(),
+                                           DynamicRenders<const float>{g_cross.data()},
+                                           DynamicSamples<float>{g_sigma_a.data(), g_rgb_a.data(),
+                                                                 g_sigma_b.data(), g_rgb_b.data()});
+      add_static();
+      add_dynamic(&an);
+      cpu::composite_dynamic_rays_backward(
+          R, S, DynamicComposite::kDynamicOnly, cross, b->depths.data(),
+          DynamicRenders<const float>{g_cross_dynamic_only.data()},
+          DynamicSamples<float>{nullptr, nullptr, g_sigma_b.data(), g_rgb_b.data()});
+      add_dynamic(&an);
+    }
   }
   laps.to(&times.composite_backward);
   if (main) {
-    // The anchor's branch: the network, its gather, the anchor samples' motion.
-    an.grad_rgb_features.resize(an.rgb_features.size());
-    an.grad_xyz.resize(points * 3);
-    net_dy.backward(an.workspace, an.grad_rgb.data(), an.grad_sigma.data(),
-                    an.grad_rgb_features.data(), an.grad_xyz.data());
-    laps.to(&times.aggregator_backward);
-    const size_t n_anchor = anchor.frames.size();
-    an.grad_moved.resize(an.moved.size());
-    cpu::gather_moved_samples_backward(
-        R, S, an.moved.data(), views(anchor, false), an.grad_rgb_features.data(),
-        an.grad_moved.data(), static_cast<float*>(nullptr),
-        grad_dynamic_maps.data() +
-            anchor.first_map * size_t(map_height) * map_width * config.coarse_feat_dim);
-    laps.to(&times.gather_backward);
-    std::vector<float> g_moved_anchor(n_anchor * points * 3, 0.0f);
-    std::vector<int> anchor_index(n_anchor);
-    for (size_t v = 0; v < n_anchor; ++v) anchor_index[v] = int(v);
-    per_view_backward(points, an.grad_moved.data(), anchor_index, g_moved_anchor.data());
-    // The cycle pairs and the scene flow, into both trajectories.
-    size_t pair = 0;
-    for (size_t v = 0; v < n_anchor; ++v) {
-      const int f = anchor.frames[v];
-      if (std::abs(f - frame) > kMaxOffset) continue;
-      const size_t o = size_t(f - first_frame);
-      for (size_t i = 0; i < points * 3; ++i) {
-        g_moved_ref[o * points * 3 + i] += g_traj_ref[pair * points * 3 + i];
-        g_moved_anchor[v * points * 3 + i] += g_traj_anchor[pair * points * 3 + i];
+    if (lb.cross_time) {
+      // The anchor's branch: the network, its gather, the anchor samples' motion.
+      an.grad_rgb_features.resize(an.rgb_features.size());
+      an.grad_xyz.resize(points * 3);
+      net_dy.backward(an.workspace, an.grad_rgb.data(), an.grad_sigma.data(),
+                      an.grad_rgb_features.data(), an.grad_xyz.data());
+      laps.to(&times.aggregator_backward);
+      const size_t n_anchor = anchor.frames.size();
+      an.grad_moved.resize(an.moved.size());
+      cpu::gather_moved_samples_backward(
+          R, S, an.moved.data(), views(anchor, false), an.grad_rgb_features.data(),
+          an.grad_moved.data(), static_cast<float*>(nullptr),
+          grad_dynamic_maps.data() +
+              anchor.first_map * size_t(map_height) * map_width * config.coarse_feat_dim);
+      laps.to(&times.gather_backward);
+      std::vector<float> g_moved_anchor(n_anchor * points * 3, 0.0f);
+      std::vector<int> anchor_index(n_anchor);
+      for (size_t v = 0; v < n_anchor; ++v) anchor_index[v] = int(v);
+      per_view_backward(points, an.grad_moved.data(), anchor_index, g_moved_anchor.data());
+      // The cycle pairs and the scene flow, into both trajectories.
+      size_t pair = 0;
+      for (size_t v = 0; v < n_anchor; ++v) {
+        const int f = anchor.frames[v];
+        if (std::abs(f - frame) > kMaxOffset) continue;
+        const size_t o = size_t(f - first_frame);
+        for (size_t i = 0; i < points * 3; ++i) {
+          g_moved_ref[o * points * 3 + i] += g_traj_ref[pair * points * 3 + i];
+          g_moved_anchor[v * points * 3 + i] += g_traj_anchor[pair * points * 3 + i];
+        }
+        ++pair;
       }
-      ++pair;
+      std::vector<float> g_points_anchor(points * 3);
+      motion.backward(values(motion_mlp.parameter_offset()), grads(motion_mlp.parameter_offset()),
+                      basis_values(), parameters.grad(basis), b->motion_anchor,
+                      g_moved_anchor.data(), g_points_anchor.data());
+      // The anchor samples are the target's moved to the anchor frame.
+      const size_t o = size_t(anchor_frame - first_frame);
+      for (size_t i = 0; i < points * 3; ++i) {
+        g_moved_ref[o * points * 3 + i] += g_points_anchor[i] + an.grad_xyz[i];
+      }
     }
+    // The scene flow between consecutive frames: into both of its ends.
     const size_t F = size_t(n_ref_frames - 1);
     for (size_t f = 0; f < F; ++f) {
       for (size_t i = 0; i < points * 3; ++i) {
@@ -887,15 +921,6 @@ void DynibarModel::State::backward(MicroBatch* b, const DynibarLossFractions& wh
         g_moved_ref[(f + 1) * points * 3 + i] += g;
         g_moved_ref[f * points * 3 + i] -= g;
       }
-    }
-    std::vector<float> g_points_anchor(points * 3);
-    motion.backward(values(motion_mlp.parameter_offset()), grads(motion_mlp.parameter_offset()),
-                    basis_values(), parameters.grad(basis), b->motion_anchor, g_moved_anchor.data(),
-                    g_points_anchor.data());
-    // The anchor samples are the target's moved to the anchor frame.
-    const size_t o = size_t(anchor_frame - first_frame);
-    for (size_t i = 0; i < points * 3; ++i) {
-      g_moved_ref[o * points * 3 + i] += g_points_anchor[i] + an.grad_xyz[i];
     }
     laps.to(&times.sampling);
     // The dynamic branch at the target's time.

@@ -81,7 +81,7 @@ class CudaBackend final : public IbrnetBackend {
     std::vector<float> exp_avg(count), exp_avg_sq(count);
     copy_device_to_host(exp_avg.data(), exp_avg_.data(), count * sizeof(float));
     copy_device_to_host(exp_avg_sq.data(), exp_avg_sq_.data(), count * sizeof(float));
-    adam->restore(adam->steps(), std::move(exp_avg), std::move(exp_avg_sq));
+    adam->restore(adam->steps(), std::move(exp_avg), std::move(exp_avg_sq), adam->group_steps());
   }
 
   void prepare_sources(const HostSources& sources, bool training) override {

@@ -2,6 +2,7 @@
 #include "mvibr/train/trainer.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -132,10 +133,12 @@ data::ReaderCursor restore_or_initialize(const TrainConfig& config, const std::s
 
   uint64_t steps = adam->steps();
   comm.broadcast(&steps, sizeof(steps), 0);
+  std::array<uint64_t, nn::kParameterGroupCount> group_steps = adam->group_steps();
+  comm.broadcast(group_steps.data(), sizeof(group_steps), 0);
   std::vector<float> exp_avg = adam->exp_avg(), exp_avg_sq = adam->exp_avg_sq();
   broadcast_floats(comm, &exp_avg);
   broadcast_floats(comm, &exp_avg_sq);
-  adam->restore(steps, std::move(exp_avg), std::move(exp_avg_sq));
+  adam->restore(steps, std::move(exp_avg), std::move(exp_avg_sq), group_steps);
   uint64_t written_by = state.cursors.size();
   comm.broadcast(&written_by, sizeof(written_by), 0);
   state.cursors.resize(written_by);

@@ -109,6 +109,39 @@ TEST_F(TrainParallel, TwoRanksOfBTrainAsOneRankOfTwoB) {
   world_->barrier();
 }
 
+// DynIBaR's terms are ratios of sums over the whole batch (masks, occlusion weights, counts):
+// ranks exchange numerators and denominators, so 2 ranks of B rays train as 1 rank of 2B through
+// the static bootstrap (10 steps) and into the main loop.
+TEST_F(TrainParallel, DynibarTwoRanksOfBTrainAsOneRankOfTwoB) {
+  const fs::path video = fs::path(root_) / "video";
+  if (world_->rank() == 0) testing::prepare_small_video(video, "train_parallel_test");
+  world_->barrier();
+  TrainConfig two_config = testing::small_dynibar_config(video, "dynibar-two", 13, 16),
+              one_config = testing::small_dynibar_config(video, "dynibar-one", 13, 32);
+  for (TrainConfig* c : {&two_config, &one_config}) {
+    c->i_weights = 13;
+    c->allow_shared_shards = true;
+    testing::keep_rounding_from_compounding(c);
+  }
+  std::ostringstream log;
+  const TrainSummary two = train(two_config, log, both());
+  EXPECT_EQ(two.last_step, 13u);
+  if (world_->rank() == 0) {
+    std::ostringstream alone_log;
+    const TrainSummary one = train(one_config, alone_log);
+    const auto [relative, moved] = compare(one_config, values(two_config, two.last_checkpoint),
+                                           values(one_config, one.last_checkpoint));
+    const double loss_difference = std::abs(two.last_loss - one.last_loss) / one.last_loss;
+    EXPECT_LE(relative, 1e-5) << "2 ranks x 16 rays vs 1 rank x 32 rays";
+    EXPECT_LE(loss_difference, 1e-5);
+    EXPECT_GT(moved, 10.0) << "the runs must have trained";
+    std::cout << "[          ] DynIBaR, 2x16 vs 1x32 rays after 13 steps: parameters " << relative
+              << " apart (training moved them " << moved << "x that), losses " << loss_difference
+              << "\n";
+  }
+  world_->barrier();
+}
+
 // Gradients sent as bfloat16 (8 significant bits) train close to, not exactly as, float ones.
 TEST_F(TrainParallel, Bfloat16AllReduceTrainsCloseToFloat) {
   std::ostringstream log;

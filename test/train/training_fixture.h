@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include "mvibr/data/neighbours.h"
@@ -14,7 +15,9 @@
 #include "mvibr/nn/optimizer.h"
 #include "mvibr/train/checkpoint.h"
 #include "mvibr/train/config.h"
+#include "mvibr/train/dynibar_model.h"
 #include "mvibr/train/ibrnet_model.h"
+#include "mvibr/train/model.h"
 
 namespace mvibr::train::testing {
 
@@ -80,6 +83,36 @@ inline TrainConfig small_config(const std::filesystem::path& root, const std::st
   return c;
 }
 
+// A 10-frame monocular video of the built-in dynamic scene at 40x32 (frames 0 and 8 held out),
+// its source pools reaching 4 frames, prepared into root/data for DynIBaR.
+inline void prepare_small_video(const std::filesystem::path& root, const std::string& command) {
+  data::SyntheticSceneOptions options;
+  options.rig = "monocular";
+  options.n_time_steps = 10;
+  options.width = 40;
+  options.height = 32;
+  data::Scene scene = data::make_synthetic_scene(options);
+  data::select_neighbours(&scene, {8, 4});
+  data::write_prepared_scene(scene, (root / "data").string(), {1, 0, command});
+}
+
+// DynIBaR on prepare_small_video's data: its 10-step static bootstrap (init_decay_epoch 2), then
+// the main loop; small nets, 16 samples, 3 + 6 sources.
+inline TrainConfig small_dynibar_config(const std::filesystem::path& root, const std::string& name,
+                                        int n_iters, int n_rand) {
+  TrainConfig c = small_config(root, name, n_iters, n_rand);
+  c.model = ModelKind::kDynibar;
+  c.N_importance = 0;
+  c.inv_uniform = true;
+  c.anti_alias_pooling = false;
+  c.num_source_views = 3;
+  c.max_range = 4;
+  c.init_decay_epoch = 2;
+  c.lrate_feature = 8e-4;
+  c.lrate_mlp = 4e-4;
+  return c;
+}
+
 // For tests that compare two runs whose arithmetic differs only in summation order (ranks,
 // micro-steps): the feature network at a tenth of IBRNet's rate. At 1e-3 Adam's first steps move
 // every feature weight by about 1% at once, and on this 48x36 scene the deepest instance norms
@@ -92,11 +125,11 @@ inline void keep_rounding_from_compounding(TrainConfig* c) {
 
 // The parameters a checkpoint holds, in the layout of `config`'s model.
 inline std::vector<float> checkpoint_values(const TrainConfig& config, const std::string& path) {
-  IbrnetModel model(config);
-  nn::Adam adam(model.parameters(), nn::AdamOptions{});
+  const std::unique_ptr<TrainableModel> model = make_model(with_video_frames(config));
+  nn::Adam adam(model->parameters(), nn::AdamOptions{});
   train::TrainingState state;
-  train::load_checkpoint(path, &model.parameters(), &adam, &state);
-  return model.parameters().values();
+  train::load_checkpoint(path, &model->parameters(), &adam, &state);
+  return model->parameters().values();
 }
 
 // How close two trained parameter vectors are: |x - y| / |y|, and how far training moved y from
@@ -106,9 +139,9 @@ struct Closeness {
 };
 inline Closeness closeness(const TrainConfig& config, const std::vector<float>& x,
                            const std::vector<float>& y) {
-  IbrnetModel model(config);
-  model.initialize(config.seed);
-  const std::vector<float>& initial = model.parameters().values();
+  const std::unique_ptr<TrainableModel> model = make_model(with_video_frames(config));
+  model->initialize(config.seed);
+  const std::vector<float>& initial = model->parameters().values();
   double difference = 0, norm = 0, moved = 0;
   for (size_t i = 0; i < x.size(); ++i) {
     difference += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);

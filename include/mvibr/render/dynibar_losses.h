@@ -179,6 +179,9 @@ struct DynibarLossBatch {
   const T* cross_time_dynamic_only_occlusion_map = nullptr;  // [R]
   const T* occlusion_weights = nullptr;                      // [R,S], occ_weights
   const T* s_vals = nullptr;                                 // [R,S]
+  // False for a target with no anchor frame (its neighbours in time all held out or past the
+  // video's ends): the cross-time terms and the cycle are then 0 over 0, their inputs unread.
+  bool cross_time = true;
   DynibarRendered<const T> rendered;
 };
 
