@@ -643,6 +643,39 @@ TEST(DynibarLosses, DoubleBackwardMatchesCentralDifferences) {
   }
 }
 
+// A target without an anchor frame: no cross-time terms or cycle (nor their inputs read), the
+// rest as with them.
+TEST(DynibarLosses, WithoutCrossTimeTheOtherTermsStandAlone) {
+  const LossCase c = loss_cases()[1];
+  ASSERT_EQ(c.edit, Edit::kNone);
+  const auto v = cast<double>(make_inputs(c, 31));
+  const DynibarLossWeights w = dynibar_loss_weights(c.step, c.options);
+  ASSERT_EQ(w.phase, DynibarPhase::kMain);
+  auto g = zero_gradients<double>(c.sizes);
+  const DynibarLossTerms full = dynibar_losses(w, batch_of(c.sizes, v), rendered<double>(g));
+  DynibarLossBatch<double> alone = batch_of(c.sizes, v);
+  alone.cross_time = false;
+  alone.n_cycle_pairs = 0;
+  alone.cross_time_ray_mask = alone.cross_time_dynamic_only_ray_mask = nullptr;
+  alone.cross_time_occlusion_map = alone.cross_time_dynamic_only_occlusion_map = nullptr;
+  alone.occlusion_weights = nullptr;
+  alone.rendered.cross_time_rgb = alone.rendered.cross_time_dynamic_only_rgb = nullptr;
+  alone.rendered.points_ref = alone.rendered.points_anchor = nullptr;
+  const DynibarLossTerms t = dynibar_losses(w, alone, rendered<double>(g));
+  EXPECT_EQ(t.cross_time, 0.0);
+  EXPECT_EQ(t.cross_time_dynamic_only, 0.0);
+  EXPECT_EQ(t.cycle, 0.0);
+  EXPECT_GT(full.cross_time, 0.0);
+  EXPECT_GT(full.cycle, 0.0);
+  EXPECT_EQ(t.composite, full.composite);
+  EXPECT_EQ(t.flow, full.flow);
+  EXPECT_EQ(t.scene_flow_spatial, full.scene_flow_spatial);
+  EXPECT_EQ(t.static_region, full.static_region);
+  EXPECT_DOUBLE_EQ(t.total, full.total - full.cross_time - full.cross_time_dynamic_only - full.cycle);
+  alone.cross_time = true;  // then they are required
+  EXPECT_THROW(dynibar_losses(w, alone, rendered<double>(g)), InvalidArgument);
+}
+
 TEST(DynibarLosses, AnAllMaskedBatchLeavesOnlyTheUnmaskedTerms) {
   const LossCase c = loss_cases()[4];
   ASSERT_EQ(c.edit, Edit::kAllMasked);
