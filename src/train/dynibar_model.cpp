@@ -7,6 +7,7 @@
 #include <cmath>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "mvibr/core/error.h"
 #include "mvibr/data/shards.h"
@@ -188,6 +189,17 @@ struct Branch {
   std::vector<float> grad_rgb, grad_sigma, grad_rgb_features, grad_moved, grad_xyz;
 };
 
+// The motion MLP runs on fixed chunks of rays in parallel (it has no threads of its own), each
+// with its own workspace and, in the backward, its own gradient slot; the slots are added in
+// chunk order, so the sums are the same bits for any number of threads.
+constexpr int kMotionChunks = 8;
+using MotionChunks = std::vector<nn::DynibarMotionWorkspace<float>>;
+
+// Rays [first, end) of chunk c of n_rays.
+std::pair<int, int> motion_chunk(int n_rays, int c) {
+  return {n_rays * c / kMotionChunks, n_rays * (c + 1) / kMotionChunks};
+}
+
 // Everything a micro-batch's forward computes, for its backward in end_step.
 struct MicroBatch {
   int n_rays = 0;
@@ -196,10 +208,10 @@ struct MicroBatch {
   std::vector<float> origins, directions, view_dirs, target_rays, depths, s_vals, points;
   std::vector<float> time_ref, time_anchor;
   // Motion at the target's time: moved_ref [O,R,S,3] at frames first_frame .. first_frame+O-1.
-  nn::DynibarMotionWorkspace<float> motion_ref;
+  MotionChunks motion_ref;
   std::vector<float> moved_ref;
   // Cross time: the anchor samples' motion, moved_anchor [Oa,R,S,3] at the anchor set's frames.
-  nn::DynibarMotionWorkspace<float> motion_anchor;
+  MotionChunks motion_anchor;
   std::vector<float> points_anchor, moved_anchor;
   Branch static_branch, dynamic_branch, anchor_branch;
   // Renders at the target's time: the composite with its components, and each component alone.
@@ -309,6 +321,12 @@ struct DynibarModel::State {
   void backward(MicroBatch* b, const DynibarLossFractions& whole);
   // Cross-time rendering at the anchor's frame and the cycle pairs; returns their count.
   int cross_time_forward(MicroBatch* b);
+  // DynibarMotion on chunks of rays: points [R,S,3] -> moved [O,R,S,3], and the backward from
+  // grad_moved [O,R,S,3] into the MLP's and the basis's gradients and grad_points (nullable).
+  void motion_forward(int n_rays, const float* points, float time, int from_frame,
+                      const std::vector<int>& to_frames, float* moved, MotionChunks* chunks);
+  void motion_backward(const MotionChunks& chunks, int n_rays, const float* grad_moved,
+                       float* grad_points);
 
   // Rays, samples and, when training, the target's motion data at the pixels.
   void ray_inputs(MicroBatch* b, RandomKey key, uint32_t first_ray, bool training);
@@ -547,8 +565,8 @@ void DynibarModel::State::forward(MicroBatch* b, RandomKey key, uint32_t first_r
   std::vector<int> ref_frames;
   for (int o = 0; o < n_ref_frames; ++o) ref_frames.push_back(first_frame + o);
   b->moved_ref.resize(size_t(n_ref_frames) * points * 3);
-  motion.forward(values(motion_mlp.parameter_offset()), basis_values(), R, S, b->points.data(),
-                 b->time_ref[0], frame, ref_frames, b->moved_ref.data(), &b->motion_ref);
+  motion_forward(R, b->points.data(), b->time_ref[0], frame, ref_frames, b->moved_ref.data(),
+                 &b->motion_ref);
   const auto ref_index = [&](int f) { return f - first_frame; };
   // The static branch: every static view reads the sample where it is.
   Branch& st = b->static_branch;
@@ -678,6 +696,58 @@ void DynibarModel::State::forward(MicroBatch* b, RandomKey key, uint32_t first_r
   laps.to(&times.composite_loss);
 }
 
+void DynibarModel::State::motion_forward(int n_rays, const float* points, float time,
+                                         int from_frame, const std::vector<int>& to_frames,
+                                         float* moved, MotionChunks* chunks) {
+  const size_t S = size_t(config.N_samples), O = to_frames.size();
+  const size_t points_total = size_t(n_rays) * S;
+  chunks->resize(kMotionChunks);
+  const float* mlp = values(motion_mlp.parameter_offset());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int c = 0; c < kMotionChunks; ++c) {
+    const auto [first, end] = motion_chunk(n_rays, c);
+    const size_t n = size_t(end - first) * S, at = size_t(first) * S;
+    std::vector<float> chunk_moved(O * n * 3);
+    if (end == first) continue;
+    motion.forward(mlp, basis_values(), end - first, int(S), points + 3 * at, time, from_frame,
+                   to_frames, chunk_moved.data(), &(*chunks)[size_t(c)]);
+    for (size_t o = 0; o < O; ++o) {
+      std::copy_n(chunk_moved.data() + o * n * 3, n * 3, moved + (o * points_total + at) * 3);
+    }
+  }
+}
+
+void DynibarModel::State::motion_backward(const MotionChunks& chunks, int n_rays,
+                                          const float* grad_moved, float* grad_points) {
+  const size_t S = size_t(config.N_samples), points_total = size_t(n_rays) * S;
+  const size_t mlp_count = motion_mlp.parameter_count();
+  const size_t basis_count = parameters.info(basis).size, slot = mlp_count + basis_count;
+  std::vector<float> slots(size_t(kMotionChunks) * slot, 0.0f);
+  const float* mlp = values(motion_mlp.parameter_offset());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int c = 0; c < kMotionChunks; ++c) {
+    const auto [first, end] = motion_chunk(n_rays, c);
+    const size_t n = size_t(end - first) * S, at = size_t(first) * S;
+    if (end == first) continue;
+    const nn::DynibarMotionWorkspace<float>& ws = chunks[size_t(c)];
+    const size_t O = ws.to_frames.size();
+    std::vector<float> chunk_grad(O * n * 3);
+    for (size_t o = 0; o < O; ++o) {
+      std::copy_n(grad_moved + (o * points_total + at) * 3, n * 3, chunk_grad.data() + o * n * 3);
+    }
+    float* grads_c = slots.data() + size_t(c) * slot;
+    motion.backward(mlp, grads_c, basis_values(), grads_c + mlp_count, ws, chunk_grad.data(),
+                    grad_points ? grad_points + 3 * at : nullptr);
+  }
+  float* mlp_grads = grads(motion_mlp.parameter_offset());
+  float* basis_grads = parameters.grad(basis);
+  for (int c = 0; c < kMotionChunks; ++c) {
+    const float* from = slots.data() + size_t(c) * slot;
+    for (size_t i = 0; i < mlp_count; ++i) mlp_grads[i] += from[i];
+    for (size_t i = 0; i < basis_count; ++i) basis_grads[i] += from[mlp_count + i];
+  }
+}
+
 int DynibarModel::State::cross_time_forward(MicroBatch* b) {
   // The samples moved to the anchor's frame, their motion there, the
   // dynamic network at the anchor's time on the anchor's sources.
@@ -688,8 +758,7 @@ int DynibarModel::State::cross_time_forward(MicroBatch* b) {
   const float* anchor_points = b->moved_ref.data() + size_t(ref_index(anchor_frame)) * points * 3;
   b->points_anchor.assign(anchor_points, anchor_points + points * 3);
   b->moved_anchor.resize(anchor.frames.size() * points * 3);
-  motion.forward(values(motion_mlp.parameter_offset()), basis_values(), R, S,
-                 b->points_anchor.data(), b->time_anchor[0], anchor_frame, anchor.frames,
+  motion_forward(R, b->points_anchor.data(), b->time_anchor[0], anchor_frame, anchor.frames,
                  b->moved_anchor.data(), &b->motion_anchor);
   laps.to(&times.sampling);
   Branch& an = b->anchor_branch;
@@ -904,9 +973,7 @@ void DynibarModel::State::backward(MicroBatch* b, const DynibarLossFractions& wh
         ++pair;
       }
       std::vector<float> g_points_anchor(points * 3);
-      motion.backward(values(motion_mlp.parameter_offset()), grads(motion_mlp.parameter_offset()),
-                      basis_values(), parameters.grad(basis), b->motion_anchor,
-                      g_moved_anchor.data(), g_points_anchor.data());
+      motion_backward(b->motion_anchor, R, g_moved_anchor.data(), g_points_anchor.data());
       // The anchor samples are the target's moved to the anchor frame.
       const size_t o = size_t(anchor_frame - first_frame);
       for (size_t i = 0; i < points * 3; ++i) {
@@ -936,9 +1003,7 @@ void DynibarModel::State::backward(MicroBatch* b, const DynibarLossFractions& wh
     for (int f : dynamic.frames) dynamic_index.push_back(f - first_frame);
     per_view_backward(points, dy.grad_moved.data(), dynamic_index, g_moved_ref.data());
     laps.to(&times.gather_backward);
-    motion.backward(values(motion_mlp.parameter_offset()), grads(motion_mlp.parameter_offset()),
-                    basis_values(), parameters.grad(basis), b->motion_ref, g_moved_ref.data(),
-                    static_cast<float*>(nullptr));
+    motion_backward(b->motion_ref, R, g_moved_ref.data(), nullptr);
     laps.to(&times.sampling);
   }
   // The static branch.
