@@ -138,15 +138,29 @@ namespace {
 void write_eval_report(const RunSelection& s, const train::EvalReport& report) {
   nlohmann::json views = nlohmann::json::array();
   for (const train::ViewMetrics& m : report.views) {
-    views.push_back(
-        {{"view", m.view}, {"name", m.name}, {"psnr", number(m.psnr)}, {"ssim", number(m.ssim)}});
+    nlohmann::json view = {
+        {"view", m.view}, {"name", m.name}, {"psnr", number(m.psnr)}, {"ssim", number(m.ssim)}};
+    if (!std::isnan(m.psnr_dynamic) || !std::isnan(m.psnr_static)) {
+      view.update({{"psnr_dynamic", number(m.psnr_dynamic)},
+                   {"ssim_dynamic", number(m.ssim_dynamic)},
+                   {"psnr_static", number(m.psnr_static)},
+                   {"ssim_static", number(m.ssim_static)}});
+    }
+    views.push_back(view);
   }
-  const nlohmann::json out = {{"step", report.step},
-                              {"split", data::split_name(s.split)},
-                              {"checkpoint", s.checkpoint},
-                              {"views", views},
-                              {"mean_psnr", number(report.mean_psnr)},
-                              {"mean_ssim", number(report.mean_ssim)}};
+  nlohmann::json out = {{"step", report.step},
+                        {"split", data::split_name(s.split)},
+                        {"checkpoint", s.checkpoint},
+                        {"views", views},
+                        {"mean_psnr", number(report.mean_psnr)},
+                        {"mean_ssim", number(report.mean_ssim)}};
+  // The dynamic and static regions' scores, where the data has motion masks.
+  if (!std::isnan(report.mean_psnr_dynamic) || !std::isnan(report.mean_psnr_static)) {
+    out.update({{"mean_psnr_dynamic", number(report.mean_psnr_dynamic)},
+                {"mean_ssim_dynamic", number(report.mean_ssim_dynamic)},
+                {"mean_psnr_static", number(report.mean_psnr_static)},
+                {"mean_ssim_static", number(report.mean_ssim_static)}});
+  }
   // The test split, the one papers report, keeps the plain name; others are marked.
   std::string file = "eval-" + std::to_string(report.step);
   if (s.split != data::Split::kTest) file += std::string("-") + data::split_name(s.split);

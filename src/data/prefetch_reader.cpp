@@ -202,6 +202,9 @@ struct PrefetchReader::State {
     sample.target_view = shard.frame_view(target_frame);
     sample.target = load_frame(shard, target_frame);
     if (options.dynibar_sources) return read_dynibar_sources(shard, target, at, std::move(sample));
+    if (options.target_motion && shard.has_motion()) {
+      shard.read_target_motion(target, &sample.target.motion);
+    }
     for (int frame : choose_sources(shard.target_sources(target), at)) {
       sample.source_views.push_back(shard.frame_view(frame));
       sample.sources.push_back(load_frame(shard, frame));

@@ -125,7 +125,13 @@ data::ReaderOptions heldout_reader_options(const TrainConfig& c, data::Split spl
   o.num_source_views = c.num_source_views;
   o.queue_depth = 1;
   o.split = split;
-  o.shuffle = false;  // file order, and each target's nearest sources, as IBRNet evaluates
+  o.shuffle = false;       // file order, and each target's nearest sources, as IBRNet evaluates
+  o.target_motion = true;  // the regional scores' masks, where the shards have them
+  if (c.model == ModelKind::kDynibar) {
+    o.dynibar_sources = true;
+    o.dynibar.max_range = c.max_range;
+    o.dynibar.static_views = 2 * c.num_source_views;
+  }
   return o;
 }
 
@@ -177,7 +183,10 @@ double psnr(const RgbImage& a, const RgbImage& b) {
   return -10.0 * std::log10(sum / double(a.pixels.size()));
 }
 
-double ssim(const RgbImage& a, const RgbImage& b) {
+namespace {
+
+// ssim()'s score at every window position [(h - 10) x (w - 10)], averaged over the channels.
+std::vector<double> ssim_map(const RgbImage& a, const RgbImage& b) {
   check_same_size(a, b, "ssim");
   const int w = a.width, h = a.height;
   if (w < kSsimWindow || h < kSsimWindow) {
@@ -188,7 +197,7 @@ double ssim(const RgbImage& a, const RgbImage& b) {
   const double c1 = 0.01 * 0.01, c2 = 0.03 * 0.03;
   const size_t n = size_t(w) * h;
   std::vector<double> x(n), y(n), xx(n), yy(n), xy(n);
-  double total = 0;
+  std::vector<double> map(size_t(h - kSsimWindow + 1) * size_t(w - kSsimWindow + 1), 0.0);
   for (int c = 0; c < 3; ++c) {
     for (size_t i = 0; i < n; ++i) {
       x[i] = a.pixels[3 * i + size_t(c)];
@@ -202,18 +211,64 @@ double ssim(const RgbImage& a, const RgbImage& b) {
     const std::vector<double> e_xx = filter_valid(xx, h, w, taps);
     const std::vector<double> e_yy = filter_valid(yy, h, w, taps);
     const std::vector<double> e_xy = filter_valid(xy, h, w, taps);
-    double channel = 0;
     for (size_t i = 0; i < mu_x.size(); ++i) {
       const double var_x = std::max(0.0, e_xx[i] - mu_x[i] * mu_x[i]);
       const double var_y = std::max(0.0, e_yy[i] - mu_y[i] * mu_y[i]);
       double cov = e_xy[i] - mu_x[i] * mu_y[i];
       cov = std::copysign(std::min(std::sqrt(var_x * var_y), std::abs(cov)), cov);
-      channel += (2 * mu_x[i] * mu_y[i] + c1) * (2 * cov + c2) /
-                 ((mu_x[i] * mu_x[i] + mu_y[i] * mu_y[i] + c1) * (var_x + var_y + c2));
+      map[i] += (2 * mu_x[i] * mu_y[i] + c1) * (2 * cov + c2) /
+                ((mu_x[i] * mu_x[i] + mu_y[i] * mu_y[i] + c1) * (var_x + var_y + c2)) / 3;
     }
-    total += channel / double(mu_x.size());
   }
-  return total / 3;
+  return map;
+}
+
+void check_mask(const RgbImage& a, const std::vector<uint8_t>& mask, const char* metric) {
+  if (mask.size() != size_t(a.width) * a.height) {
+    throw InvalidArgument(std::string(metric) + ": a mask of " + std::to_string(mask.size()) +
+                          " pixels for an image of " + std::to_string(a.width) + "x" +
+                          std::to_string(a.height));
+  }
+}
+
+}  // namespace
+
+double ssim(const RgbImage& a, const RgbImage& b) {
+  const std::vector<double> map = ssim_map(a, b);
+  double sum = 0;
+  for (double v : map) sum += v;
+  return sum / double(map.size());
+}
+
+double masked_psnr(const RgbImage& a, const RgbImage& b, const std::vector<uint8_t>& mask) {
+  check_same_size(a, b, "psnr");
+  check_mask(a, mask, "psnr");
+  double sum = 0, count = 0;
+  for (size_t p = 0; p < mask.size(); ++p) {
+    if (!mask[p]) continue;
+    for (size_t i = 3 * p; i < 3 * p + 3; ++i) {
+      const double d = double(a.pixels[i]) - double(b.pixels[i]);
+      sum += d * d;
+    }
+    count += 3;
+  }
+  if (count == 0) return std::numeric_limits<double>::quiet_NaN();
+  if (sum == 0) return std::numeric_limits<double>::infinity();
+  return -10.0 * std::log10(sum / count);
+}
+
+double masked_ssim(const RgbImage& a, const RgbImage& b, const std::vector<uint8_t>& mask) {
+  check_mask(a, mask, "ssim");
+  const std::vector<double> map = ssim_map(a, b);
+  const int out_w = a.width - kSsimWindow + 1, half = kSsimWindow / 2;
+  double sum = 0, count = 0;
+  for (size_t i = 0; i < map.size(); ++i) {
+    const size_t y = i / size_t(out_w) + half, x = i % size_t(out_w) + half;
+    if (!mask[y * size_t(a.width) + x]) continue;
+    sum += map[i];
+    count += 1;
+  }
+  return count > 0 ? sum / count : std::numeric_limits<double>::quiet_NaN();
 }
 
 TrainConfig evaluation_config(const TrainConfig& config) {
@@ -232,6 +287,15 @@ ViewMetrics evaluate_view(TrainableModel& model, const data::TrainingSample& sam
   m.name = sample.target.name;
   m.psnr = psnr(rendered.rgb, truth);
   m.ssim = ssim(rendered.rgb, truth);
+  const std::vector<uint8_t>& moving = sample.target.motion.motion_mask;
+  if (!moving.empty()) {
+    std::vector<uint8_t> still(moving.size());
+    for (size_t i = 0; i < moving.size(); ++i) still[i] = moving[i] ? 0 : 1;
+    m.psnr_dynamic = masked_psnr(rendered.rgb, truth, moving);
+    m.ssim_dynamic = masked_ssim(rendered.rgb, truth, moving);
+    m.psnr_static = masked_psnr(rendered.rgb, truth, still);
+    m.ssim_static = masked_ssim(rendered.rgb, truth, still);
+  }
   if (!png_dir.empty()) {
     const PngPaths paths = png_paths(png_dir, m.name);
     write_pngs(rendered, sample.target, paths);
@@ -273,7 +337,9 @@ EvalReport evaluate_run(const TrainConfig& config, const std::string& checkpoint
   // every evaluation of a view would still draw the same ones.
   const RandomKey key{config.seed, 0};
   const int rank = comm != nullptr ? comm->rank() : 0, ranks = comm != nullptr ? comm->size() : 1;
-  std::vector<double> scores(3 * n, 0.0);  // view, psnr, ssim of each; 0 where another rank's
+  // view, psnr, ssim and the regional four of each; 0 where another rank's.
+  constexpr size_t kScores = 7;
+  std::vector<double> scores(kScores * n, 0.0);
   report.views.resize(n);
   if (size_t(rank) < n) {
     data::ReaderOptions options = heldout_reader_options(config, split);
@@ -290,24 +356,45 @@ EvalReport evaluate_run(const TrainConfig& config, const std::string& checkpoint
         if (progress) progress(done, mine, rays_done, rays);
       };
       report.views[i] = evaluate_view(*model, reader.next(), key, png_dir, on_chunk);
-      scores[3 * i] = report.views[i].view;
-      scores[3 * i + 1] = report.views[i].psnr;
-      scores[3 * i + 2] = report.views[i].ssim;
+      const ViewMetrics& v = report.views[i];
+      const double mine_scores[kScores] = {double(v.view), v.psnr,         v.ssim,
+                                           v.psnr_dynamic, v.ssim_dynamic, v.psnr_static,
+                                           v.ssim_static};
+      std::copy(mine_scores, mine_scores + kScores, scores.begin() + long(kScores * i));
       if (on_view) on_view(report.views[i]);
     }
   }
   if (ranks > 1) comm->all_reduce(scores.data(), scores.size(), dist::ReduceOp::kSum);
+  // A regional mean over the views that have the region.
+  const auto mean_of = [&](double ViewMetrics::*member) {
+    double sum = 0, count = 0;
+    for (const ViewMetrics& m : report.views) {
+      if (std::isnan(m.*member)) continue;
+      sum += m.*member;
+      count += 1;
+    }
+    return count > 0 ? sum / count : std::numeric_limits<double>::quiet_NaN();
+  };
   for (size_t i = 0; i < n; ++i) {
     ViewMetrics& m = report.views[i];
+    const double* v = scores.data() + kScores * i;
     if (i % size_t(ranks) != size_t(rank)) {  // another rank's: only what the scores carry
-      m.view = int(scores[3 * i]);
+      m.view = int(v[0]);
       m.name = index.scene.views.at(size_t(m.view)).name;
     }
-    m.psnr = scores[3 * i + 1];
-    m.ssim = scores[3 * i + 2];
+    m.psnr = v[1];
+    m.ssim = v[2];
+    m.psnr_dynamic = v[3];
+    m.ssim_dynamic = v[4];
+    m.psnr_static = v[5];
+    m.ssim_static = v[6];
     report.mean_psnr += m.psnr / double(n);
     report.mean_ssim += m.ssim / double(n);
   }
+  report.mean_psnr_dynamic = mean_of(&ViewMetrics::psnr_dynamic);
+  report.mean_ssim_dynamic = mean_of(&ViewMetrics::ssim_dynamic);
+  report.mean_psnr_static = mean_of(&ViewMetrics::psnr_static);
+  report.mean_ssim_static = mean_of(&ViewMetrics::ssim_static);
   return report;
 }
 

@@ -363,12 +363,8 @@ TrainingRun::TrainingRun(const TrainConfig& config, std::ostream& rank0_log,
   log_ << describe_job(config_, context_, comm_, parameters().size(), buckets_->buckets().size());
 
   reader_ = std::make_unique<data::PrefetchReader>(reader_options(config_, rank_, ranks_), cursor);
-  if (!context_.measure_only && config_.model == ModelKind::kIbrnet) {
-    heldout_ = first_heldout_sample(config_);
-  }
-  if (config_.model == ModelKind::kDynibar) {
-    log_ << "model = dynibar: no held-out validation during training yet\n";
-  } else if (heldout_) {
+  if (!context_.measure_only) heldout_ = first_heldout_sample(config_);
+  if (heldout_) {
     validation_model_ = make_model(evaluation_config(config_));
   } else if (!context_.measure_only) {
     log_ << "no test or val views in " << config_.datadir << ": no held-out validation\n";

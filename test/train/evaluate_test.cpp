@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -57,6 +58,35 @@ TEST(PsnrTest, IsTenLogOfTheInverseMeanSquaredError) {
   EXPECT_NEAR(psnr(a, b), -10 * std::log10(0.25 / 60), 1e-9);
   EXPECT_EQ(psnr(a, a), INFINITY);
   EXPECT_THROW(psnr(a, constant_image(4, 5, 0.25f)), InvalidArgument);
+}
+
+// The regional scores: a region's mask picks the pixels (PSNR) or the window centres (SSIM).
+TEST(MaskedScores, PickTheirRegionAndAreNanWhenItIsEmpty) {
+  const int w = 30, h = 20;
+  RgbImage a = random_image(w, h, 3), b = a;
+  std::vector<uint8_t> left(size_t(w) * h, 0), all(size_t(w) * h, 1), none(size_t(w) * h, 0);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      left[size_t(y) * w + x] = x < w / 2 ? 1 : 0;
+      if (x >= w / 2) {  // the right half off by 0.1
+        for (int c = 0; c < 3; ++c) b.pixels[(size_t(y) * w + x) * 3 + c] += 0.1f;
+      }
+    }
+  }
+  EXPECT_NEAR(masked_psnr(a, b, all), psnr(a, b), 1e-12);
+  EXPECT_NEAR(masked_ssim(a, b, all), ssim(a, b), 1e-12);
+  EXPECT_EQ(masked_psnr(a, b, left), std::numeric_limits<double>::infinity());
+  std::vector<uint8_t> right(left.size());
+  for (size_t i = 0; i < left.size(); ++i) right[i] = left[i] ? 0 : 1;
+  EXPECT_NEAR(masked_psnr(a, b, right), 20.0, 1e-4);  // -10 log10(0.01)
+  // Windows centred far inside the left half see equal images: SSIM 1; the right half's less.
+  std::vector<uint8_t> inner(left.size(), 0);
+  for (int y = 5; y < h - 5; ++y) inner[size_t(y) * w + 5] = 1;
+  EXPECT_NEAR(masked_ssim(a, b, inner), 1.0, 1e-12);
+  EXPECT_LT(masked_ssim(a, b, right), masked_ssim(a, b, left));
+  EXPECT_TRUE(std::isnan(masked_psnr(a, b, none)));
+  EXPECT_TRUE(std::isnan(masked_ssim(a, b, none)));
+  EXPECT_THROW(masked_psnr(a, b, std::vector<uint8_t>(7, 1)), InvalidArgument);
 }
 
 TEST(SsimTest, KnownValues) {

@@ -47,6 +47,9 @@ struct ReaderOptions {
   // the first anchor_growth_start, up to dynibar.anchor_max_step (a rank reads a sample a step:
   // train.py's min(3, epoch // init_decay_epoch + 1) of its main loop); 0: the whole reach at once.
   bool dynibar_sources = false;
+  // The target's motion data too (flows, disparity, masks; evaluation's regional scores), where
+  // the shards have it. DynIBaR's sources always load it.
+  bool target_motion = false;
   DynibarSourceOptions dynibar;
   uint64_t anchor_growth_steps = 0, anchor_growth_start = 0;
 };

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,10 +59,22 @@ double psnr(const RgbImage& a, const RgbImage& b);
 // Both images at least 11x11 and of one size; else InvalidArgument.
 double ssim(const RgbImage& a, const RgbImage& b);
 
+// PSNR over the pixels whose mask [height][width] is 1, every channel; NaN when there are none.
+double masked_psnr(const RgbImage& a, const RgbImage& b, const std::vector<uint8_t>& mask);
+// SSIM as ssim() computes it, averaged over the window positions whose centre pixel's mask is 1
+// (DynIBaR's masked scores); NaN when there are none.
+double masked_ssim(const RgbImage& a, const RgbImage& b, const std::vector<uint8_t>& mask);
+
 struct ViewMetrics {
   int view = -1;  // global view index
   std::string name;
   double psnr = 0, ssim = 0;
+  // Over the target's moving pixels (its motion mask, DynIBaR's dynamic_masks) and over the
+  // others, where the data has motion masks; NaN where it has none or a region is empty.
+  double psnr_dynamic = std::numeric_limits<double>::quiet_NaN();
+  double ssim_dynamic = std::numeric_limits<double>::quiet_NaN();
+  double psnr_static = std::numeric_limits<double>::quiet_NaN();
+  double ssim_static = std::numeric_limits<double>::quiet_NaN();
   std::string rgb_png, depth_png;  // written files, when asked for
 };
 
@@ -88,6 +101,8 @@ struct EvalReport {
   uint64_t step = 0;  // the checkpoint's
   std::vector<ViewMetrics> views;
   double mean_psnr = 0, mean_ssim = 0;
+  // The regional scores' means over the views that have them (NaN when none has).
+  double mean_psnr_dynamic = 0, mean_ssim_dynamic = 0, mean_psnr_static = 0, mean_ssim_static = 0;
 };
 
 // Loads `checkpoint` into the model of evaluation_config(config) and evaluates the first
