@@ -569,6 +569,15 @@ void TrainingRun::log_if_due() {
          {"allreduce/exposed_seconds", "allreduce_exposed_seconds",
           interval.allreduce_exposed / steps},
          {"allreduce/hidden_fraction", "allreduce_hidden_fraction", hidden}});
+    if (config_.model == ModelKind::kDynibar) {  // its groups at their own rates
+      scalars.insert(scalars.end(),
+                     {{"lr/static_feature", "lr_static_feature",
+                       model_->learning_rate(nn::ParameterGroup::kStaticFeature)},
+                      {"lr/static_mlp", "lr_static_mlp",
+                       model_->learning_rate(nn::ParameterGroup::kStaticMlp)},
+                      {"lr/trajectory_basis", "lr_trajectory_basis",
+                       model_->learning_rate(nn::ParameterGroup::kTrajectoryBasis)}});
+    }
     metrics_->write(done, scalars,
                     {{"valid_rays", result.valid_rays},
                      {"ranks", ranks_},

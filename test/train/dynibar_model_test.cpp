@@ -169,6 +169,28 @@ TEST_F(DynibarModelTest, TheMainLoopTrainsEveryPartAndTheBootstrapOnlyTheStaticB
   }
 }
 
+// DynibarMono's groups: the static network and its feature net at half rate, the basis at a
+// quarter of lrate_mlp, all on the schedule (no decay in the bootstrap, StepLR after it).
+TEST_F(DynibarModelTest, EachGroupTrainsAtItsPublishedRateOnTheSchedule) {
+  const TrainConfig c = config(8);
+  const DynibarScheduleOptions schedule = dynibar_schedule_options(c);
+  const std::pair<nn::ParameterGroup, double> groups[] = {
+      {nn::ParameterGroup::kFeature, c.lrate_feature},
+      {nn::ParameterGroup::kStaticFeature, 0.5 * c.lrate_feature},
+      {nn::ParameterGroup::kMlp, c.lrate_mlp},
+      {nn::ParameterGroup::kStaticMlp, 0.5 * c.lrate_mlp},
+      {nn::ParameterGroup::kTrajectoryBasis, 0.25 * c.lrate_mlp}};
+  for (uint64_t step : {0u, 11u, 12u, 35u, 36u, 37u, 200u}) {
+    const auto model = model_at(c, step);
+    for (const auto& [group, initial] : groups) {
+      EXPECT_EQ(model->learning_rate(group),
+                dynibar_learning_rate(initial, int64_t(step), schedule))
+          << "group " << int(group) << " at step " << step;
+    }
+  }
+  EXPECT_LT(model_at(c, 36)->learning_rate(nn::ParameterGroup::kMlp), c.lrate_mlp);  // decayed
+}
+
 // Two micro-batches of B rays are the global batch of 2B: the same loss and gradients up to the
 // order of float sums (every term divides by the whole batch's sums, not each half's).
 TEST_F(DynibarModelTest, TwoMicroBatchesOfBTrainAsOneOfTwoB) {
