@@ -39,9 +39,10 @@ TRAIN_NAME = re.compile(r"^train-(?P<mode>[A-Za-z0-9_]+)-r(?P<ranks>[0-9]+)\.jso
 ALLREDUCE_NAME = re.compile(r"^allreduce-r(?P<ranks>[0-9]+)\.jsonl$")
 MODE_ORDER = {"strong": 0, "weak": 1}
 # The phases in the order a step runs them (`mvibr bench train` writes them sorted by name).
-STEP_ORDER = ["data_wait", "features_forward", "sampling", "gather_forward", "aggregator_forward",
-              "composite_loss", "composite_backward", "aggregator_backward", "gather_backward",
-              "features_backward", "loss_allreduce", "allreduce_exposed", "optimizer", "other"]
+STEP_ORDER = ["data_wait", "features_forward", "sampling", "motion_forward", "gather_forward",
+              "aggregator_forward", "composite_loss", "composite_backward", "aggregator_backward",
+              "gather_backward", "motion_backward", "features_backward", "loss_allreduce",
+              "allreduce_exposed", "optimizer", "other"]
 
 
 class ReportError(Exception):

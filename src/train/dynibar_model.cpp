@@ -567,6 +567,7 @@ void DynibarModel::State::forward(MicroBatch* b, RandomKey key, uint32_t first_r
   b->moved_ref.resize(size_t(n_ref_frames) * points * 3);
   motion_forward(R, b->points.data(), b->time_ref[0], frame, ref_frames, b->moved_ref.data(),
                  &b->motion_ref);
+  laps.to(&times.motion_forward);
   const auto ref_index = [&](int f) { return f - first_frame; };
   // The static branch: every static view reads the sample where it is.
   Branch& st = b->static_branch;
@@ -760,7 +761,7 @@ int DynibarModel::State::cross_time_forward(MicroBatch* b) {
   b->moved_anchor.resize(anchor.frames.size() * points * 3);
   motion_forward(R, b->points_anchor.data(), b->time_anchor[0], anchor_frame, anchor.frames,
                  b->moved_anchor.data(), &b->motion_anchor);
-  laps.to(&times.sampling);
+  laps.to(&times.motion_forward);
   Branch& an = b->anchor_branch;
   std::vector<int> anchor_index(anchor.frames.size());
   for (size_t v = 0; v < anchor_index.size(); ++v) anchor_index[v] = int(v);
@@ -989,7 +990,7 @@ void DynibarModel::State::backward(MicroBatch* b, const DynibarLossFractions& wh
         g_moved_ref[f * points * 3 + i] -= g;
       }
     }
-    laps.to(&times.sampling);
+    laps.to(&times.motion_backward);
     // The dynamic branch at the target's time.
     dy.grad_rgb_features.resize(dy.rgb_features.size());
     net_dy.backward(dy.workspace, dy.grad_rgb.data(), dy.grad_sigma.data(),
@@ -1004,7 +1005,7 @@ void DynibarModel::State::backward(MicroBatch* b, const DynibarLossFractions& wh
     per_view_backward(points, dy.grad_moved.data(), dynamic_index, g_moved_ref.data());
     laps.to(&times.gather_backward);
     motion_backward(b->motion_ref, R, g_moved_ref.data(), nullptr);
-    laps.to(&times.sampling);
+    laps.to(&times.motion_backward);
   }
   // The static branch.
   st.grad_rgb_features.resize(st.rgb_features.size());

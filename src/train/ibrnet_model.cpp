@@ -21,10 +21,11 @@ double PhaseTimes::total() const {
 }
 
 std::vector<std::pair<const char*, double>> PhaseTimes::named() const {
-  return {{"features_forward", features_forward},       {"sampling", sampling},
-          {"gather_forward", gather_forward},           {"aggregator_forward", aggregator_forward},
-          {"composite_loss", composite_loss},           {"composite_backward", composite_backward},
-          {"aggregator_backward", aggregator_backward}, {"gather_backward", gather_backward},
+  return {{"features_forward", features_forward},     {"sampling", sampling},
+          {"motion_forward", motion_forward},         {"gather_forward", gather_forward},
+          {"aggregator_forward", aggregator_forward}, {"composite_loss", composite_loss},
+          {"composite_backward", composite_backward}, {"aggregator_backward", aggregator_backward},
+          {"gather_backward", gather_backward},       {"motion_backward", motion_backward},
           {"features_backward", features_backward}};
 }
 

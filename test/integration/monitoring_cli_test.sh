@@ -95,8 +95,9 @@ log, metrics, first = open(sys.argv[1]).read(), sys.argv[2], int(sys.argv[3])
 lines = [json.loads(l) for l in open(metrics) if "\"loss\"" in l][first - 1:]
 assert len(lines) >= 3, lines
 assert all(l["slowest_rank"] == 1 and l["imbalance"] > 0.2 for l in lines), lines
-phases = ("data_wait|features_forward|sampling|gather_forward|aggregator_forward|composite_loss"
-          "|composite_backward|aggregator_backward|gather_backward|features_backward|optimizer|other")
+phases = ("data_wait|features_forward|sampling|motion_forward|gather_forward|aggregator_forward"
+          "|composite_loss|composite_backward|aggregator_backward|gather_backward|motion_backward"
+          "|features_backward|optimizer|other")
 warned = {int(m.group(1)): m.group(2) for m in re.finditer(
     r"^warning: load imbalance over steps ([0-9]+)-[0-9]+: rank ([0-9]+) is busy [0-9.]+ s per "
     r"update, [0-9]+% longer than the fastest rank \([0-9.]+ s\); its slow phase is (?:" + phases +

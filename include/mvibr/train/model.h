@@ -28,12 +28,14 @@ namespace mvibr::train {
 struct PhaseTimes {
   double features_forward = 0;     // source images to floats, feature network forward
   double sampling = 0;             // target rays, stratified and importance depths
+  double motion_forward = 0;       // DynIBaR: the motion MLP, the samples moved in time
   double gather_forward = 0;       // projection into the sources, bilinear gather
   double aggregator_forward = 0;   // aggregation network forward
   double composite_loss = 0;       // compositing, ray mask, loss
   double composite_backward = 0;   // loss and compositing backward
   double aggregator_backward = 0;  // aggregation network backward
   double gather_backward = 0;      // gather backward into the feature maps
+  double motion_backward = 0;      // DynIBaR: into the motion MLP, the basis and the positions
   double features_backward = 0;    // feature network backward
 
   double total() const;
