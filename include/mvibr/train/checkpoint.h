@@ -5,7 +5,7 @@
 // "optimizer/exp_avg/<name>" and "optimizer/exp_avg_sq/<name>". Root attributes: format
 // "mvibr-checkpoint", format_version 1, step, mvibr_version, config, random_seed, lr_feature and
 // lr_mlp (the rates of the next update); dataset data_cursors [ranks, 2] (epoch, position), or
-// [0, 2] in a file of weights alone (tools/ibrnet_checkpoint.py imports IBRNet's so), whose
+// [0, 2] in a file of weights alone (tools/torch_checkpoint.py imports published ones so), whose
 // training starts the data from the beginning.
 //
 // A checkpoint is written under a temporary name, flushed, fsynced and renamed, so a crash leaves
