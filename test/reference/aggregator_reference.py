@@ -65,15 +65,15 @@ def weighted_mean_var(x, weight):
 
 
 def positional_encoding(n_samples, d):
-    position = torch.arange(n_samples, dtype=torch.float64)[:, None]
+    position = torch.arange(n_samples, dtype=torch.get_default_dtype())[:, None]
     j = torch.arange(d)[None, :]
-    angle = position / torch.pow(torch.tensor(10000.0), (2 * (j // 2)).double() / d)
+    angle = position / torch.pow(torch.tensor(10000.0), (2 * (j // 2)).to(position.dtype) / d)
     return torch.where(j % 2 == 0, torch.sin(angle), torch.cos(angle))
 
 
 def periodic_embed(x, n_freqs):
     """[x, cos(f x) for every f, sin(f x) for every f], f = 2^0 .. 2^(n-1) (float32, exact)."""
-    freqs = (2 ** torch.linspace(0, n_freqs - 1, n_freqs, dtype=torch.float32)).double()
+    freqs = (2 ** torch.linspace(0, n_freqs - 1, n_freqs, dtype=torch.float32)).to(x.dtype)
     fx = x[..., None, :] * freqs[:, None]  # [..., n, D]
     return torch.cat([x, torch.cos(fx).flatten(-2), torch.sin(fx).flatten(-2)], dim=-1)
 

@@ -52,14 +52,15 @@ MOTION_SPEC = {"depth": 8, "skips": [4], "sf_mag_div": 1.0, "frequencies": 16}
 UNSEEN_COLOUR_SUM = 1e-3  # DynibarStatic's mask_rgb
 
 
-def load_case(case):
+def load_case(case, dtype=torch.float64):
+    """case.json, the parameters (requiring grad), the inputs and the ReLU masks, as dtype."""
     cfg = json.loads((case / "case.json").read_text())
     with h5py.File(case / "checkpoint.h5", "r") as checkpoint:
-        params = {name: torch.from_numpy(np.asarray(value)).double().requires_grad_()
+        params = {name: torch.from_numpy(np.asarray(value)).to(dtype).requires_grad_()
                   for name, value in checkpoint["model"].items()}
-    x = {path.stem: torch.from_numpy(np.load(path)).double()
+    x = {path.stem: torch.from_numpy(np.load(path)).to(dtype)
          for path in case.glob("*.npy") if not path.name.startswith(("ref_", "mask_"))}
-    masks = {path.stem: torch.from_numpy(np.load(path)) for path in case.glob("mask_*.npy")}
+    masks = {path.stem: torch.from_numpy(np.load(path)).to(dtype) for path in case.glob("mask_*.npy")}
     return cfg, params, x, masks
 
 
@@ -118,7 +119,7 @@ def raw2outputs(sigma_dy, rgb_dy, sigma_st, rgb_st, z, mask_dy, mask_st):
     rgb_map_dy = torch.sum(w_dy[..., None] * rgb_dy, 1)
     rgb_map_st = torch.sum(w_st[..., None] * rgb_st, 1)
     weights = alpha * T
-    ray_mask = ((mask_dy.sum(1) > 8) | (mask_st.sum(1) > 8)).double()
+    ray_mask = ((mask_dy.sum(1) > 8) | (mask_st.sum(1) > 8)).to(z.dtype)
     return {"rgb": rgb_map_dy + rgb_map_st, "rgb_static": rgb_map_st, "rgb_dy": rgb_map_dy,
             "depth": torch.sum(weights * z, -1), "weights_dy": w_dy, "weights_st": w_st,
             "weights": weights, "mask": ray_mask}
@@ -130,7 +131,7 @@ def raw2outputs_vanilla(sigma, rgb, z, mask):
     T = torch.cat([torch.ones_like(T[:, :1]), T], -1)
     weights = alpha * T
     return {"rgb": torch.sum(weights[..., None] * rgb, 1), "weights": weights,
-            "mask": (mask.sum(1) > 8).double()}
+            "mask": (mask.sum(1) > 8).to(z.dtype)}
 
 
 def optical_flow(weights, points, cameras, pixels):
@@ -209,7 +210,7 @@ def train_step(cfg, params, x, masks):
     src_centers = torch.stack([render_ops.intrinsics_and_pose(c)[1][:3, 3]
                                for c in x["static_cameras"]])
     src_rays = plucker(src_centers[:, None, None], pts_ref[None] - src_centers[:, None, None])
-    network_mask = mask_st * (rgb_feat_st[..., :3].sum(-1) > UNSEEN_COLOUR_SUM).double()
+    network_mask = mask_st * (rgb_feat_st[..., :3].sum(-1) > UNSEEN_COLOUR_SUM).to(z.dtype)
     spec_st = {"anti_alias_pooling": cfg["anti_alias_pooling"], "attention_mask": "queries"}
     rgb_st, sigma_st = aggregator.dynibar_static(
         network(params, "net_coarse_st."), spec_st, rgb_feat_st, ray_diff_st, network_mask,
@@ -221,7 +222,7 @@ def train_step(cfg, params, x, masks):
                                                      ref_images, ref_maps, target_center)
     pixel_mask_ref = mask_ref.sum(2) > 1
     outputs_st = raw2outputs_vanilla(sigma_st, rgb_st, z, pixel_mask_st)
-    ref_mask = ((pixel_mask_ref.sum(1) > 8) | (pixel_mask_st.sum(1) > 8)).double()
+    ref_mask = ((pixel_mask_ref.sum(1) > 8) | (pixel_mask_st.sum(1) > 8)).to(z.dtype)
     inputs = {"target_rgb": x["target_rgb"], "static_mask": x["static_mask"],
               "ray_mask": ref_mask, "static_only_rgb": outputs_st["rgb"]}
     if not main:

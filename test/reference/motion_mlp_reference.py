@@ -37,8 +37,10 @@ torch.set_default_dtype(torch.float64)
 def frequencies(count, max_freq, spacing="linear"):
     """The published spacings, computed as the published module does: in float32."""
     if spacing == "log":
-        return (2 ** torch.linspace(0, count - 1, steps=count, dtype=torch.float32)).double()
-    return torch.linspace(1, max_freq + 1, steps=count, dtype=torch.float32).double()
+        return (2 ** torch.linspace(0, count - 1, steps=count, dtype=torch.float32)).to(
+            torch.get_default_dtype())
+    return torch.linspace(1, max_freq + 1, steps=count, dtype=torch.float32).to(
+        torch.get_default_dtype())
 
 
 def embed(x, freqs):
