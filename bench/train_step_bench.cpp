@@ -25,6 +25,7 @@
 #include "mvibr/train/ibrnet_model.h"
 #include "mvibr/train/ray_batch.h"
 #include "mvibr/train/trainer.h"
+#include "step_bench.h"
 
 namespace mvibr {
 namespace {
@@ -39,22 +40,10 @@ struct BenchOptions {
 // Takes this program's own options out of `args`; the rest are the training config's.
 BenchOptions take_bench_options(std::vector<std::string>* args) {
   BenchOptions o;
-  std::vector<std::string> rest;
-  for (size_t i = 0; i < args->size(); ++i) {
-    const std::string& a = (*args)[i];
-    const bool ours = a == "--warmup" || a == "--steps" || a == "--write_case";
-    if (!ours) {
-      rest.push_back(a);
-      continue;
-    }
-    if (i + 1 == args->size()) throw InvalidArgument(a + " needs a value");
-    const std::string& value = (*args)[++i];
-    if (a == "--warmup") o.warmup = std::stoi(value);
-    if (a == "--steps") o.steps = std::stoi(value);
-    if (a == "--write_case") o.case_dir = value;
-  }
+  if (const auto v = bench::take_option(args, "--warmup")) o.warmup = std::stoi(*v);
+  if (const auto v = bench::take_option(args, "--steps")) o.steps = std::stoi(*v);
+  if (const auto v = bench::take_option(args, "--write_case")) o.case_dir = *v;
   if (o.warmup < 0 || o.steps < 1) throw InvalidArgument("--warmup >= 0 and --steps >= 1");
-  *args = rest;
   return o;
 }
 
@@ -64,12 +53,6 @@ data::TrainingSample first_sample(const train::TrainConfig& c) {
   o.queue_depth = 1;
   data::PrefetchReader reader(o);
   return reader.next();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 int run(std::vector<std::string> args) {
@@ -111,10 +94,10 @@ int run(std::vector<std::string> args) {
 
   nlohmann::ordered_json phase_medians;
   for (const auto& [name, seconds] : train::PhaseTimes{}.named()) {
-    phase_medians[name] = median(phases[name]);
+    phase_medians[name] = bench::median(phases[name]);
   }
-  phase_medians["optimizer"] = median(phases["optimizer"]);
-  const double step = median(step_seconds);
+  phase_medians["optimizer"] = bench::median(phases["optimizer"]);
+  const double step = bench::median(step_seconds);
   nlohmann::ordered_json out = {
       {"impl", "mvibr"},
       {"threads", omp_get_max_threads()},

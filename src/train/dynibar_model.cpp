@@ -19,6 +19,7 @@
 #include "mvibr/ops/render_ops.h"
 #include "mvibr/render/dynibar_losses.h"
 #include "mvibr/render/loss.h"
+#include "mvibr/train/trainer.h"
 #include "phase_laps.h"
 
 namespace mvibr::train {
@@ -271,7 +272,7 @@ struct DynibarModel::State {
         basis(parameters.add("trajectory_basis", {c.num_frames, c.num_basis},
                              nn::ParameterGroup::kTrajectoryBasis)),
         motion(motion_mlp, c.num_frames),
-        adam(parameters, adam_options(c, nn::AdamOptions{})) {}
+        adam(parameters, dynibar_adam(c, adam_options(c, 1))) {}
 
   static nn::MotionMlpOptions motion_options(const TrainConfig& c) {
     nn::MotionMlpOptions o;
@@ -279,9 +280,13 @@ struct DynibarModel::State {
     return o;
   }
 
-  // DynibarMono's groups and schedule on top of `o`.
-  static nn::AdamOptions adam_options(const TrainConfig& c, nn::AdamOptions o) {
-    const DynibarScheduleOptions schedule = dynibar_schedule_options(c);
+  // DynibarMono's groups and schedule on top of `o`, whose rates (the trainer's, scaled for the
+  // ranks when lr_scaling asks) the schedule decays.
+  static nn::AdamOptions dynibar_adam(const TrainConfig& c, nn::AdamOptions o) {
+    DynibarScheduleOptions schedule = dynibar_schedule_options(c);
+    schedule.lrate_feature = o.lrate_feature;
+    schedule.lrate_mlp = o.lrate_mlp;
+    schedule.lrate_decay_factor = o.lrate_decay_factor;
     o.static_rate_multiplier = kDynibarStaticRateMultiplier;
     o.basis_rate_multiplier = kDynibarBasisRateMultiplier;
     o.schedule = [schedule](double initial, uint64_t completed) {
@@ -1030,6 +1035,10 @@ DynibarModel::DynibarModel(const TrainConfig& config) {
   if (config.precision != Precision::kFp32) {
     throw InvalidArgument("model = dynibar: the CPU step is fp32 only");
   }
+  if (config.N_importance != 0) {
+    throw InvalidArgument("config key 'N_importance': " + std::to_string(config.N_importance) +
+                          ", but DynIBaR's monocular model has no fine pass: set 0");
+  }
   state_ = std::make_unique<State>(config);
 }
 
@@ -1050,7 +1059,7 @@ nn::Adam& DynibarModel::optimizer() {
 
 void DynibarModel::configure_optimizer(const nn::AdamOptions& options) {
   State& s = *state_;
-  s.adam = nn::Adam(s.parameters, State::adam_options(s.config, options));
+  s.adam = nn::Adam(s.parameters, State::dynibar_adam(s.config, options));
 }
 
 void DynibarModel::initialize(uint64_t seed) {

@@ -28,40 +28,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int kFrames = 12;
+constexpr int kFrames = 12, kReach = 6;
 
-// A 12-frame monocular video of the built-in dynamic scene at 40x32, prepared once.
+// A 12-frame video of the built-in dynamic scene, its pools reaching 6 frames, prepared once.
 class DynibarModelTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     root_ = fs::temp_directory_path() / ("mvibr-dynibar-model-" + std::to_string(::getpid()));
-    data::SyntheticSceneOptions options;
-    options.rig = "monocular";
-    options.n_time_steps = kFrames;
-    options.width = 40;
-    options.height = 32;
-    data::Scene scene = data::make_synthetic_scene(options);
-    data::select_neighbours(
-        &scene, {2 * 6, 6});  // as prep --neighbours 2 max_range --time_window max_range
-    data::write_prepared_scene(scene, data_dir(), {1, 0, "dynibar_model_test"});
+    testing::prepare_small_video(root_, "dynibar_model_test", kFrames, kReach);
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
-  static std::string data_dir() { return (root_ / "data").string(); }
 
   static TrainConfig config(int n_rand) {
-    TrainConfig c;
-    c.model = ModelKind::kDynibar;
-    c.datadir = data_dir();
-    c.device = Device::kCpu;
-    c.feature_net = nn::ResUNetPreset::kSmall;
+    TrainConfig c = testing::small_dynibar_config(root_, "model", 1, n_rand, kReach);
     c.coarse_feat_dim = c.fine_feat_dim = 8;
-    c.N_rand = n_rand;
-    c.N_samples = 16;
-    c.N_importance = 0;
-    c.inv_uniform = true;
-    c.num_source_views = 3;
-    c.max_range = 6;
-    c.init_decay_epoch = 2;  // a bootstrap of one epoch (12 steps), decays every 24
     c.seed = 5;
     return with_video_frames(c);
   }
@@ -229,6 +209,9 @@ TEST_F(DynibarModelTest, SamplesWithoutSourceSetsOrFramesBeyondTheVideoAreRefuse
   TrainConfig wrong = c;
   wrong.num_frames = kFrames + 1;
   EXPECT_THROW(with_video_frames(wrong), InvalidArgument);
+  TrainConfig fine = c;
+  fine.N_importance = 8;  // DynIBaR's monocular model has no fine pass
+  EXPECT_THROW(DynibarModel{fine}, InvalidArgument);
 }
 
 // Training through the loop (train()): the static bootstrap, then the main loop.

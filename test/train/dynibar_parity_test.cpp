@@ -34,6 +34,7 @@
 #include "mvibr/train/dynibar_model.h"
 #include "mvibr/train/ray_batch.h"
 #include "npy.h"
+#include "training_fixture.h"
 
 namespace mvibr::train {
 namespace {
@@ -41,40 +42,21 @@ namespace {
 namespace fs = std::filesystem;
 using test::NpyArray;
 
-constexpr int kFrames = 12;
+constexpr int kFrames = 12, kReach = 6;
 
 class DynibarParity : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     root_ = fs::temp_directory_path() / ("mvibr-dynibar-parity-" + std::to_string(::getpid()));
-    data::SyntheticSceneOptions options;
-    options.rig = "monocular";
-    options.n_time_steps = kFrames;
-    options.width = 40;
-    options.height = 32;
-    data::Scene scene = data::make_synthetic_scene(options);
-    data::select_neighbours(&scene, {12, 6});
-    data::write_prepared_scene(scene, (root_ / "data").string(), {1, 0, "dynibar_parity_test"});
+    testing::prepare_small_video(root_, "dynibar_parity_test", kFrames, kReach);
   }
   static void TearDownTestSuite() {
     if (!std::getenv("MVIBR_KEEP")) fs::remove_all(root_);  // a failing case stays with it
   }
 
   static TrainConfig config() {
-    TrainConfig c;
-    c.model = ModelKind::kDynibar;
-    c.datadir = (root_ / "data").string();
-    c.device = Device::kCpu;
-    c.feature_net = nn::ResUNetPreset::kSmall;
+    TrainConfig c = testing::small_dynibar_config(root_, "parity", 1, 48, kReach);
     c.coarse_feat_dim = c.fine_feat_dim = 8;
-    c.N_rand = 48;
-    c.N_samples = 16;
-    c.N_importance = 0;
-    c.inv_uniform = true;
-    c.anti_alias_pooling = false;  // configs/train_kid-running.txt
-    c.num_source_views = 3;
-    c.max_range = 6;
-    c.init_decay_epoch = 2;
     c.seed = 5;
     return with_video_frames(c);
   }

@@ -83,30 +83,31 @@ inline TrainConfig small_config(const std::filesystem::path& root, const std::st
   return c;
 }
 
-// A 10-frame monocular video of the built-in dynamic scene at 40x32 (frames 0 and 8 held out),
-// its source pools reaching 4 frames, prepared into root/data for DynIBaR.
-inline void prepare_small_video(const std::filesystem::path& root, const std::string& command) {
+// A monocular video of the built-in dynamic scene at 40x32 (every 8th frame held out), each
+// frame's source pool reaching `reach` frames either way, prepared into root/data for DynIBaR.
+inline void prepare_small_video(const std::filesystem::path& root, const std::string& command,
+                                int frames = 10, int reach = 4) {
   data::SyntheticSceneOptions options;
   options.rig = "monocular";
-  options.n_time_steps = 10;
+  options.n_time_steps = frames;
   options.width = 40;
   options.height = 32;
   data::Scene scene = data::make_synthetic_scene(options);
-  data::select_neighbours(&scene, {8, 4});
+  data::select_neighbours(&scene, {2 * reach, reach});
   data::write_prepared_scene(scene, (root / "data").string(), {1, 0, command});
 }
 
-// DynIBaR on prepare_small_video's data: its 10-step static bootstrap (init_decay_epoch 2), then
-// the main loop; small nets, 16 samples, 3 + 6 sources.
+// DynIBaR on prepare_small_video's data (max_range = its reach): a static bootstrap of one epoch
+// (init_decay_epoch 2), then the main loop; small nets, 16 samples, 3 + 6 sources.
 inline TrainConfig small_dynibar_config(const std::filesystem::path& root, const std::string& name,
-                                        int n_iters, int n_rand) {
+                                        int n_iters, int n_rand, int reach = 4) {
   TrainConfig c = small_config(root, name, n_iters, n_rand);
   c.model = ModelKind::kDynibar;
   c.N_importance = 0;
   c.inv_uniform = true;
-  c.anti_alias_pooling = false;
+  c.anti_alias_pooling = false;  // configs/train_kid-running.txt
   c.num_source_views = 3;
-  c.max_range = 4;
+  c.max_range = reach;
   c.init_decay_epoch = 2;
   c.lrate_feature = 8e-4;
   c.lrate_mlp = 4e-4;

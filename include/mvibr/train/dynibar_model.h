@@ -45,7 +45,9 @@ nn::ResUNetOptions dynibar_feature_net_options(const TrainConfig& config);
 
 class DynibarModel final : public TrainableModel {
  public:
-  // InvalidArgument unless num_frames > num_basis, N_importance = 0 and the step runs on the CPU.
+  // The networks and the optimiser at the config's rates (configure_optimizer sets others).
+  // InvalidArgument unless num_frames > num_basis, N_importance = 0 and the step runs on the CPU
+  // in fp32.
   explicit DynibarModel(const TrainConfig& config);
   ~DynibarModel() override;
   DynibarModel(const DynibarModel&) = delete;
