@@ -671,7 +671,8 @@ TEST(DynibarLosses, WithoutCrossTimeTheOtherTermsStandAlone) {
   EXPECT_EQ(t.flow, full.flow);
   EXPECT_EQ(t.scene_flow_spatial, full.scene_flow_spatial);
   EXPECT_EQ(t.static_region, full.static_region);
-  EXPECT_DOUBLE_EQ(t.total, full.total - full.cross_time - full.cross_time_dynamic_only - full.cycle);
+  EXPECT_DOUBLE_EQ(t.total,
+                   full.total - full.cross_time - full.cross_time_dynamic_only - full.cycle);
   alone.cross_time = true;  // then they are required
   EXPECT_THROW(dynibar_losses(w, alone, rendered<double>(g)), InvalidArgument);
 }
