@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <numeric>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -64,6 +65,13 @@ TrainConfig with_video_frames(const TrainConfig& config) {
   TrainConfig resolved = config;
   resolved.num_frames = frames;
   return resolved;
+}
+
+data::DynibarSourceOptions dynibar_source_options(const TrainConfig& c) {
+  data::DynibarSourceOptions o;
+  o.max_range = c.max_range;
+  o.static_views = 2 * c.num_source_views;
+  return o;
 }
 
 DynibarScheduleOptions dynibar_schedule_options(const TrainConfig& c) {
@@ -213,7 +221,8 @@ struct MicroBatch {
   std::vector<float> moved_ref;
   // Cross time: the anchor samples' motion, moved_anchor [Oa,R,S,3] at the anchor set's frames.
   MotionChunks motion_anchor;
-  std::vector<float> points_anchor, moved_anchor;
+  std::vector<float> moved_anchor;
+  std::vector<int> cycle_views;  // the anchor views within the target's reach: the cycle pairs
   Branch static_branch, dynamic_branch, anchor_branch;
   // Renders at the target's time: the composite with its components, and each component alone.
   std::vector<float> rgb, rgb_static, rgb_dynamic, depth, weights, weights_static, weights_dynamic;
@@ -228,8 +237,12 @@ struct MicroBatch {
   std::vector<float> ray_mask, dynamic_only_mask, cross_mask, cross_dynamic_only_mask,
       static_only_mask;
   DynibarLossBatch<float> loss_batch;
-  double squared_error = 0, valid = 0;  // the composite's, for the PSNR
 };
+
+// Set `index` of point sets [N][R,S,3] of `points` points each.
+const float* point_set(const std::vector<float>& sets, size_t index, size_t points) {
+  return sets.data() + index * points * 3;
+}
 
 }  // namespace
 
@@ -248,7 +261,10 @@ struct DynibarModel::State {
   int frame = 0, anchor_frame = -1;
   int first_frame = 0, n_ref_frames = 0;  // the target's trajectory frames t + lo .. t + hi
   SourceSet dynamic, anchor, statics;
-  std::vector<int> flow_offsets;                     // kFlowOffsets' index of each dynamic view
+  std::vector<int> flow_offsets;  // kFlowOffsets' index of each dynamic view
+  // Where each dynamic view reads: its frame's set in a micro-batch's moved_ref; the anchor
+  // views' sets in moved_anchor, in order.
+  std::vector<int> dynamic_index, anchor_index;
   std::vector<float> dynamic_images, static_images;  // [V,H,W,3], the dynamic then anchor sets
   int height = 0, width = 0, map_height = 0, map_width = 0;
   std::vector<float> dynamic_maps, static_maps, grad_dynamic_maps, grad_static_maps;
@@ -299,6 +315,10 @@ struct DynibarModel::State {
   float* grads(size_t offset) { return parameters.grads().data() + offset; }
   const float* basis_values() const { return parameters.value(basis); }
 
+  size_t map_size() const { return size_t(map_height) * map_width * config.coarse_feat_dim; }
+  // The set's first map in its feature network's maps (or their gradients).
+  size_t map_offset(const SourceSet& set) const { return size_t(set.first_map) * map_size(); }
+
   SourceViews<float> views(const SourceSet& set, bool static_set) const {
     SourceViews<float> v;
     v.n_views = int(set.positions.size());
@@ -306,13 +326,12 @@ struct DynibarModel::State {
     v.image_height = height;
     v.image_width = width;
     const size_t image = size_t(height) * width * 3;
-    const size_t map = size_t(map_height) * map_width * config.coarse_feat_dim;
     v.images = (static_set ? static_images : dynamic_images).data() + set.first_map * image;
     v.feature_height = map_height;
     v.feature_width = map_width;
     v.feature_channels = config.coarse_feat_dim;
     const std::vector<float>& maps = static_set ? static_maps : dynamic_maps;
-    v.features = maps.empty() ? nullptr : maps.data() + set.first_map * map;
+    v.features = maps.empty() ? nullptr : maps.data() + map_offset(set);
     if (maps.empty()) v.feature_channels = 0;  // the bootstrap reads only where views see
     return v;
   }
@@ -396,6 +415,10 @@ void DynibarModel::State::prepare(const data::TrainingSample& s, bool training,
             hi = std::min(kMaxOffset, config.num_frames - 1 - frame);
   first_frame = frame + lo;
   n_ref_frames = hi - lo + 1;
+  dynamic_index.clear();
+  for (int f : dynamic.frames) dynamic_index.push_back(f - first_frame);
+  anchor_index.resize(anchor.frames.size());
+  std::iota(anchor_index.begin(), anchor_index.end(), 0);
   // Images as floats; the static set's moving pixels black (DynIBaR's mask_src_view).
   const size_t pixels = size_t(height) * width;
   const auto load = [&](const SourceSet& set, bool black_out_motion, std::vector<float>* images,
@@ -424,7 +447,7 @@ void DynibarModel::State::prepare(const data::TrainingSample& s, bool training,
   static_images.resize(statics.positions.size() * pixels * 3);
   load(statics, true, &static_images, 0);
   std::tie(map_height, map_width) = nn::ResUNet::output_size(height, width, true);
-  const size_t map = size_t(map_height) * map_width * config.coarse_feat_dim;
+  const size_t map = map_size();
   static_maps.resize(statics.positions.size() * map);
   feature_net_st.forward(int(statics.positions.size()), height, width, static_images.data(),
                          &static_workspace, static_maps.data(), nullptr);
@@ -573,7 +596,6 @@ void DynibarModel::State::forward(MicroBatch* b, RandomKey key, uint32_t first_r
   motion_forward(R, b->points.data(), b->time_ref[0], frame, ref_frames, b->moved_ref.data(),
                  &b->motion_ref);
   laps.to(&times.motion_forward);
-  const auto ref_index = [&](int f) { return f - first_frame; };
   // The static branch: every static view reads the sample where it is.
   Branch& st = b->static_branch;
   const int Vs = int(statics.positions.size());
@@ -590,8 +612,6 @@ void DynibarModel::State::forward(MicroBatch* b, RandomKey key, uint32_t first_r
   }
   // The dynamic branch: view v reads the sample where it has moved to by v's frame.
   Branch& dy = b->dynamic_branch;
-  std::vector<int> dynamic_index;
-  for (int f : dynamic.frames) dynamic_index.push_back(ref_index(f));
   dy.moved.resize(points * dynamic_index.size() * 3);
   per_view(points, b->moved_ref.data(), dynamic_index, dy.moved.data());
   gather(&dy, b, b->points.data(), dynamic, false);
@@ -648,7 +668,7 @@ void DynibarModel::State::forward(MicroBatch* b, RandomKey key, uint32_t first_r
   const int K = int(flow_offsets.size());
   b->flow_points.resize(size_t(K) * points * 3);
   for (int k = 0; k < K; ++k) {
-    const float* from = b->moved_ref.data() + size_t(dynamic_index[size_t(k)]) * points * 3;
+    const float* from = point_set(b->moved_ref, size_t(dynamic_index[size_t(k)]), points);
     std::copy(from, from + points * 3, b->flow_points.data() + size_t(k) * points * 3);
   }
   b->render_flows.resize(size_t(K) * rays * 2);
@@ -760,21 +780,17 @@ int DynibarModel::State::cross_time_forward(MicroBatch* b) {
   const int R = b->n_rays, S = config.N_samples;
   const size_t rays = size_t(R), samples = rays * S, points = samples;
   const Branch& st = b->static_branch;
-  const auto ref_index = [&](int f) { return f - first_frame; };
-  const float* anchor_points = b->moved_ref.data() + size_t(ref_index(anchor_frame)) * points * 3;
-  b->points_anchor.assign(anchor_points, anchor_points + points * 3);
+  const float* anchor_points = point_set(b->moved_ref, size_t(anchor_frame - first_frame), points);
   b->moved_anchor.resize(anchor.frames.size() * points * 3);
-  motion_forward(R, b->points_anchor.data(), b->time_anchor[0], anchor_frame, anchor.frames,
+  motion_forward(R, anchor_points, b->time_anchor[0], anchor_frame, anchor.frames,
                  b->moved_anchor.data(), &b->motion_anchor);
   laps.to(&times.motion_forward);
   Branch& an = b->anchor_branch;
-  std::vector<int> anchor_index(anchor.frames.size());
-  for (size_t v = 0; v < anchor_index.size(); ++v) anchor_index[v] = int(v);
   an.moved.resize(points * anchor_index.size() * 3);
   per_view(points, b->moved_anchor.data(), anchor_index, an.moved.data());
   gather(&an, b, b->points.data(), anchor, false);
   laps.to(&times.gather_forward);
-  run_network(net_dy, &an, b, b->points_anchor.data(), b->time_anchor.data(), true);
+  run_network(net_dy, &an, b, anchor_points, b->time_anchor.data(), true);
   laps.to(&times.aggregator_forward);
   b->cross_rgb.resize(rays * 3);
   b->cross_weights.resize(samples);
@@ -817,20 +833,20 @@ int DynibarModel::State::cross_time_forward(MicroBatch* b) {
   }
   // Cycle pairs: an anchor source's frame within the target's reach, where the anchor sample's
   // trajectory and the target sample's put the point.
+  b->cycle_views.clear();
   b->points_traj_ref.clear();
   b->points_traj_anchor.clear();
-  int pairs = 0;
   for (size_t v = 0; v < anchor.frames.size(); ++v) {
     const int f = anchor.frames[v];
     if (std::abs(f - frame) > kMaxOffset) continue;
-    const float* ref = b->moved_ref.data() + size_t(ref_index(f)) * points * 3;
-    const float* cross = b->moved_anchor.data() + v * points * 3;
+    b->cycle_views.push_back(int(v));
+    const float* ref = point_set(b->moved_ref, size_t(f - first_frame), points);
+    const float* cross = point_set(b->moved_anchor, v, points);
     b->points_traj_ref.insert(b->points_traj_ref.end(), ref, ref + points * 3);
     b->points_traj_anchor.insert(b->points_traj_anchor.end(), cross, cross + points * 3);
-    ++pairs;
   }
   laps.to(&times.composite_loss);
-  return pairs;
+  return int(b->cycle_views.size());
 }
 
 void DynibarModel::State::backward(MicroBatch* b, const DynibarLossFractions& whole) {
@@ -899,19 +915,16 @@ void DynibarModel::State::backward(MicroBatch* b, const DynibarLossFractions& wh
                                dynamic.cameras.data(), g_flows.data(), g_weights.data(),
                                g_flow_points.data());
     for (int k = 0; k < K; ++k) {
-      const size_t o = size_t(dynamic.frames[size_t(k)] - first_frame);
+      const size_t o = size_t(dynamic_index[size_t(k)]);
       for (size_t i = 0; i < points * 3; ++i) {
         g_moved_ref[o * points * 3 + i] += g_flow_points[size_t(k) * points * 3 + i];
       }
     }
     // The component colours, then the composite.
-    std::vector<float> g_rgb_st_extra(samples * 3, 0.0f), g_rgb_dy_extra(samples * 3, 0.0f);
     component_colour_backward(R, S, b->weights_static.data(), st.rgb.data(), g_rgb_static.data(),
-                              g_weights_static.data(), g_rgb_st_extra.data());
+                              g_weights_static.data(), st.grad_rgb.data());
     component_colour_backward(R, S, b->weights_dynamic.data(), dy.rgb.data(), g_rgb_dynamic.data(),
-                              g_weights_dynamic.data(), g_rgb_dy_extra.data());
-    add_to(&st.grad_rgb, g_rgb_st_extra);
-    add_to(&dy.grad_rgb, g_rgb_dy_extra);
+                              g_weights_dynamic.data(), dy.grad_rgb.data());
     const DynamicSamples<const float> both{st.sigma.data(), st.rgb.data(), dy.sigma.data(),
                                            dy.rgb.data()};
     const DynamicSamples<float> grad_both{g_sigma_a.data(), g_rgb_a.data(), g_sigma_b.data(),
@@ -956,27 +969,21 @@ void DynibarModel::State::backward(MicroBatch* b, const DynibarLossFractions& wh
       laps.to(&times.aggregator_backward);
       const size_t n_anchor = anchor.frames.size();
       an.grad_moved.resize(an.moved.size());
-      cpu::gather_moved_samples_backward(
-          R, S, an.moved.data(), views(anchor, false), an.grad_rgb_features.data(),
-          an.grad_moved.data(), static_cast<float*>(nullptr),
-          grad_dynamic_maps.data() +
-              anchor.first_map * size_t(map_height) * map_width * config.coarse_feat_dim);
+      cpu::gather_moved_samples_backward(R, S, an.moved.data(), views(anchor, false),
+                                         an.grad_rgb_features.data(), an.grad_moved.data(),
+                                         static_cast<float*>(nullptr),
+                                         grad_dynamic_maps.data() + map_offset(anchor));
       laps.to(&times.gather_backward);
       std::vector<float> g_moved_anchor(n_anchor * points * 3, 0.0f);
-      std::vector<int> anchor_index(n_anchor);
-      for (size_t v = 0; v < n_anchor; ++v) anchor_index[v] = int(v);
       per_view_backward(points, an.grad_moved.data(), anchor_index, g_moved_anchor.data());
-      // The cycle pairs and the scene flow, into both trajectories.
-      size_t pair = 0;
-      for (size_t v = 0; v < n_anchor; ++v) {
-        const int f = anchor.frames[v];
-        if (std::abs(f - frame) > kMaxOffset) continue;
-        const size_t o = size_t(f - first_frame);
+      // The cycle pairs, into both trajectories.
+      for (size_t pair = 0; pair < b->cycle_views.size(); ++pair) {
+        const size_t v = size_t(b->cycle_views[pair]);
+        const size_t o = size_t(anchor.frames[v] - first_frame);
         for (size_t i = 0; i < points * 3; ++i) {
           g_moved_ref[o * points * 3 + i] += g_traj_ref[pair * points * 3 + i];
           g_moved_anchor[v * points * 3 + i] += g_traj_anchor[pair * points * 3 + i];
         }
-        ++pair;
       }
       std::vector<float> g_points_anchor(points * 3);
       motion_backward(b->motion_anchor, R, g_moved_anchor.data(), g_points_anchor.data());
@@ -1005,8 +1012,6 @@ void DynibarModel::State::backward(MicroBatch* b, const DynibarLossFractions& wh
     cpu::gather_moved_samples_backward(R, S, dy.moved.data(), views(dynamic, false),
                                        dy.grad_rgb_features.data(), dy.grad_moved.data(),
                                        static_cast<float*>(nullptr), grad_dynamic_maps.data());
-    std::vector<int> dynamic_index;
-    for (int f : dynamic.frames) dynamic_index.push_back(f - first_frame);
     per_view_backward(points, dy.grad_moved.data(), dynamic_index, g_moved_ref.data());
     laps.to(&times.gather_backward);
     motion_backward(b->motion_ref, R, g_moved_ref.data(), nullptr);

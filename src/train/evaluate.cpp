@@ -17,6 +17,7 @@
 #include "mvibr/data/neighbours.h"
 #include "mvibr/data/shards.h"
 #include "mvibr/train/checkpoint.h"
+#include "mvibr/train/dynibar_model.h"
 
 namespace mvibr::train {
 
@@ -129,8 +130,7 @@ data::ReaderOptions heldout_reader_options(const TrainConfig& c, data::Split spl
   o.target_motion = true;  // the regional scores' masks, where the shards have them
   if (c.model == ModelKind::kDynibar) {
     o.dynibar_sources = true;
-    o.dynibar.max_range = c.max_range;
-    o.dynibar.static_views = 2 * c.num_source_views;
+    o.dynibar = dynibar_source_options(c);
   }
   return o;
 }

@@ -230,8 +230,7 @@ data::ReaderOptions reader_options(const TrainConfig& c, int rank, int ranks) {
   o.split = data::Split::kTrain;
   if (c.model == ModelKind::kDynibar) {
     o.dynibar_sources = true;
-    o.dynibar.max_range = c.max_range;
-    o.dynibar.static_views = 2 * c.num_source_views;
+    o.dynibar = dynibar_source_options(c);
     const DynibarScheduleOptions schedule = dynibar_schedule_options(c);
     o.anchor_growth_steps = uint64_t(dynibar_decay_steps(schedule));
     o.anchor_growth_start = uint64_t(dynibar_bootstrap_steps(schedule));

@@ -68,8 +68,7 @@ class DynibarParity : public ::testing::Test {
     o.data_dir = c.datadir;
     o.seed = c.seed;
     o.dynibar_sources = true;
-    o.dynibar.max_range = c.max_range;
-    o.dynibar.static_views = 2 * c.num_source_views;
+    o.dynibar = dynibar_source_options(c);
     o.shuffle = false;
     data::PrefetchReader reader(o);
     data::TrainingSample s = reader.next();

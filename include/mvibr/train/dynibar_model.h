@@ -38,6 +38,8 @@ namespace mvibr::train {
 // config comes back unchanged). InvalidArgument when the config names another count, or the
 // data holds no video with motion data.
 TrainConfig with_video_frames(const TrainConfig& config);
+// The source sets the config asks for: static views over +-max_range, two per num_source_views.
+data::DynibarSourceOptions dynibar_source_options(const TrainConfig& config);
 // The schedule's options from the config (num_frames must be set).
 DynibarScheduleOptions dynibar_schedule_options(const TrainConfig& config);
 // The shallow feature networks' options (the config's preset, layer1 as wide as the output).
