@@ -223,6 +223,12 @@ std::vector<double> ssim_map(const RgbImage& a, const RgbImage& b) {
   return map;
 }
 
+double map_mean(const std::vector<double>& map) {
+  double sum = 0;
+  for (double v : map) sum += v;
+  return sum / double(map.size());
+}
+
 void check_mask(const RgbImage& a, const std::vector<uint8_t>& mask, const char* metric) {
   if (mask.size() != size_t(a.width) * a.height) {
     throw InvalidArgument(std::string(metric) + ": a mask of " + std::to_string(mask.size()) +
@@ -234,10 +240,7 @@ void check_mask(const RgbImage& a, const std::vector<uint8_t>& mask, const char*
 }  // namespace
 
 double ssim(const RgbImage& a, const RgbImage& b) {
-  const std::vector<double> map = ssim_map(a, b);
-  double sum = 0;
-  for (double v : map) sum += v;
-  return sum / double(map.size());
+  return map_mean(ssim_map(a, b));
 }
 
 double masked_psnr(const RgbImage& a, const RgbImage& b, const std::vector<uint8_t>& mask) {
@@ -257,18 +260,27 @@ double masked_psnr(const RgbImage& a, const RgbImage& b, const std::vector<uint8
   return -10.0 * std::log10(sum / count);
 }
 
-double masked_ssim(const RgbImage& a, const RgbImage& b, const std::vector<uint8_t>& mask) {
-  check_mask(a, mask, "ssim");
-  const std::vector<double> map = ssim_map(a, b);
-  const int out_w = a.width - kSsimWindow + 1, half = kSsimWindow / 2;
+namespace {
+
+// The mean of an ssim_map over the window positions whose centre pixel's mask is 1 (`width` the
+// image's); NaN when there are none.
+double masked_mean(const std::vector<double>& map, int width, const std::vector<uint8_t>& mask) {
+  const int out_w = width - kSsimWindow + 1, half = kSsimWindow / 2;
   double sum = 0, count = 0;
   for (size_t i = 0; i < map.size(); ++i) {
     const size_t y = i / size_t(out_w) + half, x = i % size_t(out_w) + half;
-    if (!mask[y * size_t(a.width) + x]) continue;
+    if (!mask[y * size_t(width) + x]) continue;
     sum += map[i];
     count += 1;
   }
   return count > 0 ? sum / count : std::numeric_limits<double>::quiet_NaN();
+}
+
+}  // namespace
+
+double masked_ssim(const RgbImage& a, const RgbImage& b, const std::vector<uint8_t>& mask) {
+  check_mask(a, mask, "ssim");
+  return masked_mean(ssim_map(a, b), a.width, mask);
 }
 
 TrainConfig evaluation_config(const TrainConfig& config) {
@@ -286,15 +298,17 @@ ViewMetrics evaluate_view(TrainableModel& model, const data::TrainingSample& sam
   m.view = sample.target_view;
   m.name = sample.target.name;
   m.psnr = psnr(rendered.rgb, truth);
-  m.ssim = ssim(rendered.rgb, truth);
+  const std::vector<double> map = ssim_map(rendered.rgb, truth);  // one map for every region
+  m.ssim = map_mean(map);
   const std::vector<uint8_t>& moving = sample.target.motion.motion_mask;
   if (!moving.empty()) {
+    check_mask(truth, moving, "ssim");
     std::vector<uint8_t> still(moving.size());
     for (size_t i = 0; i < moving.size(); ++i) still[i] = moving[i] ? 0 : 1;
     m.psnr_dynamic = masked_psnr(rendered.rgb, truth, moving);
-    m.ssim_dynamic = masked_ssim(rendered.rgb, truth, moving);
+    m.ssim_dynamic = masked_mean(map, truth.width, moving);
     m.psnr_static = masked_psnr(rendered.rgb, truth, still);
-    m.ssim_static = masked_ssim(rendered.rgb, truth, still);
+    m.ssim_static = masked_mean(map, truth.width, still);
   }
   if (!png_dir.empty()) {
     const PngPaths paths = png_paths(png_dir, m.name);
