@@ -46,6 +46,7 @@ DynibarSources select_dynibar_sources(const std::vector<SourceCandidate>& pool, 
   DynibarSources s;
   for (int k = 0; k < kFlowCount; ++k)
     s.dynamic[size_t(k)] = frame_at(target_time + kFlowOffsets[k]);
+  if (options.same_time) s.same_time = frame_at(target_time);
 
   // The anchor: among +1..+step, -1..-step (the published order), those with a frame.
   std::vector<int> anchor_offsets;

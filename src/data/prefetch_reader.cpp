@@ -254,6 +254,7 @@ struct PrefetchReader::State {
     };
     DynibarSourceSets sets;
     for (int k = 0; k < kFlowCount; ++k) sets.dynamic[size_t(k)] = place(chosen.dynamic[size_t(k)]);
+    sets.same_time = place(chosen.same_time);
     sets.anchor_time = chosen.anchor_time;
     for (int frame : chosen.anchor) sets.anchor.push_back(place(frame));
     for (int frame : chosen.static_views) sets.static_views.push_back(place(frame));

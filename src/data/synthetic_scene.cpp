@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <utility>
 
 #include "mvibr/core/error.h"
@@ -515,8 +516,9 @@ void validate_synthetic_scene_options(const SyntheticSceneOptions& o) {
   require(o.width >= 2 && o.width <= kMaxSide, "width", "in [2, 16384]", o.width);
   require(o.height >= 2 && o.height <= kMaxSide, "height", "in [2, 16384]", o.height);
   require(o.n_views >= 1, "n_views", "at least 1", o.n_views);
-  if (o.rig != "orbit" && o.rig != "forward" && o.rig != "monocular") {
-    throw InvalidArgument("synthetic scene option rig must be orbit, forward or monocular, got '" +
+  if (o.rig != "orbit" && o.rig != "forward" && o.rig != "monocular" && o.rig != "cycling") {
+    throw InvalidArgument(
+        "synthetic scene option rig must be orbit, forward, monocular or cycling, got '" +
                           o.rig + "'");
   }
   require(o.n_time_steps >= 1, "n_time_steps", "at least 1", o.n_time_steps);
@@ -546,8 +548,7 @@ void validate_synthetic_scene_options(const SyntheticSceneOptions& o) {
 Scene make_synthetic_scene(const SyntheticSceneOptions& options) {
   validate_synthetic_scene_options(options);
   const std::vector<PinholeCamera<double>> cameras = rig_cameras(options);
-  const bool monocular = options.rig == "monocular";
-  const int per_step = monocular ? 1 : options.n_views;
+  const bool monocular = options.rig == "monocular", cycling = options.rig == "cycling";
   std::vector<Content> contents;
   for (int k = 0; k < options.n_time_steps; ++k) {
     contents.push_back(make_content(options, time_of_step(options, k)));
@@ -557,31 +558,48 @@ Scene make_synthetic_scene(const SyntheticSceneOptions& options) {
   scene.source_format = "synthetic";
   scene.dynamic = options.n_time_steps > 1;
   scene.depth_bounds_from = "the built-in scene's geometry";
+  // Each view's rig camera, and the view that is camera c at step k.
+  std::vector<int> camera_of;
+  std::map<std::pair<int, int>, size_t> view_at;
+  const auto add_view = [&](int k, int camera, Split split) {
+    View view;
+    char name[64];
+    std::snprintf(name, sizeof(name), "synthetic/t%03d/v%03d", k, camera);
+    view.name = name;
+    view.camera = cameras[size_t(camera)];
+    double lo, hi;
+    content_depth_range(contents[size_t(k)], view.camera, &lo, &hi);
+    const double margin = kDepthMargin * (hi - lo);
+    view.near_depth = lo - margin;
+    view.far_depth = hi + margin;
+    if (!(view.near_depth > 0)) {
+      throw InvalidArgument(std::string("synthetic scene: camera ") + std::to_string(camera) +
+                            " is inside the scene's content; raise " +
+                            (options.rig == "orbit" ? "orbit_radius" : "forward_distance"));
+    }
+    view.time = time_of_step(options, k);
+    view.time_index = k;
+    view.split = split;
+    view.rgb.resize(size_t(options.width) * options.height * 3);
+    view_at[{k, camera}] = scene.views.size();
+    camera_of.push_back(camera);
+    scene.views.push_back(std::move(view));
+  };
+  const int every = options.n_test_every;
   for (int k = 0; k < options.n_time_steps; ++k) {
-    for (int i = 0; i < per_step; ++i) {
-      // The camera of the rig, or of the video's frame k; test views by camera, or by frame.
-      const int camera = monocular ? k : i;
-      View view;
-      char name[64];
-      std::snprintf(name, sizeof(name), "synthetic/t%03d/v%03d", k, camera);
-      view.name = name;
-      view.camera = cameras[size_t(camera)];
-      double lo, hi;
-      content_depth_range(contents[size_t(k)], view.camera, &lo, &hi);
-      const double margin = kDepthMargin * (hi - lo);
-      view.near_depth = lo - margin;
-      view.far_depth = hi + margin;
-      if (!(view.near_depth > 0)) {
-        throw InvalidArgument(std::string("synthetic scene: camera ") + std::to_string(camera) +
-                              " is inside the scene's content; raise " +
-                              (options.rig == "orbit" ? "orbit_radius" : "forward_distance"));
+    if (monocular) {
+      add_view(k, k, every > 0 && k % every == 0 ? Split::kTest : Split::kTrain);
+    } else if (cycling) {
+      add_view(k, k % options.n_views, Split::kTrain);
+      if (every > 0 && k % every == every / 2) {
+        for (int c = 0; c < options.n_views; ++c) {
+          if (c != k % options.n_views) add_view(k, c, Split::kTest);
+        }
       }
-      view.time = time_of_step(options, k);
-      view.time_index = k;
-      const bool test = options.n_test_every > 0 && camera % options.n_test_every == 0;
-      view.split = test ? Split::kTest : Split::kTrain;
-      view.rgb.resize(size_t(options.width) * options.height * 3);
-      scene.views.push_back(std::move(view));
+    } else {
+      for (int i = 0; i < options.n_views; ++i) {
+        add_view(k, i, every > 0 && i % every == 0 ? Split::kTest : Split::kTrain);
+      }
     }
   }
   // One parallel loop over the rows of every view keeps both cores busy at tiny sizes.
@@ -594,15 +612,19 @@ Scene make_synthetic_scene(const SyntheticSceneOptions& options) {
                view.rgb.data() + size_t(row) * options.width * 3);
   }
   if (scene.dynamic) {
-    // A video is one rig camera over time; its frame at step k is view k * per_step + camera.
+    // The video a view's flows point into: the rig camera's own frames over time, or (monocular,
+    // cycling) the one training frame of each step.
+    const auto video_frame = [&](int j, int camera) -> const View* {
+      const int c = monocular ? j : cycling ? j % options.n_views : camera;
+      const auto it = view_at.find({j, c});
+      return it == view_at.end() ? nullptr : &scene.views[it->second];
+    };
     for (size_t v = 0; v < scene.views.size(); ++v) {
-      const int k = int(v) / per_step;
+      const int k = scene.views[v].time_index;
       std::array<const View*, kFlowCount> partners{};
       for (int f = 0; f < kFlowCount; ++f) {
         const int j = k + kFlowOffsets[f];
-        if (j >= 0 && j < options.n_time_steps) {
-          partners[size_t(f)] = &scene.views[size_t(j * per_step) + v % size_t(per_step)];
-        }
+        if (j >= 0 && j < options.n_time_steps) partners[size_t(f)] = video_frame(j, camera_of[v]);
       }
       scene.views[v].motion = frame_motion(contents, scene.views[v], partners);
     }

@@ -402,6 +402,8 @@ void DynibarModel::State::prepare(const data::TrainingSample& s, bool training,
     dynamic_positions.push_back(sets.dynamic[size_t(k)]);
     flow_offsets.push_back(k);
   }
+  // Evaluation's frame at the target's own time reads the samples where they are; it has no flow.
+  if (sets.same_time >= 0) dynamic_positions.push_back(sets.same_time);
   if (dynamic_positions.empty() || sets.static_views.empty()) {
     throw InvalidArgument("model = dynibar: view " + s.target.name +
                           " lacks dynamic or static sources (a video of too few frames)");

@@ -39,6 +39,21 @@ TEST(DynibarSources, DynamicFramesAreTheSixNeighboursInFlowOrder) {
   EXPECT_EQ(first.dynamic, (std::array<int, kFlowCount>{2, 3, 4, 0, -1, -1}));
 }
 
+// A held-out camera at time 30 (frame 100, not in its pool): evaluation adds the video's frame
+// at time 30 (eval_nvidia.py's offset 0); training, whose targets are the video's frames, never.
+TEST(DynibarSources, EvaluationAddsTheFrameAtTheTargetsOwnTime) {
+  DynibarSourceOptions options;
+  EXPECT_EQ(select_dynibar_sources(video_pool(60, -1), 100, 30, options, {7, 1}, 100).same_time,
+            -1);
+  options.same_time = true;
+  const DynibarSources held_out =
+      select_dynibar_sources(video_pool(60, -1), 100, 30, options, {7, 1}, 100);
+  EXPECT_EQ(held_out.same_time, 30);
+  EXPECT_EQ(held_out.dynamic, (std::array<int, kFlowCount>{31, 32, 33, 29, 28, 27}));
+  // A video's own frame is its time's only frame: it has none.
+  EXPECT_EQ(select_dynibar_sources(video_pool(60, 30), 30, 30, options, {7, 1}, 30).same_time, -1);
+}
+
 TEST(DynibarSources, AnchorsCoverTheirRangeAndBringTheirNeighbours) {
   for (int max_step : {1, 2, 3}) {
     DynibarSourceOptions options;

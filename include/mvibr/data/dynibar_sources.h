@@ -1,5 +1,6 @@
 // DynIBaR's source views for a training target of a video (google/dynibar's monocular loader).
-// - Dynamic network: the frames at t + 1, 2, 3, t - 1, 2, 3 (kFlowOffsets' order).
+// - Dynamic network: the frames at t + 1, 2, 3, t - 1, 2, 3 (kFlowOffsets' order); when asked,
+//   the frame at t too (evaluation at a held-out camera).
 // - Cross-time rendering: an anchor time j = t +- 1..anchor_max_step, and the frames at
 //   j + 3 .. j - 3 other than t itself (now and then t too), ascending.
 // - Static network: up to static_views frames strewn over t +- max_range: a random interval
@@ -26,6 +27,9 @@ struct DynibarSourceOptions {
   int static_views = 14;    // 2 x num_source_views
   int anchor_max_step = 3;  // min(3, epoch / init_decay_epoch + 1) in the published schedule
   double target_in_anchor = 0.005;  // how often the anchor's sources include the target itself
+  // Also the frame at the target's own time (a held-out camera of a rig at a time the video
+  // shows): the published evaluation's seventh dynamic source, eval_nvidia.py's offset 0.
+  bool same_time = false;
 };
 
 struct SourceCandidate {
@@ -35,7 +39,8 @@ struct SourceCandidate {
 
 struct DynibarSources {
   std::array<int, kFlowCount> dynamic;  // frame at t + kFlowOffsets[k], or -1 where there is none
-  int anchor_time = -1;                 // j; -1 when no frame lies within anchor_max_step
+  int same_time = -1;  // with DynibarSourceOptions::same_time: the frame at t, or -1
+  int anchor_time = -1;  // j; -1 when no frame lies within anchor_max_step
   std::vector<int> anchor;              // ascending
   std::vector<int> static_views;        // ascending
 };

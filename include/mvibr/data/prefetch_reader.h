@@ -58,6 +58,7 @@ struct ReaderOptions {
 // TrainingSample::sources (each frame read once), -1 where a dynamic offset has no frame.
 struct DynibarSourceSets {
   std::array<int, kFlowCount> dynamic;
+  int same_time = -1;    // the frame at the target's time (DynibarSources::same_time)
   int anchor_time = -1;  // -1: no anchor (a video of one frame)
   std::vector<int> anchor, static_views;
 };

@@ -26,13 +26,17 @@ struct SyntheticSceneOptions {
   // bounds, every camera looking at the centre. "forward": LLFF-like, a planar grid of
   // cameras sharing one rotation, facing the content from one side. "monocular": a video, one
   // camera per time step (n_views is not used) with the forward rig's rotation, sweeping across
-  // forward_spread and bobbing once.
+  // forward_spread and bobbing once. "cycling": the Nvidia Dynamic Scenes benchmark's protocol
+  // on the forward rig: the video's frame k is rig camera k % n_views, and at the test steps the
+  // other cameras are test views (novel views at a time the video shows).
   std::string rig = "orbit";
   // More than 1: two objects move (a sphere on a ring and the box), every rig camera sees every
   // step, and every view gets exact flows, masks and disparity (scene.h's FrameMotion).
   int n_time_steps = 1;
   uint64_t seed = 0;          // object layout, colours and texture phases (never the cameras)
-  int n_test_every = 8;       // cameras (monocular: frames) 0, n, 2n, ... are test views; 0: none
+  // Cameras (monocular: frames) 0, n, 2n, ... are test views; cycling: the steps n/2, n/2 + n,
+  // ... (away from the video's ends) have test views. 0: none.
+  int n_test_every = 8;
   double fov_x_degrees = 50;  // horizontal field of view; square pixels
   double orbit_radius = 4.0;  // camera distance to the scene centre
   double orbit_min_elevation_degrees = 15, orbit_max_elevation_degrees = 45;
@@ -51,9 +55,10 @@ struct SyntheticSceneOptions {
 void validate_synthetic_scene_options(const SyntheticSceneOptions& options);
 
 // Every camera at every time step, time-major (view t * n_views + c is camera c at step t; the
-// monocular video's view t is its frame t), with exact near/far, splits and names
-// "synthetic/t003/v012". Dynamic scenes' views carry their FrameMotion: a video is one camera
-// over time; through each pixel's centre ray, the disparity, the motion mask (a moving object or
+// monocular video's view t is its frame t; cycling: each step's video frame, then its test
+// views), with exact near/far, splits and names "synthetic/t003/v012" (step, rig camera).
+// Dynamic scenes' views carry their FrameMotion: a video is one camera over time (monocular,
+// cycling: the training frames); through each pixel's centre ray, the disparity, the motion mask (a moving object or
 // its shadow), the static mask (the motion mask grown by 2 pixels) and the flows to the video's
 // frames at t +- 1, 2, 3 (the hit point moved with its object and projected; valid where the
 // other frame's ray there hits it). Neighbours are left to prep.
