@@ -32,11 +32,13 @@ struct RunSelection {
   data::Split split = data::Split::kTest;
   int max_views = 0;  // 0: all
   // `mvibr render` only: a camera path instead of the split's views ("", spiral, orbit,
-  // interpolate), its frame count, and the views an interpolated path goes through (default:
-  // the split's).
+  // interpolate, fixed), its frame count (0: the path's default), the views an interpolated path
+  // goes through or the fixed camera's view (default: the split's), and its time: "" (as the
+  // path makes it), a step, or "sweep" (data::set_path_time).
   std::string path;
-  int frames = 120;
+  int frames = 0;
   std::vector<int> path_views;
+  std::string time;
 };
 // Returns false after printing the help when --help is given; bad input is an InvalidArgument.
 bool parse_run_selection(const std::vector<std::string>& args, const std::string& command,

@@ -50,12 +50,17 @@ bool parse_run_selection(const std::vector<std::string>& args, const std::string
     options.add_options()("path", po::value(&selection->path),
                           "render a camera path instead: spiral (LLFF's, around the average "
                           "camera; forward-facing scenes), orbit (NeRF's, around what the "
-                          "views look at; 360-degree scenes) or interpolate (through "
-                          "--path_views)")(
-        "frames", po::value(&selection->frames)->default_value(selection->frames),
-        "frames of the path")("path_views", po::value(&path_views),
-                              "the views an interpolated path goes through, in order, e.g. "
-                              "0,8,16 (default: the first --max_views of --split)");
+                          "views look at; 360-degree scenes), interpolate (through "
+                          "--path_views) or fixed (one view's camera, over time)")(
+        "frames", po::value(&selection->frames),
+        "frames of the path (default: 120; fixed: one per time step)")(
+        "path_views", po::value(&path_views),
+        "the views an interpolated path goes through, in order, e.g. 0,8,16, or the fixed "
+        "camera's view (default: the first --max_views of --split)")(
+        "time", po::value(&selection->time),
+        "dynamic scenes: the time step every frame shows (bullet time; a fixed camera: one view "
+        "at that time), or sweep: time runs over the video from the first frame to the last "
+        "(default: sweep for fixed; the key views' steps for interpolate; 0 for spiral, orbit)");
   }
   po::variables_map vm;
   po::parsed_options parsed =
@@ -63,33 +68,38 @@ bool parse_run_selection(const std::vector<std::string>& args, const std::string
   po::store(parsed, vm);
   po::notify(vm);
   if (vm.count("help")) {
-    std::cout
-        << "usage: mvibr " << command
-        << " --run DIR [--split test|val|train] [--max_views N] [--ckpt PATH] "
-           "[--<train key> VALUE ...]\n"
-        << (command == "render"
-                ? "       mvibr render --run DIR --path spiral|orbit|interpolate [--frames N] "
-                  "[--path_views I,J,...] [...]\n"
-                : "")
-        << "\n"
-        << options
-        << "\nThe run's config.txt gives the model and the data; train config keys given "
-           "here override it\n(e.g. --datadir, --chunk_size; see mvibr train --help).\n";
+    std::cout << "usage: mvibr " << command
+              << " --run DIR [--split test|val|train] [--max_views N] [--ckpt PATH] "
+                 "[--<train key> VALUE ...]\n"
+              << (command == "render" ? "       mvibr render --run DIR --path "
+                                        "spiral|orbit|interpolate|fixed [--frames N] "
+                                        "[--path_views I,J,...] [--time T|sweep] [...]\n"
+                                      : "")
+              << "\n"
+              << options
+              << "\nThe run's config.txt gives the model and the data; train config keys given "
+                 "here override it\n(e.g. --datadir, --chunk_size; see mvibr train --help).\n";
     return false;
   }
   if (selection->run_dir.empty()) throw InvalidArgument("mvibr " + command + " needs --run DIR");
   selection->split = parse_split(split);
   if (!selection->path.empty() && selection->path != "spiral" && selection->path != "orbit" &&
-      selection->path != "interpolate") {
-    throw InvalidArgument("--path must be spiral, orbit or interpolate, got '" + selection->path +
-                          "'");
+      selection->path != "interpolate" && selection->path != "fixed") {
+    throw InvalidArgument("--path must be spiral, orbit, interpolate or fixed, got '" +
+                          selection->path + "'");
   }
-  if (vm.count("frames") && !vm["frames"].defaulted() && selection->path.empty()) {
+  if (vm.count("frames") && selection->path.empty()) {
     throw InvalidArgument("--frames is for a camera path (--path)");
   }
+  if (vm.count("frames") && selection->frames < 1) {
+    throw InvalidArgument("--frames must be at least 1");
+  }
+  if (vm.count("time") && selection->path.empty()) {
+    throw InvalidArgument("--time is for a camera path (--path)");
+  }
   if (!path_views.empty()) {
-    if (selection->path != "interpolate") {
-      throw InvalidArgument("--path_views is for --path interpolate");
+    if (selection->path != "interpolate" && selection->path != "fixed") {
+      throw InvalidArgument("--path_views is for --path interpolate or fixed");
     }
     std::stringstream list(path_views);
     for (std::string item; std::getline(list, item, ',');) {
@@ -104,6 +114,9 @@ bool parse_run_selection(const std::vector<std::string>& args, const std::string
         throw InvalidArgument("--path_views: '" + item + "' is not a view index");
       }
       selection->path_views.push_back(view);
+    }
+    if (selection->path == "fixed" && selection->path_views.size() != 1) {
+      throw InvalidArgument("--path fixed takes one view in --path_views");
     }
   }
   if (selection->max_views < 0) throw InvalidArgument("--max_views must be >= 0");

@@ -1,11 +1,14 @@
-// `mvibr render --run DIR`: a trained run's held-out views as PNGs (colour and depth) in
-// DIR/renders/<step>/, to look at what the numbers of `mvibr eval` mean; with --path, frames of
-// a camera path (data/camera_path.h) in DIR/renders/<step>/path-<kind>/, the frames of a video.
+// `mvibr render --run DIR`: a trained run's held-out views as PNGs (colour and depth; DynIBaR
+// also its static and dynamic parts) in DIR/renders/<step>/, to look at what the numbers of
+// `mvibr eval` mean; with --path, frames of a camera path (data/camera_path.h) in
+// DIR/renders/<step>/path-<kind>/, the frames of a video. On a dynamic scene --time sets the
+// path's time: a step (bullet time) or sweep (a fixed camera over time, a camera and time path).
 // Options as eval's. Under mpirun the ranks share the views or frames.
 #include <cstdio>
 #include <filesystem>
 
 #include "commands.h"
+#include "mvibr/core/error.h"
 #include "mvibr/data/shards.h"
 #include "mvibr/train/evaluate.h"
 
@@ -25,21 +28,49 @@ std::vector<int> default_path_views(const data::Scene& scene, const RunSelection
   return views;
 }
 
+// --time as set_path_time's step: a whole number, or sweep.
+int path_time(const std::string& time) {
+  if (time == "sweep") return data::kSweepTime;
+  size_t used = 0;
+  int step = -1;
+  try {
+    step = std::stoi(time, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != time.size() || step < 0) {
+    throw InvalidArgument("--time must be a time step (0, 1, ...) or sweep, got '" + time + "'");
+  }
+  return step;
+}
+
 int render_camera_path(const RunSelection& s, dist::Communicator& world) {
   const data::SceneIndex index = data::read_scene_index(s.config.datadir);
+  const int frames = s.frames > 0        ? s.frames
+                     : s.path == "fixed" ? data::time_steps(index.scene)
+                                         : 120;
   std::vector<data::PathFrame> path;
   if (s.path == "spiral") {
     data::SpiralOptions options;
-    options.frames = s.frames;
+    options.frames = frames;
     path = data::spiral_path(index.scene, options);
   } else if (s.path == "orbit") {
     data::OrbitOptions options;
-    options.frames = s.frames;
+    options.frames = frames;
     path = data::orbit_path(index.scene, options);
   } else {
     const std::vector<int> keys =
         s.path_views.empty() ? default_path_views(index.scene, s) : s.path_views;
-    path = data::interpolated_path(index.scene, keys, s.frames);
+    if (s.path == "fixed") {
+      if (keys.empty())
+        throw InvalidArgument("--path fixed: no view in the split; give --path_views");
+      path = data::fixed_path(index.scene, keys[0], frames);
+    } else {
+      path = data::interpolated_path(index.scene, keys, frames);
+    }
+  }
+  if (!s.time.empty() || s.path == "fixed") {
+    data::set_path_time(index.scene, s.time.empty() ? data::kSweepTime : path_time(s.time), &path);
   }
   RenderProgressLine progress("frame", world.rank(), world.size());
   const train::PathReport report = train::render_path(

@@ -329,4 +329,44 @@ std::vector<PathFrame> interpolated_path(const Scene& scene, const std::vector<i
   return path;
 }
 
+std::vector<PathFrame> fixed_path(const Scene& scene, int view, int frames) {
+  if (frames < 1) {
+    throw InvalidArgument("a fixed-camera path needs at least 1 frame, got " +
+                          std::to_string(frames));
+  }
+  if (view < 0 || size_t(view) >= scene.views.size()) {
+    throw InvalidArgument("path view " + std::to_string(view) + " is not a view of scene '" +
+                          scene.name + "' (it has " + std::to_string(scene.views.size()) + ")");
+  }
+  const View& v = scene.views[size_t(view)];
+  PathFrame frame;
+  frame.camera = v.camera;
+  frame.near_depth = v.near_depth;
+  frame.far_depth = v.far_depth;
+  frame.time_index = v.time_index;
+  return std::vector<PathFrame>(size_t(frames), frame);
+}
+
+int time_steps(const Scene& scene) {
+  int steps = 0;
+  for (const View& v : scene.views) steps = std::max(steps, v.time_index + 1);
+  return steps;
+}
+
+void set_path_time(const Scene& scene, int step, std::vector<PathFrame>* path) {
+  const int steps = time_steps(scene);
+  if (step != kSweepTime && (step < 0 || step >= steps)) {
+    throw InvalidArgument("time step " + std::to_string(step) + " is not in scene '" + scene.name +
+                          "' (it has " + std::to_string(steps) + " steps, 0 to " +
+                          std::to_string(steps - 1) + ")");
+  }
+  const size_t frames = path->size();
+  for (size_t f = 0; f < frames; ++f) {
+    (*path)[f].time_index = step != kSweepTime ? step
+                            : frames > 1
+                                ? int(std::lround(double(f) * (steps - 1) / double(frames - 1)))
+                                : 0;
+  }
+}
+
 }  // namespace mvibr::data

@@ -518,8 +518,8 @@ void validate_synthetic_scene_options(const SyntheticSceneOptions& o) {
   require(o.n_views >= 1, "n_views", "at least 1", o.n_views);
   if (o.rig != "orbit" && o.rig != "forward" && o.rig != "monocular" && o.rig != "cycling") {
     throw InvalidArgument(
-        "synthetic scene option rig must be orbit, forward, monocular or cycling, got '" +
-                          o.rig + "'");
+        "synthetic scene option rig must be orbit, forward, monocular or cycling, got '" + o.rig +
+        "'");
   }
   require(o.n_time_steps >= 1, "n_time_steps", "at least 1", o.n_time_steps);
   require(o.n_test_every >= 0, "n_test_every", "0 (no test views) or positive", o.n_test_every);

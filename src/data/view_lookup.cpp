@@ -48,8 +48,15 @@ View ViewLookup::view(int global_view) const {
   }
   const ShardReader& shard = state_->shards[found->second.first];
   View view = shard.frame(found->second.second);
-  view.rgb.resize(size_t(shard.width()) * shard.height() * 3);
+  const size_t pixels = size_t(shard.width()) * shard.height();
+  view.rgb.resize(pixels * 3);
   shard.read_frame(found->second.second, view.rgb.data());
+  if (shard.has_motion()) {
+    view.motion.motion_mask.resize(pixels);
+    view.motion.static_mask.resize(pixels);
+    shard.read_frame_masks(found->second.second, view.motion.motion_mask.data(),
+                           view.motion.static_mask.data());
+  }
   return view;
 }
 

@@ -1220,11 +1220,15 @@ const PhaseTimes& DynibarModel::phase_times() const {
 
 void DynibarModel::render(const data::TrainingSample& sample, const std::vector<float>& pixels,
                           RandomKey key, std::vector<float>* rgb, std::vector<float>* depth,
-                          const std::function<void(int, int)>& on_chunk) {
+                          const std::function<void(int, int)>& on_chunk, RenderedParts* parts) {
   State& s = *state_;
   const int total = int(pixels.size() / 2);
   rgb->resize(size_t(total) * 3);
   depth->resize(total);
+  if (parts) {
+    parts->static_rgb.resize(size_t(total) * 3);
+    parts->dynamic_rgb.resize(size_t(total) * 3);
+  }
   s.prepare(sample, false, true);
   s.sample = &sample;
   MicroBatch b;
@@ -1236,6 +1240,12 @@ void DynibarModel::render(const data::TrainingSample& sample, const std::vector<
     s.forward(&b, key, uint32_t(first), false);
     std::copy(b.rgb.begin(), b.rgb.end(), rgb->begin() + 3 * size_t(first));
     std::copy(b.depth.begin(), b.depth.end(), depth->begin() + first);
+    if (parts) {
+      std::copy(b.rgb_static.begin(), b.rgb_static.end(),
+                parts->static_rgb.begin() + 3 * size_t(first));
+      std::copy(b.rgb_dynamic.begin(), b.rgb_dynamic.end(),
+                parts->dynamic_rgb.begin() + 3 * size_t(first));
+    }
     if (on_chunk) on_chunk(first + b.n_rays, total);
   }
   s.sample = nullptr;

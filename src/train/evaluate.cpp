@@ -92,21 +92,27 @@ uint8_t to_byte(double x) {
 
 // Where a view's colour and depth PNGs go: <dir>/<file-safe name>.png and _depth.png.
 struct PngPaths {
-  std::string rgb, depth;
+  std::string rgb, depth, static_rgb, dynamic_rgb;
 };
 PngPaths png_paths(const std::string& dir, const std::string& name) {
   const std::string stem = (fs::path(dir) / file_safe(name)).string();
-  return {stem + ".png", stem + "_depth.png"};
+  return {stem + ".png", stem + "_depth.png", stem + "_static.png", stem + "_dynamic.png"};
 }
 
-// Depth from the view's near_depth (black) to its far_depth (white).
+// Depth from the view's near_depth (black) to its far_depth (white); the model's parts where it
+// has them.
 void write_pngs(const RenderedView& r, const data::View& view, const PngPaths& paths) {
   fs::create_directories(fs::path(paths.rgb).parent_path());
   const int w = r.rgb.width, h = r.rgb.height;
-  std::vector<uint8_t> bytes(r.rgb.pixels.size());
-  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = to_byte(r.rgb.pixels[i]);
-  data::write_png(paths.rgb, w, h, 3, bytes.data());
-  bytes.resize(r.depth.size());
+  const auto write_rgb = [&](const std::vector<float>& rgb, const std::string& path) {
+    std::vector<uint8_t> bytes(rgb.size());
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = to_byte(rgb[i]);
+    data::write_png(path, w, h, 3, bytes.data());
+  };
+  write_rgb(r.rgb.pixels, paths.rgb);
+  if (!r.parts.static_rgb.empty()) write_rgb(r.parts.static_rgb, paths.static_rgb);
+  if (!r.parts.dynamic_rgb.empty()) write_rgb(r.parts.dynamic_rgb, paths.dynamic_rgb);
+  std::vector<uint8_t> bytes(r.depth.size());
   const double range = view.far_depth - view.near_depth;
   for (size_t i = 0; i < bytes.size(); ++i) {
     bytes[i] = to_byte((double(r.depth[i]) - view.near_depth) / range);
@@ -156,7 +162,7 @@ RenderedView render_view(TrainableModel& model, const data::TrainingSample& samp
   RenderedView r;
   r.rgb.width = width;
   r.rgb.height = height;
-  model.render(sample, pixels, key, &r.rgb.pixels, &r.depth, on_chunk);
+  model.render(sample, pixels, key, &r.rgb.pixels, &r.depth, on_chunk, &r.parts);
   return r;
 }
 
@@ -413,6 +419,49 @@ EvalReport evaluate_run(const TrainConfig& config, const std::string& checkpoint
   return report;
 }
 
+namespace {
+
+// A path frame as a sample, sources named (source_views) but not loaded: IBRNet's nearest
+// training views, or DynIBaR's three sets (no anchor: rendering has no cross-time pass).
+data::TrainingSample path_sample(const TrainConfig& config, const data::Scene& scene,
+                                 const data::SourceRanking& ranking, const data::PathFrame& frame,
+                                 uint32_t index) {
+  data::TrainingSample sample;
+  sample.target.camera = frame.camera;
+  sample.target.near_depth = frame.near_depth;
+  sample.target.far_depth = frame.far_depth;
+  sample.target.time_index = frame.time_index;
+  sample.target.split = data::Split::kTest;
+  if (config.model != ModelKind::kDynibar) {
+    sample.source_views = ranking.nearest(frame.camera, frame.time_index, config.num_source_views);
+    return sample;
+  }
+  std::vector<data::SourceCandidate> pool;
+  for (int v : ranking.nearest(frame.camera, frame.time_index, int(scene.views.size()))) {
+    pool.push_back({v, scene.views[size_t(v)].time_index});
+  }
+  data::DynibarSourceOptions options = dynibar_source_options(config);
+  options.same_time = true;
+  const data::DynibarSources chosen = data::select_dynibar_sources(
+      pool, -1, frame.time_index, options, RandomKey{config.seed, 0}, index);
+  const auto place = [&](int view) {
+    if (view < 0) return -1;
+    const auto at = std::find(sample.source_views.begin(), sample.source_views.end(), view);
+    if (at != sample.source_views.end()) return int(at - sample.source_views.begin());
+    sample.source_views.push_back(view);
+    return int(sample.source_views.size()) - 1;
+  };
+  data::DynibarSourceSets sets;
+  for (int k = 0; k < data::kFlowCount; ++k)
+    sets.dynamic[size_t(k)] = place(chosen.dynamic[size_t(k)]);
+  sets.same_time = place(chosen.same_time);
+  for (int view : chosen.static_views) sets.static_views.push_back(place(view));
+  sample.dynibar = sets;
+  return sample;
+}
+
+}  // namespace
+
 PathReport render_path(const TrainConfig& config, const std::string& checkpoint,
                        const std::vector<data::PathFrame>& path, const std::string& png_root,
                        const std::string& name,
@@ -423,7 +472,9 @@ PathReport render_path(const TrainConfig& config, const std::string& checkpoint,
   report.step = train::load_weights(checkpoint, &model->parameters());
   report.dir = (fs::path(png_root) / std::to_string(report.step) / name).string();
   const data::ViewLookup lookup(config.datadir);
-  const data::SourceRanking ranking(lookup.index().scene, data::NeighbourOptions{});
+  data::NeighbourOptions reach;
+  if (config.model == ModelKind::kDynibar) reach.time_window = config.max_range;
+  const data::SourceRanking ranking(lookup.index().scene, reach);
   const RandomKey key{config.seed, 0};  // as evaluate_run: det = true makes it irrelevant
   const int rank = comm != nullptr ? comm->rank() : 0, ranks = comm != nullptr ? comm->size() : 1;
   nlohmann::json cameras = nlohmann::json::array();
@@ -432,16 +483,11 @@ PathReport render_path(const TrainConfig& config, const std::string& checkpoint,
   size_t done = 0;
   for (size_t f = 0; f < path.size(); ++f) {
     const data::PathFrame& frame = path[f];
-    data::TrainingSample sample;
+    data::TrainingSample sample =
+        path_sample(config, lookup.index().scene, ranking, frame, uint32_t(f));
     char frame_name[32];
     std::snprintf(frame_name, sizeof frame_name, "frame-%04zu", f);
     sample.target.name = frame_name;
-    sample.target.camera = frame.camera;
-    sample.target.near_depth = frame.near_depth;
-    sample.target.far_depth = frame.far_depth;
-    sample.target.time_index = frame.time_index;
-    sample.target.split = data::Split::kTest;
-    sample.source_views = ranking.nearest(frame.camera, frame.time_index, config.num_source_views);
     const PngPaths paths = png_paths(report.dir, frame_name);
     const PathFrameRender r{int(f), sample.source_views, paths.rgb, paths.depth};
     if (int(f % size_t(ranks)) == rank) {

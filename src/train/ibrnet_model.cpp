@@ -281,8 +281,9 @@ StepResult IbrnetModel::train_step(const data::TrainingSample& sample, const Ray
 
 void IbrnetModel::render(const data::TrainingSample& sample, const std::vector<float>& pixels,
                          RandomKey key, std::vector<float>* rgb, std::vector<float>* depth,
-                         const std::function<void(int, int)>& on_chunk) {
+                         const std::function<void(int, int)>& on_chunk, RenderedParts* parts) {
   State& s = *state_;
+  if (parts) *parts = {};  // one network: no parts
   const int total = int(pixels.size() / 2);
   rgb->resize(size_t(total) * 3);
   depth->resize(total);

@@ -273,5 +273,47 @@ TEST(InterpolatedPath, RejectsTooFewKeysOrFramesAndUnknownViews) {
   }
 }
 
+// A dynamic scene's videos: a fixed camera over every time step, bullet time (time frozen while
+// the camera moves) and a camera-and-time path, on the built-in 24-step video.
+TEST(PathTime, FixedCameraSweepsTimeAndBulletTimeFreezesIt) {
+  SyntheticSceneOptions options;
+  options.rig = "monocular";
+  options.n_time_steps = 24;
+  options.width = 16;
+  options.height = 12;
+  const Scene scene = make_synthetic_scene(options);
+  ASSERT_EQ(time_steps(scene), 24);
+
+  std::vector<PathFrame> fixed = fixed_path(scene, 5, 24);
+  set_path_time(scene, kSweepTime, &fixed);
+  for (int f = 0; f < 24; ++f) {
+    EXPECT_EQ(fixed[size_t(f)].time_index, f);
+    for (int e = 0; e < 12; ++e)
+      EXPECT_EQ(fixed[size_t(f)].camera.c2w[e], scene.views[5].camera.c2w[e]);
+    EXPECT_EQ(fixed[size_t(f)].near_depth, scene.views[5].near_depth);
+  }
+  // Fewer frames than steps spread over the whole video, ends included.
+  std::vector<PathFrame> short_sweep = fixed_path(scene, 5, 4);
+  set_path_time(scene, kSweepTime, &short_sweep);
+  EXPECT_EQ(short_sweep[0].time_index, 0);
+  EXPECT_EQ(short_sweep[1].time_index, 8);  // round(23 / 3)
+  EXPECT_EQ(short_sweep[2].time_index, 15);
+  EXPECT_EQ(short_sweep[3].time_index, 23);
+
+  std::vector<PathFrame> bullet = interpolated_path(scene, {1, 12, 22}, 9);
+  set_path_time(scene, 7, &bullet);
+  for (const PathFrame& frame : bullet) EXPECT_EQ(frame.time_index, 7);
+  EXPECT_NE(bullet[0].camera.c2w[3], bullet[8].camera.c2w[3]);  // the camera moves
+
+  try {
+    set_path_time(scene, 24, &bullet);
+    FAIL() << "expected an error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("time step 24"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(fixed_path(scene, 24, 3), InvalidArgument);
+  EXPECT_THROW(fixed_path(scene, 0, 0), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace mvibr::data

@@ -87,7 +87,7 @@ cameras = json.load(open(os.path.join(sys.argv[1], "path-interpolate", "cameras.
 assert [cameras[i]["c2w"][3] for i in (0, 2, 4)] != [cameras[0]["c2w"][3]] * 3, cameras
 print("camera path pngs ok")
 ' "$work/runs/run/renders/6"
-expect_error "--path must be spiral, orbit or interpolate, got 'circle'" "$mvibr" render \
+expect_error "--path must be spiral, orbit, interpolate or fixed, got 'circle'" "$mvibr" render \
   --run "$work/runs/run" --path circle
 expect_error "needs at least 2 frames, got 1" "$mvibr" render --run "$work/runs/run" \
   --path interpolate --frames 1
@@ -95,9 +95,15 @@ expect_error "path view 99 is not a view" "$mvibr" render --run "$work/runs/run"
   --path interpolate --path_views 0,99
 expect_error "--path_views: 'x' is not a view index" "$mvibr" render --run "$work/runs/run" \
   --path interpolate --path_views 0,x
-expect_error "--path_views is for --path interpolate" "$mvibr" render --run "$work/runs/run" \
+expect_error "--path_views is for --path interpolate or fixed" "$mvibr" render --run "$work/runs/run" \
   --path spiral --path_views 0,8
 expect_error "--frames is for a camera path" "$mvibr" render --run "$work/runs/run" --frames 3
+expect_error "--time must be a time step (0, 1, ...) or sweep, got 'soon'" "$mvibr" render \
+  --run "$work/runs/run" --path spiral --frames 2 --time soon
+expect_error "time step 1 is not in scene" "$mvibr" render --run "$work/runs/run" \
+  --path fixed --path_views 0 --time 1
+expect_error "--path fixed takes one view in --path_views" "$mvibr" render \
+  --run "$work/runs/run" --path fixed --path_views 0,1
 expect_error "unrecognised option '--path'" "$mvibr" eval --run "$work/runs/run" --path spiral
 
 echo "== inspect a checkpoint"

@@ -7,12 +7,16 @@
 #include <array>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
 
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 #include "mvibr/core/error.h"
+#include "mvibr/data/camera_path.h"
+#include "mvibr/data/image_io.h"
 #include "mvibr/data/neighbours.h"
 #include "mvibr/data/prefetch_reader.h"
 #include "mvibr/data/shards.h"
@@ -270,6 +274,61 @@ TEST_F(DynibarTraining, EvaluationScoresTheFrameItsMovingAndItsStillPixels) {
     }
     EXPECT_TRUE(std::isfinite(report.mean_psnr_dynamic));
   }
+}
+
+// A video's render modes: one camera held over time (frames 3 steps apart), and bullet time
+// (the camera moving between two views, time frozen). Each frame reads DynIBaR's sets at its
+// own time: the frames at t +- 1..3 and the video's frame at t. The composite's static and
+// dynamic parts, written beside it, add up to it.
+TEST_F(DynibarTraining, VideosRenderAtAnyTimeWithTheirStaticAndDynamicParts) {
+  std::ostringstream log;
+  const TrainConfig config = testing::small_dynibar_config(root_, "paths", 12, 32);
+  const TrainSummary run = train(config, log);
+  const TrainConfig resolved = with_video_frames(config);
+  const data::SceneIndex index = data::read_scene_index(config.datadir);
+  std::vector<data::PathFrame> fixed = data::fixed_path(index.scene, 5, 4);
+  data::set_path_time(index.scene, data::kSweepTime, &fixed);  // steps 0, 3, 6, 9
+  const PathReport report =
+      render_path(resolved, run.last_checkpoint, fixed, (root_ / "renders").string(), "fixed");
+  ASSERT_EQ(report.frames.size(), 4u);
+  std::vector<std::vector<uint8_t>> images;
+  for (size_t f = 0; f < 4; ++f) {
+    const int t = fixed[f].time_index;
+    EXPECT_EQ(t, int(3 * f));
+    const std::vector<int>& sources = report.frames[f].source_views;
+    for (int offset : {0, 1, 2, 3, -1, -2, -3}) {
+      const int frame = t + offset;  // the monocular video's view index is its time step
+      if (frame < 0 || frame >= 10 || frame % 8 == 0) continue;  // past the ends, or held out
+      EXPECT_NE(std::find(sources.begin(), sources.end(), frame), sources.end())
+          << "frame " << f << " lacks the video's frame at t" << std::showpos << offset;
+    }
+    const std::string& rgb_png = report.frames[f].rgb_png;
+    const std::string stem = rgb_png.substr(0, rgb_png.size() - 4);
+    const data::Image rgb = data::load_image(rgb_png);
+    const data::Image st = data::load_image(stem + "_static.png");
+    const data::Image dy = data::load_image(stem + "_dynamic.png");
+    ASSERT_EQ(st.pixels.size(), rgb.pixels.size());
+    ASSERT_EQ(dy.pixels.size(), rgb.pixels.size());
+    int worst = 0;
+    for (size_t i = 0; i < rgb.pixels.size(); ++i) {
+      if (rgb.pixels[i] == 255) continue;  // clipped
+      worst = std::max(worst, std::abs(int(st.pixels[i]) + int(dy.pixels[i]) - int(rgb.pixels[i])));
+    }
+    EXPECT_LE(worst, 1) << "frame " << f << ": the parts do not add up to the composite";
+    images.push_back(rgb.pixels);
+  }
+  EXPECT_NE(images[0], images[3]) << "the moving objects must move";
+
+  std::vector<data::PathFrame> bullet = data::interpolated_path(index.scene, {1, 5}, 3);
+  data::set_path_time(index.scene, 4, &bullet);
+  const PathReport frozen =
+      render_path(resolved, run.last_checkpoint, bullet, (root_ / "renders").string(), "bullet");
+  const nlohmann::json cameras =
+      nlohmann::json::parse(std::ifstream(fs::path(frozen.dir) / "cameras.json"));
+  ASSERT_EQ(cameras.size(), 3u);
+  for (const auto& frame : cameras) EXPECT_EQ(frame["time_index"].get<int>(), 4);
+  EXPECT_NE(data::load_image(frozen.frames[0].rgb_png).pixels,
+            data::load_image(frozen.frames[2].rgb_png).pixels);
 }
 
 }  // namespace

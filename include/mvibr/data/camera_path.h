@@ -67,4 +67,19 @@ std::vector<PathFrame> orbit_path(const Scene& scene, const OrbitOptions& option
 std::vector<PathFrame> interpolated_path(const Scene& scene, const std::vector<int>& keys,
                                          int frames);
 
+// `frames` frames through view `view`'s camera and depth bounds, at its time step: a fixed
+// camera, to be given time by set_path_time. Throws InvalidArgument for frames < 1 or a view out
+// of range.
+std::vector<PathFrame> fixed_path(const Scene& scene, int view, int frames);
+
+// The scene's time steps: its largest time_index + 1.
+int time_steps(const Scene& scene);
+
+// Time along a path (a dynamic scene's videos): every frame at step `step` (bullet time: time
+// frozen while the camera moves), or with kSweepTime frame f at round(f (T - 1) / (frames - 1))
+// of the scene's T steps (a fixed camera over time, or a camera and time path). Throws
+// InvalidArgument for a step outside [0, T).
+constexpr int kSweepTime = -1;
+void set_path_time(const Scene& scene, int step, std::vector<PathFrame>* path);
+
 }  // namespace mvibr::data

@@ -39,10 +39,10 @@ struct SourceCandidate {
 
 struct DynibarSources {
   std::array<int, kFlowCount> dynamic;  // frame at t + kFlowOffsets[k], or -1 where there is none
-  int same_time = -1;  // with DynibarSourceOptions::same_time: the frame at t, or -1
-  int anchor_time = -1;  // j; -1 when no frame lies within anchor_max_step
-  std::vector<int> anchor;              // ascending
-  std::vector<int> static_views;        // ascending
+  int same_time = -1;             // with DynibarSourceOptions::same_time: the frame at t, or -1
+  int anchor_time = -1;           // j; -1 when no frame lies within anchor_max_step
+  std::vector<int> anchor;        // ascending
+  std::vector<int> static_views;  // ascending
 };
 
 // InvalidArgument unless max_range >= 1, static_views >= 2 and anchor_max_step >= 1.

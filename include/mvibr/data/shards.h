@@ -109,6 +109,7 @@ class ViewLookup {
   ViewLookup& operator=(const ViewLookup&) = delete;
 
   const SceneIndex& index() const;
+  // The view with its pixels, and its motion and static masks where the shards have motion.
   // Throws InvalidArgument for an index out of range or a view no shard holds.
   View view(int global_view) const;
 

@@ -83,7 +83,8 @@ class DynibarModel final : public TrainableModel {
   // The composite at the target's time: colour and depth.
   void render(const data::TrainingSample& sample, const std::vector<float>& pixels, RandomKey key,
               std::vector<float>* rgb, std::vector<float>* depth,
-              const std::function<void(int, int)>& on_chunk = {}) override;
+              const std::function<void(int, int)>& on_chunk = {},
+              RenderedParts* parts = nullptr) override;
 
  private:
   struct State;

@@ -29,6 +29,7 @@ struct RgbImage {
 struct RenderedView {
   RgbImage rgb;
   std::vector<float> depth;  // [height][width], camera-z of the fine pass (coarse when coarse_only)
+  RenderedParts parts;       // [height][width][3] each; DynIBaR's only
 };
 
 // The integer pixel coordinates (u, v) of rows [first_row, first_row + rows) of an image
@@ -83,7 +84,8 @@ struct ViewMetrics {
 TrainConfig evaluation_config(const TrainConfig& config);
 
 // Renders the sample's target with `model` and scores it. With `png_dir` non-empty, writes
-// <png_dir>/<name>.png and <name>_depth.png (depth from near_depth black to far_depth white),
+// <png_dir>/<name>.png and <name>_depth.png (depth from near_depth black to far_depth white;
+// DynIBaR: also <name>_static.png and <name>_dynamic.png, the composite's two parts),
 // the name made file-safe (extension dropped, characters other than [A-Za-z0-9._-] become '_').
 ViewMetrics evaluate_view(TrainableModel& model, const data::TrainingSample& sample, RandomKey key,
                           const std::string& png_dir = "",
@@ -130,11 +132,14 @@ struct PathReport {
 };
 
 // Loads `checkpoint` into the model of evaluation_config(config) and renders every frame of
-// `path` from its num_source_views nearest training views (data::SourceRanking) into
-// <png_root>/<step>/<name>/: frame-NNNN.png, frame-NNNN_depth.png and cameras.json (each
-// frame's camera, depth bounds and sources). `on_frame` is called after each frame this process
-// rendered. With `comm`, its ranks share the frames (frame f on rank f % size) and rank 0 writes
-// cameras.json once all are written; the report lists every frame on every rank.
+// `path` at its time step into <png_root>/<step>/<name>/: frame-NNNN.png, frame-NNNN_depth.png
+// (DynIBaR: also frame-NNNN_static.png and _dynamic.png, the composite's two parts) and
+// cameras.json (each frame's camera, depth bounds, time step and sources). IBRNet reads the
+// num_source_views nearest training views (data::SourceRanking); DynIBaR its three sets around
+// the frame's time as evaluation draws them (the frames at t +- 1..3 and at t; the static views
+// over t +- max_range, ranked by the frame's camera). `on_frame` is called after each frame this
+// process rendered. With `comm`, its ranks share the frames (frame f on rank f % size) and rank 0
+// writes cameras.json once all are written; the report lists every frame on every rank.
 PathReport render_path(const TrainConfig& config, const std::string& checkpoint,
                        const std::vector<data::PathFrame>& path, const std::string& png_root,
                        const std::string& name,

@@ -73,7 +73,8 @@ class IbrnetModel final : public TrainableModel {
   const PhaseTimes& phase_times() const override;
   void render(const data::TrainingSample& sample, const std::vector<float>& pixels, RandomKey key,
               std::vector<float>* rgb, std::vector<float>* depth,
-              const std::function<void(int, int)>& on_chunk = {}) override;
+              const std::function<void(int, int)>& on_chunk = {},
+              RenderedParts* parts = nullptr) override;
 
   // The coarse and fine passes on these rays of the target, forward and backward (after
   // begin_step): `key` and `first_ray` key the stratified and importance samples as the rendering

@@ -67,6 +67,13 @@ struct ParameterRange {
 // A rank's partial sums of the loss (before any division), all-reduced over ranks.
 using LossSums = std::vector<double>;
 
+// A dynamic model's composite taken apart, [R,3] each: DynIBaR's static and dynamic components
+// (each network's colours under its own share of the composite's weights; they sum to the
+// composite's colour).
+struct RenderedParts {
+  std::vector<float> static_rgb, dynamic_rgb;
+};
+
 class TrainableModel {
  public:
   virtual ~TrainableModel() = default;
@@ -103,10 +110,12 @@ class TrainableModel {
   virtual const PhaseTimes& phase_times() const = 0;  // of the step since begin_step
 
   // Renders pixels [R,2] of the sample's target without gradients: rgb [R,3], depth [R].
-  // `on_chunk(rays done, rays)` after each chunk.
+  // `on_chunk(rays done, rays)` after each chunk. With `parts`, also the model's parts apart,
+  // where it has them (left empty where it has none).
   virtual void render(const data::TrainingSample& sample, const std::vector<float>& pixels,
                       RandomKey key, std::vector<float>* rgb, std::vector<float>* depth,
-                      const std::function<void(int, int)>& on_chunk = {}) = 0;
+                      const std::function<void(int, int)>& on_chunk = {},
+                      RenderedParts* parts = nullptr) = 0;
 };
 
 // Whether a model built from `config` runs its step on a CUDA device (the config's device =
