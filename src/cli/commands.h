@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,12 +34,12 @@ struct RunSelection {
   int max_views = 0;  // 0: all
   // `mvibr render` only: a camera path instead of the split's views ("", spiral, orbit,
   // interpolate, fixed), its frame count (0: the path's default), the views an interpolated path
-  // goes through or the fixed camera's view (default: the split's), and its time: "" (as the
-  // path makes it), a step, or "sweep" (data::set_path_time).
+  // goes through or the fixed camera's view (default: the split's), and its time: none (as the
+  // path makes it), or data::set_path_time's step (data::kSweepTime: sweep).
   std::string path;
   int frames = 0;
   std::vector<int> path_views;
-  std::string time;
+  std::optional<int> time;
 };
 // Returns false after printing the help when --help is given; bad input is an InvalidArgument.
 bool parse_run_selection(const std::vector<std::string>& args, const std::string& command,

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "commands.h"
@@ -28,6 +29,19 @@ data::Split parse_split(const std::string& name) {
   throw InvalidArgument("--split must be test, val or train, got '" + name + "'");
 }
 
+// A whole number (0, 1, ...) written alone, or none.
+std::optional<int> whole_number(const std::string& text) {
+  size_t used = 0;
+  int value = -1;
+  try {
+    value = std::stoi(text, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (used != text.size() || value < 0) return std::nullopt;
+  return value;
+}
+
 // JSON has no infinity (identical images); null says "no finite value".
 nlohmann::json number(double x) {
   return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
@@ -45,7 +59,7 @@ bool parse_run_selection(const std::vector<std::string>& args, const std::string
       "max_views", po::value(&selection->max_views)->default_value(0),
       "the first N views of the split (0: all)")("ckpt", po::value(&selection->checkpoint),
                                                  "this checkpoint instead of the run's newest");
-  std::string path_views;
+  std::string path_views, time;
   if (command == "render") {
     options.add_options()("path", po::value(&selection->path),
                           "render a camera path instead: spiral (LLFF's, around the average "
@@ -57,7 +71,7 @@ bool parse_run_selection(const std::vector<std::string>& args, const std::string
         "path_views", po::value(&path_views),
         "the views an interpolated path goes through, in order, e.g. 0,8,16, or the fixed "
         "camera's view (default: the first --max_views of --split)")(
-        "time", po::value(&selection->time),
+        "time", po::value(&time),
         "dynamic scenes: the time step every frame shows (bullet time; a fixed camera: one view "
         "at that time), or sweep: time runs over the video from the first frame to the last "
         "(default: sweep for fixed; the key views' steps for interpolate; 0 for spiral, orbit)");
@@ -94,8 +108,12 @@ bool parse_run_selection(const std::vector<std::string>& args, const std::string
   if (vm.count("frames") && selection->frames < 1) {
     throw InvalidArgument("--frames must be at least 1");
   }
-  if (vm.count("time") && selection->path.empty()) {
-    throw InvalidArgument("--time is for a camera path (--path)");
+  if (vm.count("time")) {
+    if (selection->path.empty()) throw InvalidArgument("--time is for a camera path (--path)");
+    selection->time = time == "sweep" ? std::optional<int>(data::kSweepTime) : whole_number(time);
+    if (!selection->time) {
+      throw InvalidArgument("--time must be a time step (0, 1, ...) or sweep, got '" + time + "'");
+    }
   }
   if (!path_views.empty()) {
     if (selection->path != "interpolate" && selection->path != "fixed") {
@@ -103,17 +121,9 @@ bool parse_run_selection(const std::vector<std::string>& args, const std::string
     }
     std::stringstream list(path_views);
     for (std::string item; std::getline(list, item, ',');) {
-      size_t used = 0;
-      int view = -1;
-      try {
-        view = std::stoi(item, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used == 0 || used != item.size()) {
-        throw InvalidArgument("--path_views: '" + item + "' is not a view index");
-      }
-      selection->path_views.push_back(view);
+      const std::optional<int> view = whole_number(item);
+      if (!view) throw InvalidArgument("--path_views: '" + item + "' is not a view index");
+      selection->path_views.push_back(*view);
     }
     if (selection->path == "fixed" && selection->path_views.size() != 1) {
       throw InvalidArgument("--path fixed takes one view in --path_views");

@@ -28,22 +28,6 @@ std::vector<int> default_path_views(const data::Scene& scene, const RunSelection
   return views;
 }
 
-// --time as set_path_time's step: a whole number, or sweep.
-int path_time(const std::string& time) {
-  if (time == "sweep") return data::kSweepTime;
-  size_t used = 0;
-  int step = -1;
-  try {
-    step = std::stoi(time, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != time.size() || step < 0) {
-    throw InvalidArgument("--time must be a time step (0, 1, ...) or sweep, got '" + time + "'");
-  }
-  return step;
-}
-
 int render_camera_path(const RunSelection& s, dist::Communicator& world) {
   const data::SceneIndex index = data::read_scene_index(s.config.datadir);
   const int frames = s.frames > 0        ? s.frames
@@ -69,8 +53,8 @@ int render_camera_path(const RunSelection& s, dist::Communicator& world) {
       path = data::interpolated_path(index.scene, keys, frames);
     }
   }
-  if (!s.time.empty() || s.path == "fixed") {
-    data::set_path_time(index.scene, s.time.empty() ? data::kSweepTime : path_time(s.time), &path);
+  if (s.time || s.path == "fixed") {
+    data::set_path_time(index.scene, s.time.value_or(data::kSweepTime), &path);
   }
   RenderProgressLine progress("frame", world.rank(), world.size());
   const train::PathReport report = train::render_path(
