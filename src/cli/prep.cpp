@@ -55,7 +55,8 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
       "height", po::value(&synthetic.height)->default_value(synthetic.height), "image height")(
       "views", po::value(&synthetic.n_views)->default_value(synthetic.n_views), "cameras")(
       "rig", po::value(&synthetic.rig)->default_value(synthetic.rig),
-      "orbit | forward | monocular (one moving camera, a frame per time step) | cycling (a frame per time step from the forward rig's cameras in turn; the others are test views)")(
+      "orbit | forward | monocular (one moving camera, a frame per time step) | cycling (a frame "
+      "per time step from the forward rig's cameras in turn; the others are test views)")(
       "time_steps", po::value(&synthetic.n_time_steps)->default_value(1),
       "time steps (more than 1: moving objects)")(
       "seed", po::value(&synthetic.seed)->default_value(0), "layout and texture seed")(

@@ -362,10 +362,11 @@ void set_path_time(const Scene& scene, int step, std::vector<PathFrame>* path) {
   }
   const size_t frames = path->size();
   for (size_t f = 0; f < frames; ++f) {
-    (*path)[f].time_index = step != kSweepTime ? step
-                            : frames > 1
-                                ? int(std::lround(double(f) * (steps - 1) / double(frames - 1)))
-                                : 0;
+    int t = step;
+    if (step == kSweepTime) {
+      t = frames > 1 ? int(std::lround(double(f) * (steps - 1) / double(frames - 1))) : 0;
+    }
+    (*path)[f].time_index = t;
   }
 }
 

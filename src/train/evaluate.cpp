@@ -422,10 +422,11 @@ EvalReport evaluate_run(const TrainConfig& config, const std::string& checkpoint
 namespace {
 
 // A path frame as a sample, sources named (source_views) but not loaded: IBRNet's nearest
-// training views, or DynIBaR's three sets (no anchor: rendering has no cross-time pass).
+// training views, or DynIBaR's three sets (no anchor: rendering has no cross-time pass), drawn
+// alike for every frame, so that frames at one time read the same static views and a sweep's
+// move with its time (no flicker from a fresh draw per frame).
 data::TrainingSample path_sample(const TrainConfig& config, const data::Scene& scene,
-                                 const data::SourceRanking& ranking, const data::PathFrame& frame,
-                                 uint32_t index) {
+                                 const data::SourceRanking& ranking, const data::PathFrame& frame) {
   data::TrainingSample sample;
   sample.target.camera = frame.camera;
   sample.target.near_depth = frame.near_depth;
@@ -443,7 +444,7 @@ data::TrainingSample path_sample(const TrainConfig& config, const data::Scene& s
   data::DynibarSourceOptions options = dynibar_source_options(config);
   options.same_time = true;
   const data::DynibarSources chosen = data::select_dynibar_sources(
-      pool, -1, frame.time_index, options, RandomKey{config.seed, 0}, index);
+      pool, -1, frame.time_index, options, RandomKey{config.seed, 0}, 0);
   const auto place = [&](int view) {
     if (view < 0) return -1;
     const auto at = std::find(sample.source_views.begin(), sample.source_views.end(), view);
@@ -483,8 +484,7 @@ PathReport render_path(const TrainConfig& config, const std::string& checkpoint,
   size_t done = 0;
   for (size_t f = 0; f < path.size(); ++f) {
     const data::PathFrame& frame = path[f];
-    data::TrainingSample sample =
-        path_sample(config, lookup.index().scene, ranking, frame, uint32_t(f));
+    data::TrainingSample sample = path_sample(config, lookup.index().scene, ranking, frame);
     char frame_name[32];
     std::snprintf(frame_name, sizeof frame_name, "frame-%04zu", f);
     sample.target.name = frame_name;

@@ -33,7 +33,7 @@ struct SyntheticSceneOptions {
   // More than 1: two objects move (a sphere on a ring and the box), every rig camera sees every
   // step, and every view gets exact flows, masks and disparity (scene.h's FrameMotion).
   int n_time_steps = 1;
-  uint64_t seed = 0;          // object layout, colours and texture phases (never the cameras)
+  uint64_t seed = 0;  // object layout, colours and texture phases (never the cameras)
   // Cameras (monocular: frames) 0, n, 2n, ... are test views; cycling: the steps n/2, n/2 + n,
   // ... (away from the video's ends) have test views. 0: none.
   int n_test_every = 8;
@@ -58,10 +58,10 @@ void validate_synthetic_scene_options(const SyntheticSceneOptions& options);
 // monocular video's view t is its frame t; cycling: each step's video frame, then its test
 // views), with exact near/far, splits and names "synthetic/t003/v012" (step, rig camera).
 // Dynamic scenes' views carry their FrameMotion: a video is one camera over time (monocular,
-// cycling: the training frames); through each pixel's centre ray, the disparity, the motion mask (a moving object or
-// its shadow), the static mask (the motion mask grown by 2 pixels) and the flows to the video's
-// frames at t +- 1, 2, 3 (the hit point moved with its object and projected; valid where the
-// other frame's ray there hits it). Neighbours are left to prep.
+// cycling: the training frames); through each pixel's centre ray, the disparity, the motion mask (a
+// moving object or its shadow), the static mask (the motion mask grown by 2 pixels) and the flows
+// to the video's frames at t +- 1, 2, 3 (the hit point moved with its object and projected; valid
+// where the other frame's ray there hits it). Neighbours are left to prep.
 Scene make_synthetic_scene(const SyntheticSceneOptions& options);
 
 // The same scene through any camera (its own width and height), for ground truth at novel
