@@ -10,8 +10,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
-#include <exception>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -102,26 +100,19 @@ int run(std::vector<std::string> args) {
     phase_medians[name] = bench::median(phases[name]);
   }
   const double median_step = bench::median(step_seconds);
-  const nlohmann::ordered_json out = {
-      {"impl", "mvibr"},
-      {"threads", omp_get_max_threads()},
-      {"update", step},
-      {"warmup", bench.warmup},
-      {"steps", bench.steps},
-      {"step_seconds", median_step},
-      {"rays_per_second", config.N_rand / median_step},
-      {"phases", phase_medians},
-      {"loss", loss},
-      {"valid_rays", valid_rays},
-      {"config",
-       {{"datadir", config.datadir},
-        {"target_view", sample.target_view},
-        {"image", {sample.target.camera.width, sample.target.camera.height}},
-        {"sources", int(sample.sources.size())},
-        {"feature_net", name_of(config.feature_net)},
-        {"coarse_feat_dim", config.coarse_feat_dim},
-        {"N_rand", config.N_rand},
-        {"N_samples", config.N_samples}}}};
+  nlohmann::ordered_json described = bench::case_json(config, sample);
+  described["sources"] = int(sample.sources.size());
+  const nlohmann::ordered_json out = {{"impl", "mvibr"},
+                                      {"threads", omp_get_max_threads()},
+                                      {"update", step},
+                                      {"warmup", bench.warmup},
+                                      {"steps", bench.steps},
+                                      {"step_seconds", median_step},
+                                      {"rays_per_second", config.N_rand / median_step},
+                                      {"phases", phase_medians},
+                                      {"loss", loss},
+                                      {"valid_rays", valid_rays},
+                                      {"config", described}};
   std::cout << out.dump() << "\n";
   return 0;
 }
@@ -130,10 +121,5 @@ int run(std::vector<std::string> args) {
 }  // namespace mvibr
 
 int main(int argc, char** argv) {
-  try {
-    return mvibr::run(std::vector<std::string>(argv + 1, argv + argc));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "dynibar_step_bench: %s\n", e.what());
-    return 1;
-  }
+  return mvibr::bench::run_main("dynibar_step_bench", argc, argv, mvibr::run);
 }

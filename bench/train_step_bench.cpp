@@ -8,8 +8,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
-#include <exception>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -98,32 +96,25 @@ int run(std::vector<std::string> args) {
   }
   phase_medians["optimizer"] = bench::median(phases["optimizer"]);
   const double step = bench::median(step_seconds);
-  nlohmann::ordered_json out = {
-      {"impl", "mvibr"},
-      {"threads", omp_get_max_threads()},
-      {"device", model.on_device() ? "cuda" : "cpu"},
-      {"precision", name_of(config.precision)},
-      {"warmup", bench.warmup},
-      {"steps", bench.steps},
-      {"step_seconds", step},
-      {"steps_per_second", 1.0 / step},
-      {"rays_per_second", config.N_rand / step},
-      {"phases", phase_medians},
-      {"loss_first", loss_first},
-      {"loss_last", loss_last},
-      {"valid_rays", valid_rays},
-      {"config",
-       {{"datadir", config.datadir},
-        {"target_view", sample.target_view},
-        {"image", {sample.target.camera.width, sample.target.camera.height}},
-        {"num_source_views", int(sample.sources.size())},
-        {"feature_net", name_of(config.feature_net)},
-        {"coarse_feat_dim", config.coarse_feat_dim},
-        {"fine_feat_dim", config.fine_feat_dim},
-        {"N_rand", config.N_rand},
-        {"N_samples", config.N_samples},
-        {"N_importance", config.N_importance},
-        {"inv_uniform", config.inv_uniform}}}};
+  nlohmann::ordered_json described = bench::case_json(config, sample);
+  described["num_source_views"] = int(sample.sources.size());
+  described["fine_feat_dim"] = config.fine_feat_dim;
+  described["N_importance"] = config.N_importance;
+  described["inv_uniform"] = config.inv_uniform;
+  nlohmann::ordered_json out = {{"impl", "mvibr"},
+                                {"threads", omp_get_max_threads()},
+                                {"device", model.on_device() ? "cuda" : "cpu"},
+                                {"precision", name_of(config.precision)},
+                                {"warmup", bench.warmup},
+                                {"steps", bench.steps},
+                                {"step_seconds", step},
+                                {"steps_per_second", 1.0 / step},
+                                {"rays_per_second", config.N_rand / step},
+                                {"phases", phase_medians},
+                                {"loss_first", loss_first},
+                                {"loss_last", loss_last},
+                                {"valid_rays", valid_rays},
+                                {"config", described}};
   std::cout << out.dump() << "\n";
   return 0;
 }
@@ -132,10 +123,5 @@ int run(std::vector<std::string> args) {
 }  // namespace mvibr
 
 int main(int argc, char** argv) {
-  try {
-    return mvibr::run(std::vector<std::string>(argv + 1, argv + argc));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_step_bench: %s\n", e.what());
-    return 1;
-  }
+  return mvibr::bench::run_main("train_step_bench", argc, argv, mvibr::run);
 }
