@@ -141,6 +141,19 @@ void gather_moved_samples(int n_rays, int n_samples, const float* points, const 
                 target_center, views, out, stream);
 }
 
+__global__ void mask_unseen_colours_kernel(size_t n_rows, int row_width, const float* rgb_features,
+                                           const float* mask, float* masked) {
+  for (size_t i = grid_thread_index(); i < n_rows; i += grid_thread_count()) {
+    masked[i] = seen_colour_mask(rgb_features + i * size_t(row_width), mask[i]);
+  }
+}
+
+void mask_unseen_colours(size_t n_rows, int row_width, const float* rgb_features, const float* mask,
+                         float* masked, StreamHandle stream) {
+  launch_threads(n_rows, stream, mask_unseen_colours_kernel, n_rows, row_width, rgb_features, mask,
+                 masked);
+}
+
 // Adds weight * gradient into channel c of the texels the taps read (the CPU's scatter_taps).
 __device__ void scatter_taps(const BilinearTaps<float>& taps, float gradient, float* map,
                              int channels, int c) {

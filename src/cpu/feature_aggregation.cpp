@@ -207,6 +207,16 @@ void gather_moved_samples_backward(int n_rays, int n_samples, const T* moved_poi
                        grad_rgb_features, grad_moved_points, grad_images, grad_features);
 }
 
+template <typename T>
+void mask_unseen_colours(size_t n_rows, int row_width, const T* rgb_features, const T* mask,
+                         T* masked) {
+  for (size_t i = 0; i < n_rows; ++i) {
+    masked[i] = seen_colour_mask(rgb_features + i * size_t(row_width), mask[i]);
+  }
+}
+
+template void mask_unseen_colours(size_t, int, const float*, const float*, float*);
+template void mask_unseen_colours(size_t, int, const double*, const double*, double*);
 template void gather_samples(int, int, const float*, const float*, const float*, Vec3<float>,
                              const SourceViews<float>&, const GatherOutputs<float>&);
 template void gather_samples(int, int, const double*, const double*, const double*, Vec3<double>,

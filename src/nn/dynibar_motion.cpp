@@ -29,6 +29,31 @@ template <typename T>
 void DynibarMotion::forward(const T* mlp_params, const T* basis, int n_rays, int n_samples,
                             const T* points, T time, int frame, const std::vector<int>& to_frames,
                             T* moved, DynibarMotionWorkspace<T>* ws) const {
+  const MotionMlpCalls<T> cpu_mlp{[&](size_t n, const T* xyzt, T* coefficients) {
+                                    ws->saved.resize(mlp_.saved_size(n));
+                                    mlp_.forward(mlp_params, n, xyzt, ws->saved.data(),
+                                                 coefficients);
+                                  },
+                                  {}};
+  forward(cpu_mlp, basis, n_rays, n_samples, points, time, frame, to_frames, moved, ws);
+}
+
+template <typename T>
+void DynibarMotion::backward(const T* mlp_params, T* mlp_grads, const T* basis, T* grad_basis,
+                             const DynibarMotionWorkspace<T>& ws, const T* grad_moved,
+                             T* grad_points) const {
+  const MotionMlpCalls<T> cpu_mlp{{}, [&](size_t n, const T* grad_coefficients, T* grad_xyzt) {
+                                    std::vector<T> scratch(mlp_.scratch_size(n));
+                                    mlp_.backward(mlp_params, mlp_grads, n, ws.saved.data(),
+                                                  grad_coefficients, grad_xyzt, scratch.data());
+                                  }};
+  backward(cpu_mlp, basis, grad_basis, ws, grad_moved, grad_points);
+}
+
+template <typename T>
+void DynibarMotion::forward(const MotionMlpCalls<T>& mlp, const T* basis, int n_rays, int n_samples,
+                            const T* points, T time, int frame, const std::vector<int>& to_frames,
+                            T* moved, DynibarMotionWorkspace<T>* ws) const {
   const auto check = [&](int f) {
     if (f < 0 || f >= frames_) {
       throw InvalidArgument("DynIBaR motion: frame " + std::to_string(f) + " is outside the " +
@@ -43,13 +68,12 @@ void DynibarMotion::forward(const T* mlp_params, const T* basis, int n_rays, int
   ws->frame = frame;
   ws->to_frames = to_frames;
   ws->coefficients.resize(n * width);
-  ws->saved.resize(mlp_.saved_size(n));
   std::vector<T> xyzt(n * 4);
   for (size_t p = 0; p < n; ++p) {
     std::copy(points + 3 * p, points + 3 * p + 3, xyzt.data() + 4 * p);
     xyzt[4 * p + 3] = time;
   }
-  mlp_.forward(mlp_params, n, xyzt.data(), ws->saved.data(), ws->coefficients.data());
+  mlp.forward(n, xyzt.data(), ws->coefficients.data());
   const int far = static_far_samples(n_samples);
   for (int r = 0; r < n_rays; ++r) {
     T* first = ws->coefficients.data() + (size_t(r) * n_samples + size_t(n_samples - far)) * width;
@@ -64,7 +88,7 @@ void DynibarMotion::forward(const T* mlp_params, const T* basis, int n_rays, int
 }
 
 template <typename T>
-void DynibarMotion::backward(const T* mlp_params, T* mlp_grads, const T* basis, T* grad_basis,
+void DynibarMotion::backward(const MotionMlpCalls<T>& mlp, const T* basis, T* grad_basis,
                              const DynibarMotionWorkspace<T>& ws, const T* grad_moved,
                              T* grad_points) const {
   const size_t n = size_t(ws.n_rays) * size_t(ws.n_samples), width = size_t(mlp_.outputs());
@@ -80,9 +104,8 @@ void DynibarMotion::backward(const T* mlp_params, T* mlp_grads, const T* basis, 
         grad_coefficients.data() + (size_t(r) * ws.n_samples + size_t(ws.n_samples - far)) * width;
     std::fill(first, first + size_t(far) * width, T(0));
   }
-  std::vector<T> grad_xyzt(grad_points ? n * 4 : 0), scratch(mlp_.scratch_size(n));
-  mlp_.backward(mlp_params, mlp_grads, n, ws.saved.data(), grad_coefficients.data(),
-                grad_points ? grad_xyzt.data() : nullptr, scratch.data());
+  std::vector<T> grad_xyzt(grad_points ? n * 4 : 0);
+  mlp.backward(n, grad_coefficients.data(), grad_points ? grad_xyzt.data() : nullptr);
   if (!grad_points) return;
   for (size_t p = 0; p < n; ++p) {
     for (size_t a = 0; a < 3; ++a) {
@@ -93,11 +116,16 @@ void DynibarMotion::backward(const T* mlp_params, T* mlp_grads, const T* basis, 
   }
 }
 
-#define MVIBR_DYNIBAR_MOTION(T)                                                                 \
-  template void DynibarMotion::forward(const T*, const T*, int, int, const T*, T, int,          \
-                                       const std::vector<int>&, T*, DynibarMotionWorkspace<T>*) \
-      const;                                                                                    \
-  template void DynibarMotion::backward(const T*, T*, const T*, T*,                             \
+#define MVIBR_DYNIBAR_MOTION(T)                                                                   \
+  template void DynibarMotion::forward(const T*, const T*, int, int, const T*, T, int,            \
+                                       const std::vector<int>&, T*, DynibarMotionWorkspace<T>*)   \
+      const;                                                                                      \
+  template void DynibarMotion::backward(const T*, T*, const T*, T*,                               \
+                                        const DynibarMotionWorkspace<T>&, const T*, T*) const;    \
+  template void DynibarMotion::forward(const MotionMlpCalls<T>&, const T*, int, int, const T*, T, \
+                                       int, const std::vector<int>&, T*,                          \
+                                       DynibarMotionWorkspace<T>*) const;                         \
+  template void DynibarMotion::backward(const MotionMlpCalls<T>&, const T*, T*,                   \
                                         const DynibarMotionWorkspace<T>&, const T*, T*) const;
 MVIBR_DYNIBAR_MOTION(float)
 MVIBR_DYNIBAR_MOTION(double)

@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <tuple>
 #include <utility>
 
+#include "dynibar_device.h"
 #include "mvibr/core/error.h"
 #include "mvibr/data/shards.h"
 #include "mvibr/geom/plucker.h"
@@ -109,7 +111,6 @@ constexpr int kMaxOffset = 3;  // the dynamic sources and trajectories reach t +
 // A sample counts for a render when this many views see it (DynIBaR: > 1 at the target's
 // time, > 0 across time); a ray when more than 8 samples count.
 constexpr RayMaskRule kSeenTwice{2, 9}, kSeenOnce{1, 9};
-constexpr float kUnseenColourSum = 1e-3f;  // the static network's mask_rgb
 
 nn::AggregatorOptions network_options(const TrainConfig& c, nn::AggregatorVariant variant) {
   nn::AggregatorOptions o;
@@ -211,6 +212,7 @@ std::pair<int, int> motion_chunk(int n_rays, int c) {
 
 // Everything a micro-batch's forward computes, for its backward in end_step.
 struct MicroBatch {
+  int index = 0;  // in the step (the device keeps each one's activations apart)
   int n_rays = 0;
   DynibarPhase phase = DynibarPhase::kMain;
   std::vector<float> pixels, target_rgb, disparity, flows, flow_valid, motion_mask, static_mask;
@@ -256,6 +258,8 @@ struct DynibarModel::State {
   nn::Parameter basis;
   nn::DynibarMotion motion;
   nn::Adam adam;
+  // The networks' device copies when the config's device is CUDA (null: all on the CPU).
+  std::unique_ptr<DynibarDeviceNetworks> device;
   // The step's sample.
   const data::TrainingSample* sample = nullptr;
   int frame = 0, anchor_frame = -1;
@@ -288,7 +292,12 @@ struct DynibarModel::State {
         basis(parameters.add("trajectory_basis", {c.num_frames, c.num_basis},
                              nn::ParameterGroup::kTrajectoryBasis)),
         motion(motion_mlp, c.num_frames),
-        adam(parameters, dynibar_adam(c, adam_options(c, 1))) {}
+        adam(parameters, dynibar_adam(c, adam_options(c, 1))) {
+    if (runs_on_device(c)) {
+      device = make_dynibar_device_networks(
+          c, DynibarNetworks{feature_net, feature_net_st, net_st, net_dy, motion_mlp});
+    }
+  }
 
   static nn::MotionMlpOptions motion_options(const TrainConfig& c) {
     nn::MotionMlpOptions o;
@@ -347,15 +356,24 @@ struct DynibarModel::State {
   int cross_time_forward(MicroBatch* b);
   // DynibarMotion on chunks of rays: points [R,S,3] -> moved [O,R,S,3], and the backward from
   // grad_moved [O,R,S,3] into the MLP's and the basis's gradients and grad_points (nullable).
-  void motion_forward(int n_rays, const float* points, float time, int from_frame,
-                      const std::vector<int>& to_frames, float* moved, MotionChunks* chunks);
-  void motion_backward(const MotionChunks& chunks, int n_rays, const float* grad_moved,
-                       float* grad_points);
+  // `run` names the device's buffers for micro-batch `batch`.
+  void motion_forward(int batch, DynibarMotionRun run, int n_rays, const float* points, float time,
+                      int from_frame, const std::vector<int>& to_frames, float* moved,
+                      MotionChunks* chunks);
+  void motion_backward(int batch, DynibarMotionRun run, const MotionChunks& chunks, int n_rays,
+                       const float* grad_moved, float* grad_points);
 
   // Rays, samples and, when training, the target's motion data at the pixels.
   void ray_inputs(MicroBatch* b, RandomKey key, uint32_t first_ray, bool training);
-  void gather(Branch* br, MicroBatch* b, const float* points, const SourceSet& set,
-              bool static_set);
+  // A branch's gather of `set` (br->moved filled) and, with `network`, its network on the
+  // samples at `xyz` (and `time`, dynamic): br's rgb, sigma and mask.
+  void run_branch(DynibarBranch which, Branch* br, MicroBatch* b, const SourceSet& set,
+                  const float* xyz, const float* time, bool training, bool network);
+  // Its backward from br's grad_rgb and grad_sigma into the parameters and the maps, and into
+  // br->grad_moved and br->grad_xyz when asked.
+  void branch_backward(DynibarBranch which, Branch* br, MicroBatch* b, const SourceSet& set,
+                       bool moved_gradient, bool xyz_gradient);
+  void gather(Branch* br, MicroBatch* b, const SourceSet& set, bool static_set);
   void run_network(const nn::IbrnetAggregator& net, Branch* br, MicroBatch* b, const float* xyz,
                    const float* time, bool training);
 };
@@ -449,6 +467,16 @@ void DynibarModel::State::prepare(const data::TrainingSample& s, bool training,
   static_images.resize(statics.positions.size() * pixels * 3);
   load(statics, true, &static_images, 0);
   std::tie(map_height, map_width) = nn::ResUNet::output_size(height, width, true);
+  if (device) {
+    device->load_parameters(parameters, training);
+    device->set_images(DynibarSet::kStatic, int(statics.positions.size()), height, width,
+                       static_images.data());
+    device->features(DynibarSet::kStatic, training);
+    device->set_images(DynibarSet::kDynamic, int(n_dynamic), height, width, dynamic_images.data());
+    if (dynamic_features) device->features(DynibarSet::kDynamic, training);
+    if (training) parameters.zero_grads();
+    return;
+  }
   const size_t map = map_size();
   static_maps.resize(statics.positions.size() * map);
   feature_net_st.forward(int(statics.positions.size()), height, width, static_images.data(),
@@ -525,8 +553,71 @@ void DynibarModel::State::ray_inputs(MicroBatch* b, RandomKey key, uint32_t firs
   b->time_anchor.assign(rays, time_of(std::max(anchor_frame, 0)));
 }
 
-void DynibarModel::State::gather(Branch* br, MicroBatch* b, const float* points,
-                                 const SourceSet& set, bool static_set) {
+void DynibarModel::State::run_branch(DynibarBranch which, Branch* br, MicroBatch* b,
+                                     const SourceSet& set, const float* xyz, const float* time,
+                                     bool training, bool network) {
+  const bool is_static = which == DynibarBranch::kStatic;
+  if (!device) {
+    gather(br, b, set, is_static);
+    laps.to(&times.gather_forward);
+    if (network) {
+      run_network(is_static ? net_st : net_dy, br, b, xyz, time, training);
+      laps.to(&times.aggregator_forward);
+    }
+    return;
+  }
+  const int R = b->n_rays, S = config.N_samples, V = int(set.positions.size());
+  const size_t samples = size_t(R) * size_t(S);
+  DynibarBranchInputs in;
+  in.n_rays = R;
+  in.n_samples = S;
+  in.n_views = V;
+  in.points = b->points.data();
+  in.moved = br->moved.data();
+  in.cameras = set.cameras.data();
+  in.first_view = set.first_map;
+  in.target_center = camera_cast<float>(sample->target.camera).center();
+  in.network.xyz = xyz;
+  in.network.src_rays = br->src_rays.data();
+  in.network.target_rays = b->target_rays.data();
+  in.network.time = time;
+  in.network.view_dir = b->view_dirs.data();
+  br->rgb.resize(network ? samples * 3 : 0);
+  br->sigma.resize(network ? samples : 0);
+  br->mask.resize(samples * size_t(V));
+  device->branch_forward(b->index, which, in, training, network ? br->rgb.data() : nullptr,
+                         network ? br->sigma.data() : nullptr, br->mask.data());
+  laps.to(&times.aggregator_forward);
+}
+
+void DynibarModel::State::branch_backward(DynibarBranch which, Branch* br, MicroBatch* b,
+                                          const SourceSet& set, bool moved_gradient,
+                                          bool xyz_gradient) {
+  const bool is_static = which == DynibarBranch::kStatic;
+  br->grad_moved.resize(moved_gradient ? br->moved.size() : 0);
+  br->grad_xyz.resize(xyz_gradient ? size_t(b->n_rays) * config.N_samples * 3 : 0);
+  float* grad_moved = moved_gradient ? br->grad_moved.data() : nullptr;
+  float* grad_xyz = xyz_gradient ? br->grad_xyz.data() : nullptr;
+  if (device) {
+    device->branch_backward(b->index, which, br->grad_rgb.data(), br->grad_sigma.data(), grad_moved,
+                            grad_xyz);
+    laps.to(&times.aggregator_backward);
+    return;
+  }
+  br->grad_rgb_features.resize(br->rgb_features.size());
+  (is_static ? net_st : net_dy)
+      .backward(br->workspace, br->grad_rgb.data(), br->grad_sigma.data(),
+                br->grad_rgb_features.data(), grad_xyz);
+  laps.to(&times.aggregator_backward);
+  std::vector<float>& maps = is_static ? grad_static_maps : grad_dynamic_maps;
+  cpu::gather_moved_samples_backward(b->n_rays, config.N_samples, br->moved.data(),
+                                     views(set, is_static), br->grad_rgb_features.data(),
+                                     grad_moved, static_cast<float*>(nullptr),
+                                     maps.empty() ? nullptr : maps.data() + map_offset(set));
+  laps.to(&times.gather_backward);
+}
+
+void DynibarModel::State::gather(Branch* br, MicroBatch* b, const SourceSet& set, bool static_set) {
   const int R = b->n_rays, S = config.N_samples, V = int(set.positions.size());
   const SourceViews<float> v = views(set, static_set);
   const size_t rows = size_t(R) * S * V;
@@ -535,7 +626,7 @@ void DynibarModel::State::gather(Branch* br, MicroBatch* b, const float* points,
   br->mask.resize(rows);
   const Vec3<float> center = camera_cast<float>(sample->target.camera).center();
   cpu::gather_moved_samples(
-      R, S, points, br->moved.data(), center, v,
+      R, S, b->points.data(), br->moved.data(), center, v,
       GatherOutputs<float>{br->rgb_features.data(), br->ray_diff.data(), br->mask.data()});
 }
 
@@ -548,13 +639,10 @@ void DynibarModel::State::run_network(const nn::IbrnetAggregator& net, Branch* b
   in.ray_diff = br->ray_diff.data();
   in.xyz = xyz;
   if (net.variant() == nn::AggregatorVariant::kDynibarStatic) {
-    // mask_rgb: a view whose colour there is black (a moving pixel blacked out) does not count.
-    const int row = 3 + config.coarse_feat_dim;
+    // DynIBaR's mask_rgb: black views (moving pixels blacked out) do not count.
     br->network_mask.resize(br->mask.size());
-    for (size_t i = 0; i < br->mask.size(); ++i) {
-      const float* rgb = br->rgb_features.data() + i * row;
-      br->network_mask[i] = br->mask[i] * float(rgb[0] + rgb[1] + rgb[2] > kUnseenColourSum);
-    }
+    cpu::mask_unseen_colours(br->mask.size(), 3 + config.coarse_feat_dim, br->rgb_features.data(),
+                             br->mask.data(), br->network_mask.data());
     in.mask = br->network_mask.data();
     in.src_rays = br->src_rays.data();
     in.target_rays = b->target_rays.data();
@@ -595,15 +683,14 @@ void DynibarModel::State::forward(MicroBatch* b, RandomKey key, uint32_t first_r
   std::vector<int> ref_frames;
   for (int o = 0; o < n_ref_frames; ++o) ref_frames.push_back(first_frame + o);
   b->moved_ref.resize(size_t(n_ref_frames) * points * 3);
-  motion_forward(R, b->points.data(), b->time_ref[0], frame, ref_frames, b->moved_ref.data(),
-                 &b->motion_ref);
+  motion_forward(b->index, DynibarMotionRun::kReference, R, b->points.data(), b->time_ref[0], frame,
+                 ref_frames, b->moved_ref.data(), &b->motion_ref);
   laps.to(&times.motion_forward);
   // The static branch: every static view reads the sample where it is.
   Branch& st = b->static_branch;
   const int Vs = int(statics.positions.size());
   st.moved.resize(points * Vs * 3);
   per_view(points, b->points.data(), std::vector<int>(size_t(Vs), 0), st.moved.data());
-  gather(&st, b, b->points.data(), statics, true);
   st.src_rays.resize(points * Vs * 6);
   for (size_t p = 0; p < points; ++p) {
     const Vec3<float> x{b->points[3 * p], b->points[3 * p + 1], b->points[3 * p + 2]};
@@ -616,11 +703,10 @@ void DynibarModel::State::forward(MicroBatch* b, RandomKey key, uint32_t first_r
   Branch& dy = b->dynamic_branch;
   dy.moved.resize(points * dynamic_index.size() * 3);
   per_view(points, b->moved_ref.data(), dynamic_index, dy.moved.data());
-  gather(&dy, b, b->points.data(), dynamic, false);
   laps.to(&times.gather_forward);
-  run_network(net_st, &st, b, b->points.data(), nullptr, training);
-  if (main) run_network(net_dy, &dy, b, b->points.data(), b->time_ref.data(), training);
-  laps.to(&times.aggregator_forward);
+  run_branch(DynibarBranch::kStatic, &st, b, statics, b->points.data(), nullptr, training, true);
+  run_branch(DynibarBranch::kDynamic, &dy, b, dynamic, b->points.data(), b->time_ref.data(),
+             training, main);
   // Ray masks: samples seen by two views, rays with more than 8 of them.
   ray_mask(R, S, st, kSeenTwice, &b->static_only_mask);
   ray_mask(R, S, dy, kSeenTwice, &b->dynamic_only_mask);
@@ -724,9 +810,16 @@ void DynibarModel::State::forward(MicroBatch* b, RandomKey key, uint32_t first_r
   laps.to(&times.composite_loss);
 }
 
-void DynibarModel::State::motion_forward(int n_rays, const float* points, float time,
-                                         int from_frame, const std::vector<int>& to_frames,
-                                         float* moved, MotionChunks* chunks) {
+void DynibarModel::State::motion_forward(int batch, DynibarMotionRun run, int n_rays,
+                                         const float* points, float time, int from_frame,
+                                         const std::vector<int>& to_frames, float* moved,
+                                         MotionChunks* chunks) {
+  if (device) {  // one chunk: the whole batch at once
+    chunks->resize(1);
+    motion.forward(device->motion_mlp(batch, run), basis_values(), n_rays, config.N_samples, points,
+                   time, from_frame, to_frames, moved, &chunks->front());
+    return;
+  }
   const size_t S = size_t(config.N_samples), O = to_frames.size();
   const size_t points_total = size_t(n_rays) * S;
   chunks->resize(kMotionChunks);
@@ -745,8 +838,14 @@ void DynibarModel::State::motion_forward(int n_rays, const float* points, float 
   }
 }
 
-void DynibarModel::State::motion_backward(const MotionChunks& chunks, int n_rays,
+void DynibarModel::State::motion_backward(int batch, DynibarMotionRun run,
+                                          const MotionChunks& chunks, int n_rays,
                                           const float* grad_moved, float* grad_points) {
+  if (device) {
+    motion.backward(device->motion_mlp(batch, run), basis_values(), parameters.grad(basis),
+                    chunks.front(), grad_moved, grad_points);
+    return;
+  }
   const size_t S = size_t(config.N_samples), points_total = size_t(n_rays) * S;
   const size_t mlp_count = motion_mlp.parameter_count();
   const size_t basis_count = parameters.info(basis).size, slot = mlp_count + basis_count;
@@ -784,16 +883,15 @@ int DynibarModel::State::cross_time_forward(MicroBatch* b) {
   const Branch& st = b->static_branch;
   const float* anchor_points = point_set(b->moved_ref, size_t(anchor_frame - first_frame), points);
   b->moved_anchor.resize(anchor.frames.size() * points * 3);
-  motion_forward(R, anchor_points, b->time_anchor[0], anchor_frame, anchor.frames,
-                 b->moved_anchor.data(), &b->motion_anchor);
+  motion_forward(b->index, DynibarMotionRun::kAnchor, R, anchor_points, b->time_anchor[0],
+                 anchor_frame, anchor.frames, b->moved_anchor.data(), &b->motion_anchor);
   laps.to(&times.motion_forward);
   Branch& an = b->anchor_branch;
   an.moved.resize(points * anchor_index.size() * 3);
   per_view(points, b->moved_anchor.data(), anchor_index, an.moved.data());
-  gather(&an, b, b->points.data(), anchor, false);
   laps.to(&times.gather_forward);
-  run_network(net_dy, &an, b, anchor_points, b->time_anchor.data(), true);
-  laps.to(&times.aggregator_forward);
+  run_branch(DynibarBranch::kAnchor, &an, b, anchor, anchor_points, b->time_anchor.data(), true,
+             true);
   b->cross_rgb.resize(rays * 3);
   b->cross_weights.resize(samples);
   b->cross_weights_dynamic.resize(samples);
@@ -964,18 +1062,8 @@ void DynibarModel::State::backward(MicroBatch* b, const DynibarLossFractions& wh
   if (main) {
     if (lb.cross_time) {
       // The anchor's branch: the network, its gather, the anchor samples' motion.
-      an.grad_rgb_features.resize(an.rgb_features.size());
-      an.grad_xyz.resize(points * 3);
-      net_dy.backward(an.workspace, an.grad_rgb.data(), an.grad_sigma.data(),
-                      an.grad_rgb_features.data(), an.grad_xyz.data());
-      laps.to(&times.aggregator_backward);
+      branch_backward(DynibarBranch::kAnchor, &an, b, anchor, true, true);
       const size_t n_anchor = anchor.frames.size();
-      an.grad_moved.resize(an.moved.size());
-      cpu::gather_moved_samples_backward(R, S, an.moved.data(), views(anchor, false),
-                                         an.grad_rgb_features.data(), an.grad_moved.data(),
-                                         static_cast<float*>(nullptr),
-                                         grad_dynamic_maps.data() + map_offset(anchor));
-      laps.to(&times.gather_backward);
       std::vector<float> g_moved_anchor(n_anchor * points * 3, 0.0f);
       per_view_backward(points, an.grad_moved.data(), anchor_index, g_moved_anchor.data());
       // The cycle pairs, into both trajectories.
@@ -988,7 +1076,8 @@ void DynibarModel::State::backward(MicroBatch* b, const DynibarLossFractions& wh
         }
       }
       std::vector<float> g_points_anchor(points * 3);
-      motion_backward(b->motion_anchor, R, g_moved_anchor.data(), g_points_anchor.data());
+      motion_backward(b->index, DynibarMotionRun::kAnchor, b->motion_anchor, R,
+                      g_moved_anchor.data(), g_points_anchor.data());
       // The anchor samples are the target's moved to the anchor frame.
       const size_t o = size_t(anchor_frame - first_frame);
       for (size_t i = 0; i < points * 3; ++i) {
@@ -1006,28 +1095,15 @@ void DynibarModel::State::backward(MicroBatch* b, const DynibarLossFractions& wh
     }
     laps.to(&times.motion_backward);
     // The dynamic branch at the target's time.
-    dy.grad_rgb_features.resize(dy.rgb_features.size());
-    net_dy.backward(dy.workspace, dy.grad_rgb.data(), dy.grad_sigma.data(),
-                    dy.grad_rgb_features.data());
-    laps.to(&times.aggregator_backward);
-    dy.grad_moved.resize(dy.moved.size());
-    cpu::gather_moved_samples_backward(R, S, dy.moved.data(), views(dynamic, false),
-                                       dy.grad_rgb_features.data(), dy.grad_moved.data(),
-                                       static_cast<float*>(nullptr), grad_dynamic_maps.data());
+    branch_backward(DynibarBranch::kDynamic, &dy, b, dynamic, true, false);
     per_view_backward(points, dy.grad_moved.data(), dynamic_index, g_moved_ref.data());
     laps.to(&times.gather_backward);
-    motion_backward(b->motion_ref, R, g_moved_ref.data(), nullptr);
+    motion_backward(b->index, DynibarMotionRun::kReference, b->motion_ref, R, g_moved_ref.data(),
+                    nullptr);
     laps.to(&times.motion_backward);
   }
   // The static branch.
-  st.grad_rgb_features.resize(st.rgb_features.size());
-  net_st.backward(st.workspace, st.grad_rgb.data(), st.grad_sigma.data(),
-                  st.grad_rgb_features.data());
-  laps.to(&times.aggregator_backward);
-  cpu::gather_moved_samples_backward(R, S, st.moved.data(), views(statics, true),
-                                     st.grad_rgb_features.data(), static_cast<float*>(nullptr),
-                                     static_cast<float*>(nullptr), grad_static_maps.data());
-  laps.to(&times.gather_backward);
+  branch_backward(DynibarBranch::kStatic, &st, b, statics, false, false);
 }
 
 DynibarModel::DynibarModel(const TrainConfig& config) {
@@ -1035,12 +1111,9 @@ DynibarModel::DynibarModel(const TrainConfig& config) {
     throw InvalidArgument("model = dynibar: num_frames (" + std::to_string(config.num_frames) +
                           ") must exceed num_basis (" + std::to_string(config.num_basis) + ")");
   }
-  if (runs_on_device(config)) {
-    throw InvalidArgument(
-        "model = dynibar: the step runs on the CPU only so far; set device = cpu");
-  }
-  if (config.precision != Precision::kFp32) {
-    throw InvalidArgument("model = dynibar: the CPU step is fp32 only");
+  if (config.precision != Precision::kFp32 && !runs_on_device(config)) {
+    throw InvalidArgument("config key 'precision': " + std::string(name_of(config.precision)) +
+                          " needs the GPU step (device = cuda); the CPU step is fp32");
   }
   if (config.N_importance != 0) {
     throw InvalidArgument("config key 'N_importance': " + std::to_string(config.N_importance) +
@@ -1101,7 +1174,12 @@ std::vector<ParameterRange> DynibarModel::gradient_ready_order() const {
 }
 
 void DynibarModel::set_loss_scale(double scale) {
-  if (scale != 1.0) throw InvalidArgument("DynibarModel: the CPU step has no loss scale");
+  State& s = *state_;
+  if (s.device) {
+    s.device->set_gradient_scale(scale);
+  } else if (scale != 1.0) {
+    throw InvalidArgument("DynibarModel: the CPU step has no loss scale");
+  }
 }
 
 void DynibarModel::begin_step(const data::TrainingSample& sample) {
@@ -1121,7 +1199,8 @@ LossSums DynibarModel::accumulate(RandomKey key, int batch) {
   const TrainConfig& c = s.config;
   const uint32_t first_ray = uint32_t(batch * c.N_rand);
   if (s.batches.size() <= s.used_batches) s.batches.emplace_back();
-  MicroBatch& b = s.batches[s.used_batches++];
+  MicroBatch& b = s.batches[s.used_batches];
+  b.index = int(s.used_batches++);
   const RayBatch rays =
       select_rays(s.sample->target, c.N_rand, c.sample_mode, c.center_ratio, key, first_ray);
   b.n_rays = c.N_rand;
@@ -1157,11 +1236,18 @@ StepResult DynibarModel::end_step(const LossSums& global,
   const DynibarLossFractions whole = fractions_from_sums(global.data());
   for (size_t i = 0; i < s.used_batches; ++i) s.backward(&s.batches[i], whole);
   const std::vector<ParameterRange> order = gradient_ready_order();
+  float* grads = s.parameters.grads().data();
+  if (s.device) s.device->add_gradients(order[0], grads);
   if (ready) ready(order[0]);
   s.laps.start();
-  s.feature_net_st.backward(&s.static_workspace, s.grad_static_maps.data(), nullptr);
-  if (!s.dynamic_maps.empty()) {
-    s.feature_net.backward(&s.dynamic_workspace, s.grad_dynamic_maps.data(), nullptr);
+  if (s.device) {
+    s.device->features_backward();
+    s.device->add_gradients(order[1], grads);
+  } else {
+    s.feature_net_st.backward(&s.static_workspace, s.grad_static_maps.data(), nullptr);
+    if (!s.dynamic_maps.empty()) {
+      s.feature_net.backward(&s.dynamic_workspace, s.grad_dynamic_maps.data(), nullptr);
+    }
   }
   s.laps.to(&s.times.features_backward);
   if (ready) ready(order[1]);

@@ -2,7 +2,7 @@
 // their device counterparts, on one stream, buffers kept from step to step.
 // - Parameters, gradients and Adam's moments live on the device; per step the host sends the
 //   sources, the rays' pixels and colours, and reads the loss sums and the gradient norm.
-// - Compiled only in a build with the CUDA backend; ibrnet_cuda_unavailable.cpp stands in without.
+// - Compiled only in a build with the CUDA backend; cuda_unavailable.cpp stands in without.
 #include <algorithm>
 #include <cmath>
 #include <tuple>

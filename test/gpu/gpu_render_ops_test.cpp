@@ -513,6 +513,27 @@ TEST_F(CudaOps, RayMaskMatchesCpu) {
   }
 }
 
+TEST_F(CudaOps, UnseenColourMaskMatchesCpu) {
+  const size_t rows = 5000;
+  const int width = 19;
+  // Colours around the threshold (sums from 0 to 6e-3), half the rows unseen.
+  const std::vector<float> rgb_features = random_floats(rows * width, 0, 2e-3, 43);
+  std::vector<float> mask = random_floats(rows, 0, 1, 44);
+  for (float& m : mask) m = m < 0.5f ? 1.0f : 0.0f;
+  std::vector<float> masked(rows);
+  cpu::mask_unseen_colours(rows, width, rgb_features.data(), mask.data(), masked.data());
+  size_t kept = 0;
+  for (size_t i = 0; i < rows; ++i) kept += masked[i] != 0;
+  EXPECT_GT(kept, rows / 8);  // both outcomes occur
+  EXPECT_LT(kept, rows / 2);
+  const DeviceArray<float> device_rgb_features(rgb_features), device_mask(mask);
+  DeviceArray<float> device_masked(rows);
+  cuda::mask_unseen_colours(rows, width, device_rgb_features.data(), device_mask.data(),
+                            device_masked.data(), nullptr);
+  device_synchronize();
+  EXPECT_EQ(device_masked.to_host(), masked);
+}
+
 TEST_F(CudaOps, MaskedMseAndItsBackwardMatchCpu) {
   const float grad_loss = 0.7f;
   for (int n_rays : {0, 1, 1000, 100000}) {

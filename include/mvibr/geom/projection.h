@@ -168,4 +168,14 @@ MVIBR_HD void ray_direction_difference(Vec3<T> target_center, Vec3<T> target_poi
   out[3] = dot(to_target, to_source);
 }
 
+// DynIBaR's mask_rgb for the static network: a view counts where it sees the sample and its colour
+// there is not black (the moving pixels are blacked out of the static sources). `rgb` is the
+// gathered row's colour, `seen` the gather's mask.
+constexpr float kUnseenColourSum = 1e-3f;
+
+template <typename T>
+MVIBR_HD T seen_colour_mask(const T* rgb, T seen) {
+  return rgb[0] + rgb[1] + rgb[2] > T(kUnseenColourSum) ? seen : T(0);
+}
+
 }  // namespace mvibr

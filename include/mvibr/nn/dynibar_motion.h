@@ -9,9 +9,11 @@
 // - The positions' gradient (for points that were themselves moved: cross-time rendering's
 //   anchor samples) sums the identity's part and the MLP input's.
 // - No threads of its own, like MotionMlp: a model runs chunks of rays around it.
+// - The MLP runs where its calls (MotionMlpCalls) run it: the CPU network, or a device's copy.
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 #include "mvibr/nn/motion_mlp.h"
@@ -27,7 +29,16 @@ struct DynibarMotionWorkspace {
   int n_rays = 0, n_samples = 0, frame = 0;
   std::vector<int> to_frames;
   std::vector<T> coefficients;  // [R S, 3 K], the far samples' zero
-  std::vector<T> saved;         // the MLP's
+  std::vector<T> saved;         // the CPU MLP's
+};
+
+// The motion MLP where it runs: forward xyzt [n, 4] -> coefficients [n, 3 K] (overwritten),
+// keeping what its backward needs; backward from grad_coefficients [n, 3 K], accumulating the
+// MLP's parameter gradients where they live and overwriting grad_xyzt [n, 4] (null: skipped).
+template <typename T>
+struct MotionMlpCalls {
+  std::function<void(size_t n, const T* xyzt, T* coefficients)> forward;
+  std::function<void(size_t n, const T* grad_coefficients, T* grad_xyzt)> backward;
 };
 
 class DynibarMotion {
@@ -45,6 +56,16 @@ class DynibarMotion {
   // overwrites grad_points [R, S, 3] (nullable: then the MLP's input gradient is skipped).
   template <typename T>
   void backward(const T* mlp_params, T* mlp_grads, const T* basis, T* grad_basis,
+                const DynibarMotionWorkspace<T>& workspace, const T* grad_moved,
+                T* grad_points) const;
+
+  // The same with the MLP run by `mlp` (workspace.saved unused).
+  template <typename T>
+  void forward(const MotionMlpCalls<T>& mlp, const T* basis, int n_rays, int n_samples,
+               const T* points, T time, int frame, const std::vector<int>& to_frames, T* moved,
+               DynibarMotionWorkspace<T>* workspace) const;
+  template <typename T>
+  void backward(const MotionMlpCalls<T>& mlp, const T* basis, T* grad_basis,
                 const DynibarMotionWorkspace<T>& workspace, const T* grad_moved,
                 T* grad_points) const;
 

@@ -102,6 +102,8 @@ struct RayMaskRule {
                                             const SourceViews<T>& views,                          \
                                             const T* grad_rgb_features, T* grad_moved_points,     \
                                             T* grad_images, T* grad_features STREAM_PARAM);       \
+  PREFIX void mask_unseen_colours(size_t n_rows, int row_width, const T* rgb_features,            \
+                                  const T* mask, T* masked STREAM_PARAM);                         \
   PREFIX void composite_rays(int n_rays, int n_samples, const T* sigma, const T* rgb,             \
                              const T* depths, const T* directions, CompositeOptions options,      \
                              T* rgb_map, T* depth_map, T* acc_map, T* weights STREAM_PARAM);      \
@@ -142,7 +144,8 @@ namespace cpu {
 // grad_weights mean zero gradient. gather_moved_samples_backward overwrites grad_moved_points
 // [R,S,V,3] (nullable), the gradient through the projection and the bilinear reads;
 // render_flows_backward accumulates into grad_weights [R,S] and overwrites grad_points
-// [K,R,S,3], both nullable. masked_mse
+// [K,R,S,3], both nullable. mask_unseen_colours writes seen_colour_mask (geom/projection.h) of
+// each gathered row [rows, row_width] and its mask. masked_mse
 // writes {loss, denominator}; the backward reads the denominator.
 MVIBR_RENDER_OPS(T, template <typename T>, MVIBR_NO_STREAM)
 }  // namespace cpu

@@ -1,11 +1,17 @@
-// The CUDA backend in a build without CUDA: `auto` means the CPU, `cuda` is an error that says how
-// to get it.
+// The CUDA backends (IBRNet's step, DynIBaR's networks) in a build without CUDA: `auto` means the
+// CPU, `cuda` is an error that says how to get it.
+#include "dynibar_device.h"
 #include "ibrnet_backend.h"
 #include "mvibr/core/error.h"
 
 namespace mvibr::train {
 
 std::unique_ptr<IbrnetBackend> make_cuda_backend(const TrainConfig&, const IbrnetNetworks&) {
+  throw RuntimeFailure("this mvibr was built without CUDA (configure with MVIBR_CUDA=ON)");
+}
+
+std::unique_ptr<DynibarDeviceNetworks> make_dynibar_device_networks(const TrainConfig&,
+                                                                    const DynibarNetworks&) {
   throw RuntimeFailure("this mvibr was built without CUDA (configure with MVIBR_CUDA=ON)");
 }
 
