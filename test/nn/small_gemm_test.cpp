@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "mvibr/synthetic/random_scene.h"
@@ -151,6 +152,36 @@ TEST(SmallGemm, AnElementIsTheSameBitsWhateverTheCallAroundIt) {
                     << i0 + rows << ") columns [" << j0 << ", " << j0 + cols << ") row " << i;
               }
             }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The promised order itself: each element is one chain of fused multiply-adds over k in
+// increasing order from 0, then added to C when accumulating, bit for bit. k = 700 spans several
+// of kTN's blocks of rows, whose partial sums must continue the chain, not be added up.
+TEST(SmallGemm, EachElementIsOneFusedChainOverK) {
+  if (!kFixedOrder) GTEST_SKIP() << "built without AVX2 and FMA: cblas_sgemm";
+  for (GemmForm form : {GemmForm::kNN, GemmForm::kNT, GemmForm::kTN}) {
+    for (const auto& [m, n] : {std::pair<size_t, size_t>{7, 17}, {64, 57}, {1, 300}}) {
+      for (bool accumulate : {false, true}) {
+        const size_t k = 700;
+        const Problem p(form, m, n, k, 13);
+        const Operands op = p.operands();
+        std::vector<float> c = random_floats(m * p.ldc, 15);
+        const std::vector<float> start = c;
+        small_gemm(form, m, n, k, p.a.data(), p.lda, p.b.data(), p.ldb, accumulate, c.data(),
+                   p.ldc);
+        for (size_t i = 0; i < m; ++i) {
+          for (size_t j = 0; j < n; ++j) {
+            float chain = 0;
+            for (size_t s = 0; s < k; ++s) chain = std::fma(op.a_at(i, s), op.b_at(s, j), chain);
+            if (accumulate) chain += start[i * p.ldc + j];
+            ASSERT_EQ(c[i * p.ldc + j], chain)
+                << name(form) << " m " << m << " n " << n << " accumulate " << accumulate
+                << " element (" << i << ", " << j << ")";
           }
         }
       }
