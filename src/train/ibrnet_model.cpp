@@ -40,6 +40,10 @@ bool runs_on_device(const TrainConfig& config) {
   return use_cuda_step(config.device);
 }
 
+bool reduces_on_device(const TrainConfig& config) {
+  return config.model == ModelKind::kIbrnet && runs_on_device(config);
+}
+
 std::unique_ptr<TrainableModel> make_model(const TrainConfig& config) {
   if (config.model == ModelKind::kDynibar) return std::make_unique<DynibarModel>(config);
   return std::make_unique<IbrnetModel>(config);

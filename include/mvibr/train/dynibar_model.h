@@ -1,5 +1,5 @@
-// The DynIBaR model (a TrainableModel) for a monocular video, its step on the CPU: google/dynibar's
-// DynibarMono trained as train.py's loop, render_ray.py's render_rays_mono.
+// The DynIBaR model (a TrainableModel) for a monocular video: google/dynibar's DynibarMono trained
+// as train.py's loop, render_ray.py's render_rays_mono.
 // - Networks, named as DynibarMono's checkpoint: feature_net (the dynamic and cross-time
 //   sources) and feature_net_st (the static sources, their moving pixels blacked out), both
 //   shallow ResUNets of which the coarse half of the output is read; net_coarse_st
@@ -19,6 +19,9 @@
 //   denominators: 1 rank of 2B rays computes what 2 ranks of B do.
 // - Sources a target lacks (its dynamic frames past the video's ends) are left out: their flows
 //   and trajectory terms are not computed, as their flow validity is 0.
+// - device = cuda: the networks (feature nets, gathers, static and dynamic networks, motion MLP)
+//   run on the GPU, in config.precision, the rest of the step as on the CPU
+//   (train/dynibar_device.h); parameters, gradients and Adam stay on the host.
 #pragma once
 
 #include <functional>
@@ -48,8 +51,8 @@ nn::ResUNetOptions dynibar_feature_net_options(const TrainConfig& config);
 class DynibarModel final : public TrainableModel {
  public:
   // The networks and the optimiser at the config's rates (configure_optimizer sets others).
-  // InvalidArgument unless num_frames > num_basis, N_importance = 0 and the step runs on the CPU
-  // in fp32.
+  // InvalidArgument unless num_frames > num_basis, N_importance = 0, and the precision is fp32 or
+  // the networks run on the GPU.
   explicit DynibarModel(const TrainConfig& config);
   ~DynibarModel() override;
   DynibarModel(const DynibarModel&) = delete;
@@ -64,7 +67,7 @@ class DynibarModel final : public TrainableModel {
   void initialize(uint64_t seed) override;  // nn.Linear's and nn.Conv2d's defaults, DCT basis
   uint64_t updates() const override;
   double learning_rate(nn::ParameterGroup group) const override;
-  bool on_device() const override { return false; }
+  bool on_device() const override { return false; }  // the gradients are the host's
 
   // Every term's numerator and denominator (dynibar_losses.h's fractions), then the composite's
   // squared error and valid rays (for the PSNR).
