@@ -10,15 +10,15 @@ export PATH="/usr/local/cuda/bin:$PATH"
 command -v nvcc >/dev/null || { echo "device_bundle: no nvcc (/usr/local/cuda/bin)" >&2; exit 1; }
 bash scripts/setup.sh >/dev/null
 targets=(gpu_render_ops_test gpu_nccl_test gpu_nn_layers_test gpu_feature_net_test
-  gpu_aggregator_test gpu_motion_mlp_test gpu_train_step_test render_ops_bench train_step_bench
-  mvibr)
+  gpu_aggregator_test gpu_motion_mlp_test gpu_train_step_test gpu_dynibar_step_test
+  render_ops_bench train_step_bench mvibr)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMVIBR_CUDA=ON >/dev/null
 cmake --build build -j "$(nproc)" --target "${targets[@]}" >/dev/null
 rm -rf device-bundle
 mkdir -p device-bundle/lib
 binaries=(build/test/gpu_render_ops_test build/test/gpu_nccl_test build/test/gpu_nn_layers_test
   build/test/gpu_feature_net_test build/test/gpu_aggregator_test build/test/gpu_motion_mlp_test
-  build/test/gpu_train_step_test
+  build/test/gpu_train_step_test build/test/gpu_dynibar_step_test
   build/bench/render_ops_bench build/bench/train_step_bench build/mvibr)
 cp "${binaries[@]}" device-bundle/
 for binary in "${binaries[@]}"; do

@@ -220,6 +220,7 @@ main() {
   run_gpu_test gpu_aggregator_test
   run_gpu_test gpu_motion_mlp_test
   run_gpu_test gpu_train_step_test
+  run_gpu_test gpu_dynibar_step_test
   run_step_bench
   run_sanitizer memcheck
   run_sanitizer racecheck
