@@ -59,37 +59,9 @@ class GpuDynibarStep : public ::testing::Test {
     return with_video_frames(c);
   }
 
-  // A sample whose target has every dynamic source and an anchor (frames 3 .. 8).
+  // A sample whose target has every dynamic source (frames 3 .. 8).
   static data::TrainingSample sample(const TrainConfig& c) {
-    data::ReaderOptions o;
-    o.data_dir = c.datadir;
-    o.seed = c.seed;
-    o.dynibar_sources = true;
-    o.dynibar = dynibar_source_options(c);
-    o.shuffle = false;
-    data::PrefetchReader reader(o);
-    for (;;) {
-      data::TrainingSample s = reader.next();
-      if (s.target.time_index >= 3 && s.target.time_index + 3 < kFrames) return s;
-    }
-  }
-
-  // A model at update `step` (its phase follows), the motion head moved off its zero start so
-  // that the motion MLP and the basis get gradients.
-  static std::unique_ptr<DynibarModel> model_at(const TrainConfig& c, uint64_t step) {
-    auto model = std::make_unique<DynibarModel>(c);
-    model->initialize(11);
-    nn::ParameterSet& p = model->parameters();
-    for (const char* name : {"motion_mlp.coeff_linear.weight", "motion_mlp.coeff_linear.bias"}) {
-      const nn::Parameter head = p.find(name);
-      const std::vector<double> values =
-          synthetic::random_values(p.info(head).size, -0.02, 0.02, 99);
-      std::transform(values.begin(), values.end(), p.value(head),
-                     [](double x) { return float(x); });
-    }
-    nn::Adam& adam = model->optimizer();
-    adam.restore(step, adam.exp_avg(), adam.exp_avg_sq());
-    return model;
+    return testing::video_sample(c, 3, kFrames - 4);
   }
 
   static StepResult step(DynibarModel* model, const data::TrainingSample& s, int micro_batches,
@@ -133,8 +105,8 @@ TEST_F(GpuDynibarStep, MatchesTheCpuStep) {
                  " micro-batches");
     const TrainConfig cpu_config = config(Device::kCpu, 8), gpu_config = config(Device::kCuda, 8);
     const data::TrainingSample s = sample(cpu_config);
-    const auto cpu = model_at(cpu_config, uint64_t(at));
-    const auto gpu = model_at(gpu_config, uint64_t(at));
+    const auto cpu = testing::dynibar_model_at(cpu_config, uint64_t(at));
+    const auto gpu = testing::dynibar_model_at(gpu_config, uint64_t(at));
     EXPECT_FALSE(gpu->on_device());  // its gradients are the host's: all-reduced by MPI
     const StepResult expected = step(cpu.get(), s, micro_batches);
     const StepResult actual = step(gpu.get(), s, micro_batches);
@@ -160,7 +132,7 @@ TEST_F(GpuDynibarStep, MatchesTheCpuStep) {
 TEST_F(GpuDynibarStep, LossScaleIsDividedOut) {
   const TrainConfig c = config(Device::kCuda, 8);
   const data::TrainingSample s = sample(c);
-  const auto unscaled = model_at(c, 12), scaled = model_at(c, 12);
+  const auto unscaled = testing::dynibar_model_at(c, 12), scaled = testing::dynibar_model_at(c, 12);
   const StepResult a = step(unscaled.get(), s, 1), b = step(scaled.get(), s, 1, 1024);
   EXPECT_EQ(a.loss, b.loss);
   const auto [worst, name] = worst_gradient(scaled->parameters(), unscaled->parameters());
@@ -171,12 +143,12 @@ TEST_F(GpuDynibarStep, LossScaleIsDividedOut) {
 // gradient within 5e-2 (relative L2), as IBRNet's step.
 TEST_F(GpuDynibarStep, MixedPrecisionStepsStayCloseToFp32) {
   const data::TrainingSample s = sample(config(Device::kCuda, 8));
-  const auto reference = model_at(config(Device::kCuda, 8), 12);
+  const auto reference = testing::dynibar_model_at(config(Device::kCuda, 8), 12);
   const StepResult fp32 = step(reference.get(), s, 1);
   const std::vector<float>& g = reference->parameters().grads();
   for (const auto& [precision, scale] :
        {std::pair{Precision::kBf16, 1.0}, std::pair{Precision::kFp16, 65536.0}}) {
-    const auto model = model_at(config(Device::kCuda, 8, precision), 12);
+    const auto model = testing::dynibar_model_at(config(Device::kCuda, 8, precision), 12);
     const StepResult result = step(model.get(), s, 1, scale);
     const std::vector<float>& h = model->parameters().grads();
     double difference = 0, norm = 0;
@@ -196,7 +168,8 @@ TEST_F(GpuDynibarStep, MixedPrecisionStepsStayCloseToFp32) {
 TEST_F(GpuDynibarStep, RendersWhatTheCpuRenders) {
   const TrainConfig cpu_config = config(Device::kCpu, 8), gpu_config = config(Device::kCuda, 8);
   const data::TrainingSample s = sample(cpu_config);
-  const auto cpu = model_at(cpu_config, 12), gpu = model_at(gpu_config, 12);
+  const auto cpu = testing::dynibar_model_at(cpu_config, 12),
+             gpu = testing::dynibar_model_at(gpu_config, 12);
   std::vector<float> pixels;
   for (int y = 0; y < s.target.camera.height; y += 3) {
     for (int x = 0; x < s.target.camera.width; x += 3) {

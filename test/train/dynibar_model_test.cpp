@@ -50,37 +50,9 @@ class DynibarModelTest : public ::testing::Test {
     return with_video_frames(c);
   }
 
-  // A sample of the video whose target has every dynamic source (frames 3 .. 8).
+  // A sample whose target has every dynamic source (frames 3 .. 8).
   static data::TrainingSample sample(const TrainConfig& c) {
-    data::ReaderOptions o;
-    o.data_dir = c.datadir;
-    o.seed = c.seed;
-    o.dynibar_sources = true;
-    o.dynibar = dynibar_source_options(c);
-    o.shuffle = false;
-    data::PrefetchReader reader(o);
-    for (;;) {
-      data::TrainingSample s = reader.next();
-      if (s.target.time_index >= 3 && s.target.time_index + 3 < kFrames) return s;
-    }
-  }
-
-  // A model at update `step` (the phase follows), its motion head moved off its zero start so
-  // that the motion MLP and the basis get gradients.
-  static std::unique_ptr<DynibarModel> model_at(const TrainConfig& c, uint64_t step) {
-    auto model = std::make_unique<DynibarModel>(c);
-    model->initialize(11);
-    nn::ParameterSet& p = model->parameters();
-    for (const char* name : {"motion_mlp.coeff_linear.weight", "motion_mlp.coeff_linear.bias"}) {
-      const nn::Parameter head = p.find(name);
-      const std::vector<double> values =
-          synthetic::random_values(p.info(head).size, -0.02, 0.02, 99);
-      std::transform(values.begin(), values.end(), p.value(head),
-                     [](double x) { return float(x); });
-    }
-    nn::Adam& adam = model->optimizer();
-    adam.restore(step, adam.exp_avg(), adam.exp_avg_sq());
-    return model;
+    return testing::video_sample(c, 3, kFrames - 4);
   }
 
   static StepResult step(DynibarModel* model, const data::TrainingSample& s, int micro_batches) {
@@ -112,7 +84,7 @@ TEST_F(DynibarModelTest, TheMainLoopTrainsEveryPartAndTheBootstrapOnlyTheStaticB
   const TrainConfig c = config(64);
   ASSERT_EQ(c.num_frames, kFrames);
   const data::TrainingSample s = sample(c);
-  const auto main = model_at(c, 12);
+  const auto main = testing::dynibar_model_at(c, 12);
   const StepResult r = step(main.get(), s, 1);
   EXPECT_TRUE(std::isfinite(r.loss));
   EXPECT_GT(r.term("composite"), 0.0);
@@ -126,7 +98,7 @@ TEST_F(DynibarModelTest, TheMainLoopTrainsEveryPartAndTheBootstrapOnlyTheStaticB
   for (const auto& [group, largest] : group_gradients(main->parameters())) {
     EXPECT_GT(largest, 0.0) << "group " << int(group) << " untrained in the main loop";
   }
-  const auto bootstrap = model_at(c, 11);
+  const auto bootstrap = testing::dynibar_model_at(c, 11);
   const StepResult b = step(bootstrap.get(), s, 1);
   // Adam leaves out what the bootstrap does not train (torch skips a parameter without a
   // gradient): only the static groups count the update.
@@ -164,14 +136,15 @@ TEST_F(DynibarModelTest, EachGroupTrainsAtItsPublishedRateOnTheSchedule) {
       {nn::ParameterGroup::kStaticMlp, 0.5 * c.lrate_mlp},
       {nn::ParameterGroup::kTrajectoryBasis, 0.25 * c.lrate_mlp}};
   for (uint64_t step : {0u, 11u, 12u, 35u, 36u, 37u, 200u}) {
-    const auto model = model_at(c, step);
+    const auto model = testing::dynibar_model_at(c, step);
     for (const auto& [group, initial] : groups) {
       EXPECT_EQ(model->learning_rate(group),
                 dynibar_learning_rate(initial, int64_t(step), schedule))
           << "group " << int(group) << " at step " << step;
     }
   }
-  EXPECT_LT(model_at(c, 36)->learning_rate(nn::ParameterGroup::kMlp), c.lrate_mlp);  // decayed
+  EXPECT_LT(testing::dynibar_model_at(c, 36)->learning_rate(nn::ParameterGroup::kMlp),
+            c.lrate_mlp);  // decayed
 }
 
 // Two micro-batches of B rays are the global batch of 2B: the same loss and gradients up to the
@@ -180,7 +153,7 @@ TEST_F(DynibarModelTest, TwoMicroBatchesOfBTrainAsOneOfTwoB) {
   for (uint64_t at : {12u, 11u}) {
     const TrainConfig half = config(12), whole = config(24);
     const data::TrainingSample s = sample(whole);
-    const auto a = model_at(half, at), b = model_at(whole, at);
+    const auto a = testing::dynibar_model_at(half, at), b = testing::dynibar_model_at(whole, at);
     const StepResult ra = step(a.get(), s, 2), rb = step(b.get(), s, 1);
     EXPECT_NEAR(ra.loss, rb.loss, 1e-6 * rb.loss) << "step " << at;
     for (size_t i = 0; i < rb.terms.size(); ++i) {

@@ -64,16 +64,8 @@ class DynibarParity : public ::testing::Test {
   // One step at update `step` on both sides.
   void check_step(uint64_t step, const std::string& name) {
     const TrainConfig c = config();
-    data::ReaderOptions o;
-    o.data_dir = c.datadir;
-    o.seed = c.seed;
-    o.dynibar_sources = true;
-    o.dynibar = dynibar_source_options(c);
-    o.shuffle = false;
-    data::PrefetchReader reader(o);
-    data::TrainingSample s = reader.next();
     // Frame 6: its source at t + 2 is a held-out view (frame 8), so the step runs without it.
-    while (s.target.time_index != 6) s = reader.next();
+    const data::TrainingSample s = testing::video_sample(c, 6, 6);
     ASSERT_TRUE(s.dynibar.has_value());
     const data::DynibarSourceSets& sets = *s.dynibar;
 

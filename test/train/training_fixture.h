@@ -7,12 +7,14 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "mvibr/data/neighbours.h"
 #include "mvibr/data/prefetch_reader.h"
 #include "mvibr/data/shards.h"
 #include "mvibr/data/synthetic_scene.h"
 #include "mvibr/nn/optimizer.h"
+#include "mvibr/synthetic/random_scene.h"
 #include "mvibr/train/checkpoint.h"
 #include "mvibr/train/config.h"
 #include "mvibr/train/dynibar_model.h"
@@ -112,6 +114,39 @@ inline TrainConfig small_dynibar_config(const std::filesystem::path& root, const
   c.lrate_feature = 8e-4;
   c.lrate_mlp = 4e-4;
   return c;
+}
+
+// The first sample of `config`'s video (DynIBaR's source sets, file order) whose target is a
+// frame in [first_frame, last_frame].
+inline data::TrainingSample video_sample(const TrainConfig& config, int first_frame,
+                                         int last_frame) {
+  data::ReaderOptions o;
+  o.data_dir = config.datadir;
+  o.seed = config.seed;
+  o.dynibar_sources = true;
+  o.dynibar = dynibar_source_options(config);
+  o.shuffle = false;
+  data::PrefetchReader reader(o);
+  for (;;) {
+    data::TrainingSample s = reader.next();
+    if (s.target.time_index >= first_frame && s.target.time_index <= last_frame) return s;
+  }
+}
+
+// A DynIBaR model initialised from seed 11 at update `step` (its phase follows), the motion head
+// moved off its zero start so that the motion MLP and the basis get gradients.
+inline std::unique_ptr<DynibarModel> dynibar_model_at(const TrainConfig& config, uint64_t step) {
+  auto model = std::make_unique<DynibarModel>(config);
+  model->initialize(11);
+  nn::ParameterSet& p = model->parameters();
+  for (const char* name : {"motion_mlp.coeff_linear.weight", "motion_mlp.coeff_linear.bias"}) {
+    const nn::Parameter head = p.find(name);
+    const std::vector<double> values = synthetic::random_values(p.info(head).size, -0.02, 0.02, 99);
+    std::transform(values.begin(), values.end(), p.value(head), [](double x) { return float(x); });
+  }
+  nn::Adam& adam = model->optimizer();
+  adam.restore(step, adam.exp_avg(), adam.exp_avg_sq());
+  return model;
 }
 
 // For tests that compare two runs whose arithmetic differs only in summation order (ranks,
