@@ -6,6 +6,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cuda_precision.h"
 #include "dynibar_device.h"
 #include "mvibr/core/device.h"
 #include "mvibr/core/error.h"
@@ -61,7 +62,6 @@ struct DeviceBranch {
   std::unique_ptr<nn::cuda::IbrnetAggregator> net;
   DynibarSet set = DynibarSet::kDynamic;
   int n_rays = 0, n_samples = 0, n_views = 0, first_view = 0;
-  bool has_xyz_gradient = false;
   DeviceArray<PinholeCamera<float>> cameras;
   DeviceArray<float> points, moved, xyz, src_rays, target_rays, time, view_dir;
   DeviceArray<float> rgb_features, ray_diff, mask, network_mask, rgb, sigma;
@@ -85,10 +85,7 @@ class CudaDynibarNetworks final : public DynibarDeviceNetworks {
         motion_offset_(n.motion_mlp.parameter_offset()),
         st_offset_(n.net_st.parameter_offset()),
         dy_offset_(n.net_dy.parameter_offset()) {
-    context_.set_gemm_precision(
-        config.precision == Precision::kBf16   ? nn::cuda::GemmPrecision::kBf16
-        : config.precision == Precision::kFp16 ? nn::cuda::GemmPrecision::kFp16
-                                               : nn::cuda::GemmPrecision::kFp32);
+    context_.set_gemm_precision(gemm_precision(config.precision));
   }
 
   void load_parameters(const nn::ParameterSet& parameters, bool training) override {
@@ -166,6 +163,11 @@ class CudaDynibarNetworks final : public DynibarDeviceNetworks {
         GatherOutputs<float>{br.rgb_features.reserve(rows * width), br.ray_diff.reserve(rows * 4),
                              br.mask.reserve(rows)},
         context_.stream());
+    if (!rgb) {  // the gather alone
+      context_.synchronize();
+      download(mask, br.mask.data(), rows);
+      return;
+    }
     nn::AggregatorInputs<float> net_in;
     net_in.rgb_features = br.rgb_features.data();
     net_in.ray_diff = br.ray_diff.data();
@@ -180,11 +182,6 @@ class CudaDynibarNetworks final : public DynibarDeviceNetworks {
       net_in.mask = br.mask.data();
       net_in.time = upload(&br.time, in.network.time, size_t(in.n_rays));
       net_in.view_dir = upload(&br.view_dir, in.network.view_dir, size_t(in.n_rays) * 3);
-    }
-    if (!rgb) {  // the gather alone
-      context_.synchronize();
-      download(mask, br.mask.data(), rows);
-      return;
     }
     if (!br.net) {
       br.net = std::make_unique<nn::cuda::IbrnetAggregator>(is_static ? net_st_ : net_dy_);

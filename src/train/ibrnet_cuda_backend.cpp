@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuda_precision.h"
 #include "ibrnet_backend.h"
 #include "mvibr/core/device.h"
 #include "mvibr/core/error.h"
@@ -43,10 +44,7 @@ class CudaBackend final : public IbrnetBackend {
       net_fine_ = std::make_unique<nn::cuda::IbrnetAggregator>(*networks.net_fine);
       fine_offset_ = networks.net_fine->parameter_offset();
     }
-    context_.set_gemm_precision(
-        config.precision == Precision::kBf16   ? nn::cuda::GemmPrecision::kBf16
-        : config.precision == Precision::kFp16 ? nn::cuda::GemmPrecision::kFp16
-                                               : nn::cuda::GemmPrecision::kFp32);
+    context_.set_gemm_precision(gemm_precision(config.precision));
   }
 
   // GradScaler scales the mean loss; the backward here starts from the summed squared error, up to
