@@ -5,6 +5,8 @@
 
 #include <cxxabi.h>
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <boost/context/detail/fcontext.hpp>
@@ -249,22 +251,33 @@ std::string kernel_name(const void* kernel) {
 // MVIBR_EMULATED_COVERAGE=FILE: every kernel launched by this process and how often, appended
 // at exit, one line each: "count module offset name" (name "-" for a kernel of internal
 // linkage, which test/emulated_cuda/kernel_coverage.py names from the module's symbol table).
+// Processes exit together (ctest -j, MPI ranks), so the report goes out in one write() on an
+// O_APPEND descriptor: stdio would split it at its buffer size and interleave the lines.
 struct CoverageAtExit {
   ~CoverageAtExit() {
     const char* file = std::getenv("MVIBR_EMULATED_COVERAGE");
     const std::map<const void*, size_t> launches = runtime::launches_so_far();
     if (file == nullptr || *file == '\0' || launches.empty()) return;
-    if (FILE* out = std::fopen(file, "a")) {
-      for (const auto& [kernel, count] : launches) {
-        Dl_info info{};
-        if (dladdr(kernel, &info) == 0) continue;
-        const uintptr_t offset =
-            reinterpret_cast<uintptr_t>(kernel) - reinterpret_cast<uintptr_t>(info.dli_fbase);
-        std::fprintf(out, "%zu %s 0x%zx %s\n", count, info.dli_fname, size_t(offset),
-                     info.dli_sname ? info.dli_sname : "-");
-      }
-      std::fclose(out);
+    std::string report;
+    for (const auto& [kernel, count] : launches) {
+      Dl_info info{};
+      if (dladdr(kernel, &info) == 0) continue;
+      const uintptr_t offset =
+          reinterpret_cast<uintptr_t>(kernel) - reinterpret_cast<uintptr_t>(info.dli_fbase);
+      char number[64];
+      std::snprintf(number, sizeof number, "%zu ", count);
+      report += number;
+      report += info.dli_fname;
+      std::snprintf(number, sizeof number, " 0x%zx ", size_t(offset));
+      report += number;
+      report += info.dli_sname ? info.dli_sname : "-";
+      report += '\n';
     }
+    const int out = open(file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (out < 0) return;
+    if (write(out, report.data(), report.size()) != ssize_t(report.size()))
+      std::fprintf(stderr, "emulator: coverage report to %s cut short\n", file);
+    close(out);
   }
 } coverage_at_exit;
 

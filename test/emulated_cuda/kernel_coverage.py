@@ -42,8 +42,13 @@ def symbols(module, cache={}):
 def main():
     report, source_dir = sys.argv[1], sys.argv[2]
     launched = collections.Counter()
-    for line in open(report):
-        count, module, offset, symbol = line.split(" ", 3)
+    for number, line in enumerate(open(report), 1):
+        fields = line.split(" ", 3)
+        if len(fields) != 4 or not fields[0].isdigit() or not fields[2].startswith("0x"):
+            print(f"{report}:{number}: not a 'count module offset symbol' line: {line!r}",
+                  file=sys.stderr)
+            return 2
+        count, module, offset, symbol = fields
         name = symbols(module).get(int(offset, 16), symbol.strip())
         launched[name] += int(count)
     defined = sorted(kernels_defined(source_dir))
