@@ -44,6 +44,17 @@ long long check_shard(const data::ShardReader& shard) {
   return shard.n_frames();
 }
 
+// A pose data set's skeleton, one line: each joint's name and parent.
+void print_skeleton(const std::vector<int>& parents, const std::vector<std::string>& names) {
+  if (parents.empty()) return;
+  std::printf("  skeleton: %zu joints:", parents.size());
+  for (size_t j = 0; j < parents.size(); ++j) {
+    std::printf(" %s%s%s", names[j].c_str(), parents[j] < 0 ? "" : "<",
+                parents[j] < 0 ? "" : names[size_t(parents[j])].c_str());
+  }
+  std::printf("\n");
+}
+
 void print_shard(const data::ShardReader& shard) {
   size_t sources = 0;
   for (int t = 0; t < shard.n_targets(); ++t) sources += shard.target_sources(t).size();
@@ -51,6 +62,14 @@ void print_shard(const data::ShardReader& shard) {
   std::printf("  %d frames of %dx%d, %d targets, %.1f sources per target\n", shard.n_frames(),
               shard.width(), shard.height(), shard.n_targets(),
               double(sources) / std::max(1, shard.n_targets()));
+  if (shard.skeleton().empty()) return;
+  size_t visible = 0, joints = 0;
+  for (int f = 0; f < shard.n_frames(); ++f) {
+    for (const uint8_t b : shard.frame(f).pose.visible) visible += b;
+    joints += shard.skeleton().size();
+  }
+  std::printf("  pose labels: %zu joints in %d frames, %.1f%% visible\n", shard.skeleton().size(),
+              shard.n_frames(), 100.0 * double(visible) / double(joints));
 }
 
 void print_checkpoint(const std::string& path) {
@@ -129,6 +148,7 @@ int run_inspect(const std::vector<std::string>& args) {
     least = std::min(least, list.size());
   }
   std::printf("  neighbours: %zu to %zu per view\n", least, most);
+  print_skeleton(scene.skeleton, scene.joint_names);
   std::printf("  shards: %d\n", index.n_shards);
   long long frames = 0;
   for (int s = 0; s < index.n_shards; ++s) {

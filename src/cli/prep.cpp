@@ -16,6 +16,7 @@
 #include "mvibr/data/dynibar_folder.h"
 #include "mvibr/data/importers.h"
 #include "mvibr/data/neighbours.h"
+#include "mvibr/data/pose_scene.h"
 #include "mvibr/data/shards.h"
 #include "mvibr/data/synthetic_scene.h"
 
@@ -35,11 +36,11 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
   general.add_options()("help,h", "print this help")(
       "config", po::value(&config), "read `key = value` lines from this file (command line wins)")(
       "input", po::value(&input)->default_value(input),
-      "scene to prepare: 'synthetic' (built in), a folder or a file")("out", po::value(&out),
-                                                                      "output folder (required)")(
+      "scene to prepare: 'synthetic' or 'synthetic_pose' (built in), a folder or a file")(
+      "out", po::value(&out), "output folder (required)")(
       "shards", po::value(&prep.n_shards)->default_value(1), "number of shards")(
       "format", po::value(&format)->default_value(format),
-      "auto | synthetic | blender | llff | colmap | dnerf | dynibar")(
+      "auto | synthetic | synthetic_pose | blender | llff | colmap | dnerf | dynibar")(
       "compress", po::value(&prep.gzip_level)->default_value(0),
       "gzip level of the frames, 0 (off, fastest to read) to 9")(
       "neighbours", po::value(&neighbours.max_neighbours)->default_value(20),
@@ -62,6 +63,19 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
       "seed", po::value(&synthetic.seed)->default_value(0), "layout and texture seed")(
       "test_every", po::value(&synthetic.n_test_every)->default_value(synthetic.n_test_every),
       "every N-th camera is a test view (0: none)");
+  data::PoseSceneOptions pose;
+  po::options_description posed(
+      "built-in pose data set (--input synthetic_pose; --width, "
+      "--height and --seed as above, default 128x128)");
+  posed.add_options()("cameras", po::value(&pose.n_cameras)->default_value(pose.n_cameras),
+                      "cameras in the ring")(
+      "sequences", po::value(&pose.n_sequences)->default_value(pose.n_sequences),
+      "sequences (one body and its motion each)")(
+      "frames", po::value(&pose.n_frames)->default_value(pose.n_frames), "frames per sequence")(
+      "test_sequences", po::value(&pose.n_test_sequences)->default_value(pose.n_test_sequences),
+      "the last N sequences are the test split")(
+      "pillars", po::value(&pose.n_pillars)->default_value(pose.n_pillars),
+      "occluding pillars per sequence");
   po::options_description imported("imported scenes");
   imported.add_options()("background", po::value(&background)->default_value(background),
                          "white | black, behind transparent pixels")(
@@ -81,7 +95,7 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
       "max_views", po::value(&import.max_views_per_split)->default_value(0),
       "keep the first N views of each split (0: all)");
   po::options_description all;
-  all.add(general).add(generated).add(imported);
+  all.add(general).add(generated).add(posed).add(imported);
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(all).run(), vm);
   if (vm.count("help")) {
@@ -133,7 +147,8 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
   std::fprintf(stderr, "reading images: %zu of %zu\n", read, total);
 };
 
-const bool built_in = input == "synthetic" || format == "synthetic";
+const bool built_in_pose = input == "synthetic_pose" || format == "synthetic_pose";
+const bool built_in = built_in_pose || input == "synthetic" || format == "synthetic";
 if (!built_in) {
   if (!vm["height"].defaulted()) {
     throw InvalidArgument(
@@ -153,9 +168,15 @@ if (!built_in && !std::filesystem::exists(input)) {
   throw InvalidArgument(input + ": no such file or folder (--input)");
 }
 const auto start = std::chrono::steady_clock::now();
-data::Scene scene =
-    built_in ? data::make_synthetic_scene(synthetic) : data::import_scene(format, input, import);
-data::select_neighbours(&scene, neighbours);
+if (built_in_pose) {
+  if (!vm["width"].defaulted()) pose.width = synthetic.width;
+  if (!vm["height"].defaulted()) pose.height = synthetic.height;
+  pose.seed = synthetic.seed;
+}
+data::Scene scene = built_in_pose ? data::make_pose_scene(pose)
+                    : built_in    ? data::make_synthetic_scene(synthetic)
+                                  : data::import_scene(format, input, import);
+if (scene.neighbours.empty()) data::select_neighbours(&scene, neighbours);
 if (!dynibar_folder.empty()) data::write_dynibar_folder(scene, dynibar_folder);
 const data::PrepReport report = data::write_prepared_scene(scene, out, prep);
 const double seconds =
@@ -176,6 +197,21 @@ for (const data::View& v : scene.views) {
 std::printf("depth bounds: near %.4g to %.4g, far %.4g to %.4g (from %s; --near/--far override)\n",
             near_min, near_max, far_min, far_max,
             scene.depth_bounds_from.empty() ? "the scene" : scene.depth_bounds_from.c_str());
+if (!scene.skeleton.empty()) {
+  std::map<data::Split, int> samples;
+  size_t visible = 0, joints = 0;
+  for (size_t i = 0; i < scene.views.size(); ++i) {
+    const data::View& v = scene.views[i];
+    if (v.target) ++samples[v.split];
+    for (const uint8_t b : v.pose.visible) visible += b;
+    joints += v.pose.visible.size();
+  }
+  std::printf(
+      "pose: %zu joints, %zu cameras a sample; samples: train %d, test %d; %.1f%% of "
+      "joints visible\n",
+      scene.skeleton.size(), scene.neighbours[0].size() + 1, samples[data::Split::kTrain],
+      samples[data::Split::kTest], 100.0 * double(visible) / double(joints));
+}
 for (const std::string& warning : scene.warnings) std::printf("warning: %s\n", warning.c_str());
 std::printf("%d shard(s), %lld frames written, duplication factor %.2f, %.2f s\n", report.n_shards,
             report.frames_written, report.duplication_factor, seconds);

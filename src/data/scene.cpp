@@ -83,6 +83,51 @@ void check_motion(const View& v, bool absent, const Fail& fail) {
   }
 }
 
+// A view's pose labels: present exactly when the scene has a skeleton, J joints each, finite,
+// visibility 0 or 1.
+template <typename Fail>
+void check_pose(const View& v, size_t joints, const Fail& fail) {
+  const PoseLabels& p = v.pose;
+  if (joints == 0) {
+    if (!p.empty() || !p.joints_image.empty() || !p.visible.empty()) {
+      fail("has pose labels but the scene has no skeleton");
+    }
+    return;
+  }
+  if (p.joints_world.size() != 3 * joints || p.joints_image.size() != 2 * joints ||
+      p.visible.size() != joints) {
+    fail("has pose labels of " + std::to_string(p.joints_world.size() / 3) + " 3D, " +
+         std::to_string(p.joints_image.size() / 2) + " 2D and " + std::to_string(p.visible.size()) +
+         " visibility joints; the skeleton has " + std::to_string(joints));
+  }
+  for (const double x : p.joints_world) {
+    if (!std::isfinite(x)) fail("has a non-finite 3D joint");
+  }
+  for (const float x : p.joints_image) {
+    if (!std::isfinite(x)) fail("has a non-finite 2D joint");
+  }
+  for (const uint8_t b : p.visible) {
+    if (b > 1) fail("joint visibility must be 0 or 1");
+  }
+}
+
+// The skeleton: parents before children (so the root is joint 0), names one per joint.
+template <typename Fail>
+void check_skeleton(const Scene& scene, const Fail& fail) {
+  const std::vector<int>& parents = scene.skeleton;
+  if (parents.empty()) return;
+  if (scene.joint_names.size() != parents.size()) {
+    fail("", "has " + std::to_string(scene.joint_names.size()) + " joint names for " +
+                 std::to_string(parents.size()) + " joints");
+  }
+  for (size_t j = 0; j < parents.size(); ++j) {
+    if (j == 0 ? parents[j] != -1 : (parents[j] < 0 || size_t(parents[j]) >= j)) {
+      fail("", "skeleton joint " + std::to_string(j) + " has parent " + std::to_string(parents[j]) +
+                   " (the root is joint 0; parents come first)");
+    }
+  }
+}
+
 }  // namespace
 
 void validate_scene(const Scene& scene) {
@@ -122,6 +167,7 @@ void validate_scene(const Scene& scene) {
     }
     check_motion(v, scene.views[0].motion.empty(),
                  [&](const std::string& what) { fail(where, what); });
+    check_pose(v, scene.skeleton.size(), [&](const std::string& what) { fail(where, what); });
     // An importer that forgot set_world_to_camera would project with a stale w2c.
     const Vec3<double> probe{0.3, -0.2, 1.7};
     const Vec3<double> back = transform_point(c.c2w, transform_point(c.w2c, probe));
@@ -129,6 +175,7 @@ void validate_scene(const Scene& scene) {
       fail(where, "world-to-camera pose is not the inverse of camera-to-world");
     }
   }
+  check_skeleton(scene, fail);
   if (!scene.neighbours.empty()) {
     if (scene.neighbours.size() != scene.views.size()) {
       fail("", "has neighbour lists for " + std::to_string(scene.neighbours.size()) + " of " +
@@ -145,6 +192,19 @@ void validate_scene(const Scene& scene) {
           fail(", view " + std::to_string(i),
                "neighbour index " + std::to_string(n) + " is out of range or the view itself");
         }
+      }
+    }
+    // A view that is no target reaches a shard only as some target's source.
+    std::vector<bool> reached(scene.views.size());
+    for (size_t i = 0; i < scene.views.size(); ++i) {
+      if (!scene.views[i].target) continue;
+      reached[i] = true;
+      for (int n : scene.neighbours[i]) reached[size_t(n)] = true;
+    }
+    for (size_t i = 0; i < scene.views.size(); ++i) {
+      if (!reached[i]) {
+        fail(", view " + std::to_string(i) + " (" + scene.views[i].name + ")",
+             "is no target and no target's source");
       }
     }
   }

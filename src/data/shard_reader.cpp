@@ -45,6 +45,7 @@ SceneIndex read_scene_index(const std::string& path) {
   const long long n = bounded_attribute(file, "n_views", 1, kMaxViews);
   index.n_shards = int(bounded_attribute(file, "n_shards", 1, n));
   scene.views = read_view_table(file, n, width, height);
+  read_skeleton(file, &scene);
   index.shard_of_view = file.read_ints("views/shard", {n});
   for (long long i = 0; i < n; ++i) {
     const int s = index.shard_of_view[size_t(i)];
@@ -74,9 +75,46 @@ struct ShardReader::State {
   int shard_index = 0, n_shards = 0, width = 0, height = 0;
   std::string prep_command;
   std::vector<View> views;
+  Scene skeleton;  // only its skeleton and joint names
   std::vector<int> frame_view, target_frames;
   std::vector<std::vector<int>> target_sources;
 };
+
+namespace {
+
+// Every frame's pose labels, where the shard has a skeleton, into views[f].pose.
+void read_pose_labels(const h5::File& file, long long frames, size_t joints,
+                      std::vector<View>* views) {
+  if (joints == 0) {
+    if (file.has("pose")) file.fail("has pose labels but no skeleton");
+    return;
+  }
+  if (!file.has("pose")) file.fail("has a skeleton but no pose labels");
+  const long long j = (long long)joints;
+  const std::vector<double> world = file.read_doubles("pose/joints_world", {frames, j, 3});
+  const std::vector<float> image = file.read_floats("pose/joints_image", {frames, j, 2});
+  const std::vector<signed char> visible = file.read_bytes("pose/visible", {frames, j});
+  for (size_t f = 0; f < size_t(frames); ++f) {
+    PoseLabels& p = (*views)[f].pose;
+    p.joints_world.assign(world.begin() + long(f * joints * 3),
+                          world.begin() + long((f + 1) * joints * 3));
+    p.joints_image.assign(image.begin() + long(f * joints * 2),
+                          image.begin() + long((f + 1) * joints * 2));
+    for (size_t k = 0; k < joints; ++k) {
+      const signed char b = visible[f * joints + k];
+      if (b != 0 && b != 1) file.fail("pose/visible must hold 0 or 1");
+      p.visible.push_back(uint8_t(b));
+    }
+    for (const double x : p.joints_world) {
+      if (!std::isfinite(x)) file.fail("pose/joints_world has a non-finite value");
+    }
+    for (const float x : p.joints_image) {
+      if (!std::isfinite(x)) file.fail("pose/joints_image has a non-finite value");
+    }
+  }
+}
+
+}  // namespace
 
 ShardReader::ShardReader(const std::string& path) : state_(nullptr) {
   const h5::LibraryGuard guard(h5::library_lock());
@@ -107,6 +145,8 @@ ShardReader::ShardReader(const std::string& path) : state_(nullptr) {
   const auto table = file.read_ints("target_sources", {n_targets, (long long)shape[1]});
   s.target_sources =
       unpad_neighbours(file, "target_sources", table, n_targets, (long long)shape[1], n_frames);
+  read_skeleton(file, &s.skeleton);
+  read_pose_labels(file, n_frames, s.skeleton.skeleton.size(), &s.views);
   const hsize_t height = hsize_t(s.height), width = hsize_t(s.width), flows = kFlowCount;
   const auto frames = hsize_t(n_frames), targets = hsize_t(n_targets);
   s.frames = std::make_unique<h5::RecordDataset>(
@@ -175,6 +215,12 @@ const std::vector<int>& ShardReader::target_sources(int t) const {
 }
 bool ShardReader::has_motion() const {
   return state_->motion != nullptr;
+}
+const std::vector<int>& ShardReader::skeleton() const {
+  return state_->skeleton.skeleton;
+}
+const std::vector<std::string>& ShardReader::joint_names() const {
+  return state_->skeleton.joint_names;
 }
 
 void ShardReader::read_frame_masks(int f, uint8_t* motion_mask, uint8_t* static_mask) const {

@@ -2,6 +2,7 @@
 // name and renamed only when complete and on disk (see shards.h).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -51,12 +52,19 @@ class StagedFiles {
 };
 
 // Targets of every split go round-robin over the shards, each split on its own counter, so
-// every shard holds a spread of training views and of held-out views.
+// every shard holds a spread of training views and of held-out views. A view that is no target
+// goes with the first target that has it as a source.
 std::vector<int> assign_targets(const Scene& scene, int n_shards) {
-  std::vector<int> shard_of_view(scene.views.size());
+  std::vector<int> shard_of_view(scene.views.size(), -1);
   std::map<Split, int> next;
   for (size_t i = 0; i < scene.views.size(); ++i) {
-    shard_of_view[i] = next[scene.views[i].split]++ % n_shards;
+    if (scene.views[i].target) shard_of_view[i] = next[scene.views[i].split]++ % n_shards;
+  }
+  for (size_t i = 0; i < scene.views.size(); ++i) {
+    if (!scene.views[i].target) continue;
+    for (int s : scene.neighbours[i]) {
+      if (shard_of_view[size_t(s)] < 0) shard_of_view[size_t(s)] = shard_of_view[i];
+    }
   }
   return shard_of_view;
 }
@@ -67,7 +75,7 @@ void write_shard(const Scene& scene, int shard, const std::vector<int>& shard_of
   std::vector<int> targets, frame_views;
   std::map<int, int> frame_of_view;
   for (size_t i = 0; i < scene.views.size(); ++i) {
-    if (shard_of_view[i] == shard) targets.push_back(int(i));
+    if (shard_of_view[i] == shard && scene.views[i].target) targets.push_back(int(i));
   }
   const auto add = [&](int view) {
     if (frame_of_view.emplace(view, int(frame_views.size())).second) frame_views.push_back(view);
@@ -136,6 +144,24 @@ void write_shard(const Scene& scene, int shard, const std::vector<int>& shard_of
       flow_valid.write(t, m.flow_valid.data());
     }
   }
+  if (!scene.skeleton.empty()) {
+    write_skeleton(file, scene);
+    file.create_group("pose");
+    const hsize_t joints = scene.skeleton.size();
+    std::vector<double> world;
+    std::vector<float> image;
+    std::vector<signed char> visible;
+    for (int v : frame_views) {
+      const PoseLabels& p = scene.views[size_t(v)].pose;
+      world.insert(world.end(), p.joints_world.begin(), p.joints_world.end());
+      image.insert(image.end(), p.joints_image.begin(), p.joints_image.end());
+      visible.insert(visible.end(), p.visible.begin(), p.visible.end());
+    }
+    const hsize_t n = frame_views.size();
+    file.write("pose/joints_world", {n, joints, 3}, world.data());
+    file.write("pose/joints_image", {n, joints, 2}, image.data());
+    file.write("pose/visible", {n, joints}, visible.data());
+  }
   file.flush();
   *frames += (long long)frame_views.size();
 }
@@ -149,6 +175,7 @@ void write_scene_file(const Scene& scene, const std::vector<int>& shard_of_view,
   std::vector<const View*> views;
   for (const View& v : scene.views) views.push_back(&v);
   write_view_table(file, views);
+  write_skeleton(file, scene);
   file.write("views/shard", {hsize_t(scene.views.size())}, shard_of_view.data());
   int width = 0;
   const std::vector<int> table = pad_neighbours(scene.neighbours, &width);
@@ -165,9 +192,11 @@ PrepReport write_prepared_scene(const Scene& scene, const std::string& out_dir,
   if (scene.neighbours.size() != scene.views.size()) {
     throw InvalidArgument("scene '" + scene.name + "' has no neighbour lists");
   }
-  if (options.n_shards < 1 || size_t(options.n_shards) > scene.views.size()) {
-    throw InvalidArgument("--shards must be in [1, " + std::to_string(scene.views.size()) +
-                          "] (the number of views), got " + std::to_string(options.n_shards));
+  const size_t targets = size_t(std::count_if(scene.views.begin(), scene.views.end(),
+                                              [](const View& v) { return v.target; }));
+  if (options.n_shards < 1 || size_t(options.n_shards) > targets) {
+    throw InvalidArgument("--shards must be in [1, " + std::to_string(targets) +
+                          "] (the number of targets), got " + std::to_string(options.n_shards));
   }
   if (options.gzip_level < 0 || options.gzip_level > 9) {
     throw InvalidArgument("--compress must be in [0, 9], got " +

@@ -12,7 +12,7 @@ void write_view_table(h5::File& file, const std::vector<const View*>& views) {
   const hsize_t n = views.size();
   std::vector<double> intrinsics, c2w, near_far, time;
   std::vector<int> time_index;
-  std::vector<signed char> split;
+  std::vector<signed char> split, target;
   std::vector<std::string> names;
   for (const View* v : views) {
     const PinholeCamera<double>& c = v->camera;
@@ -22,6 +22,7 @@ void write_view_table(h5::File& file, const std::vector<const View*>& views) {
     time.push_back(v->time);
     time_index.push_back(v->time_index);
     split.push_back(static_cast<signed char>(v->split));
+    target.push_back(v->target ? 1 : 0);
     names.push_back(v->name);
   }
   file.create_group("views");
@@ -31,6 +32,7 @@ void write_view_table(h5::File& file, const std::vector<const View*>& views) {
   file.write("views/time", {n}, time.data());
   file.write("views/time_index", {n}, time_index.data());
   file.write("views/split", {n}, split.data());
+  file.write("views/target", {n}, target.data());
   file.write_strings("views/name", names);
 }
 
@@ -42,6 +44,9 @@ std::vector<View> read_view_table(const h5::File& file, long long n, int width, 
   const auto time_index = file.read_ints("views/time_index", {n});
   const auto split = file.read_bytes("views/split", {n});
   const auto names = file.read_strings("views/name", n);
+  // Data prepared before views/target existed has every view a target.
+  const auto target = file.has("views/target") ? file.read_bytes("views/target", {n})
+                                               : std::vector<signed char>(size_t(n), 1);
   std::vector<View> views(static_cast<size_t>(n));
   for (size_t i = 0; i < size_t(n); ++i) {
     View& v = views[i];
@@ -74,8 +79,38 @@ std::vector<View> read_view_table(const h5::File& file, long long n, int width, 
     if (split[i] < 0 || split[i] > 2)
       file.fail(where + "unknown split " + std::to_string(split[i]));
     v.split = static_cast<Split>(split[i]);
+    if (target[i] != 0 && target[i] != 1) file.fail(where + "views/target must be 0 or 1");
+    v.target = target[i] == 1;
   }
   return views;
+}
+
+void write_skeleton(h5::File& file, const Scene& scene) {
+  if (scene.skeleton.empty()) return;
+  file.create_group("skeleton");
+  file.write("skeleton/parents", {hsize_t(scene.skeleton.size())}, scene.skeleton.data());
+  file.write_strings("skeleton/names", scene.joint_names);
+}
+
+void read_skeleton(const h5::File& file, Scene* scene) {
+  scene->skeleton.clear();
+  scene->joint_names.clear();
+  if (!file.has("skeleton")) return;
+  const std::vector<hsize_t> shape = file.shape("skeleton/parents", {-1});
+  if (shape[0] < 1 || (long long)shape[0] > kMaxJoints) {
+    file.fail("skeleton/parents has " + std::to_string(shape[0]) + " joints, outside [1, " +
+              std::to_string(kMaxJoints) + "]");
+  }
+  const long long joints = (long long)shape[0];
+  scene->skeleton = file.read_ints("skeleton/parents", {joints});
+  scene->joint_names = file.read_strings("skeleton/names", joints);
+  for (long long j = 0; j < joints; ++j) {
+    const int parent = scene->skeleton[size_t(j)];
+    if (j == 0 ? parent != -1 : (parent < 0 || parent >= j)) {
+      file.fail("skeleton joint " + std::to_string(j) + " has parent " + std::to_string(parent) +
+                " (the root is joint 0; parents come first)");
+    }
+  }
 }
 
 std::vector<int> pad_neighbours(const std::vector<std::vector<int>>& lists, int* width) {

@@ -1,5 +1,6 @@
 // The per-view metadata table that scene.h5 and every shard hold (under "views/"): intrinsics
-// [N,4], c2w [N,3,4], near_far [N,2], time [N], time_index [N], split [N], name [N]. One writer
+// [N,4], c2w [N,3,4], near_far [N,2], time [N], time_index [N], split [N], target [N], name [N];
+// and a pose data set's skeleton (skeleton/parents [J], skeleton/names [J]). One writer
 // and one validating reader, so both files agree by construction.
 #pragma once
 
@@ -15,6 +16,11 @@ void write_view_table(h5::File& file, const std::vector<const View*>& views);
 // Reads n views (pixels left empty) and validates each camera, depth range and split, naming
 // the file and the view on error.
 std::vector<View> read_view_table(const h5::File& file, long long n, int width, int height);
+
+// A pose data set's skeleton (Scene::skeleton, joint_names): written when it has one; read back
+// into `scene` (left empty where the file has none), parents checked against `file`'s joints.
+void write_skeleton(h5::File& file, const Scene& scene);
+void read_skeleton(const h5::File& file, Scene* scene);
 
 // Neighbour lists as a rectangular [N, K] table padded with -1, and back.
 std::vector<int> pad_neighbours(const std::vector<std::vector<int>>& lists, int* width);

@@ -39,6 +39,18 @@ struct FrameMotion {
   bool empty() const { return disparity.empty(); }
 };
 
+// A pose data set's labels of one view (Scene::skeleton's J joints): the joints in world
+// coordinates [J][3] (metres; the same in every view of an instant), their projections into this
+// view [J][2] (pixels, geom/camera.h's convention), and visibility [J]: 1 where the joint is in
+// the image and not hidden. Empty outside pose data sets.
+struct PoseLabels {
+  std::vector<double> joints_world;
+  std::vector<float> joints_image;
+  std::vector<uint8_t> visible;
+
+  bool empty() const { return joints_world.empty(); }
+};
+
 // One image of a scene. Pixels are RGB uint8, row-major [height][width][3]; camera.width and
 // camera.height are the image size. Every view of a scene has the same size.
 struct View {
@@ -50,6 +62,10 @@ struct View {
   Split split = Split::kTrain;
   std::vector<uint8_t> rgb;
   FrameMotion motion;  // dynamic scenes with flows and masks (DynIBaR's data); else empty
+  PoseLabels pose;     // pose data sets; else empty
+  // Whether the view is a sample's target. False: only ever a source (pose data sets: an
+  // instant's cameras but the first, which are its target's neighbours).
+  bool target = true;
 };
 
 struct Scene {
@@ -64,12 +80,18 @@ struct Scene {
   // neighbours[i]: the views that serve as sources when view i is the target, best first
   // (filled by select_neighbours at prep; never contains i itself).
   std::vector<std::vector<int>> neighbours;
+  // Pose data sets: each joint's parent (-1 for the root, else a lower index) and name; every
+  // view has PoseLabels of these joints. Empty elsewhere.
+  std::vector<int> skeleton;
+  std::vector<std::string> joint_names;
 };
 
 // Throws InvalidArgument naming the scene, the view and what is wrong: no views, sizes that
 // differ or do not match the pixel count, motion arrays of the wrong size (or on some views
 // only), non-finite flows or disparities, non-finite or non-rigid poses, non-positive focal
-// lengths, near >= far or near <= 0, neighbour indices out of range.
+// lengths, near >= far or near <= 0, neighbour indices out of range, pose labels that disagree
+// with the skeleton (missing joints, non-finite values), a view that is no target and no
+// target's source.
 void validate_scene(const Scene& scene);
 
 // Checks one camera-to-world pose (3x4, row-major): finite, rotation orthonormal within

@@ -2,7 +2,8 @@
 // and shard-KKKKK-of-NNNNN.h5 files. A shard is self-contained: its target frames plus every
 // source frame they need, with their cameras, so a rank opens only its own shards. Frames are
 // uint8 [H,W,3], one per HDF5 chunk with a Fletcher32 checksum; cameras are float64. Dynamic
-// scenes' shards add the masks of every frame and the flows and disparities of every target. Every
+// scenes' shards add the masks of every frame and the flows and disparities of every target; pose
+// data sets' add every frame's PoseLabels and the skeleton. Every
 // file carries a format version and the prep command line; readers check shapes, ranges and the
 // version before they allocate. The layout is documented in datasets/README.md.
 #pragma once
@@ -21,6 +22,7 @@ constexpr int kDataFormatVersion = 1;
 constexpr long long kMaxImageSide = 32768;
 constexpr long long kMaxViews = 10'000'000;
 constexpr long long kMaxNeighbours = 1024;
+constexpr long long kMaxJoints = 1024;
 
 std::string shard_file_name(int index, int count);  // "shard-00003-of-00016.h5"
 
@@ -90,6 +92,10 @@ class ShardReader {
   // and a target's whole FrameMotion (its frame's masks, its disparity and flows). Both fail,
   // naming the file, on a shard without them.
   bool has_motion() const;
+  // Pose data sets: the skeleton (parents, names; empty without one). Every frame's PoseLabels
+  // are in frame(f).pose.
+  const std::vector<int>& skeleton() const;
+  const std::vector<std::string>& joint_names() const;
   void read_frame_masks(int frame, uint8_t* motion_mask, uint8_t* static_mask) const;
   void read_target_motion(int target, FrameMotion* motion) const;
 
