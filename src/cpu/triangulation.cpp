@@ -54,17 +54,16 @@ int triangulate_joints(int batch, int views, int joints, const T* projections, c
 
 template <typename T>
 int triangulate_joints_backward(int batch, int views, int joints, const T* projections,
-                                const T* points, const T* weights, const T* joints_3d,
-                                const T* grad_joints_3d, T* grad_points, T* grad_weights) {
+                                const T* points, const T* weights, const T* grad_joints_3d,
+                                T* grad_points, T* grad_weights) {
   int not_ok = 0;
 #pragma omp parallel for schedule(static) reduction(+ : not_ok)
   for (int bj = 0; bj < batch * joints; ++bj) {
     const int b = bj / joints, j = bj % joints;
     const JointViews<T> v = joint_views(b, j, views, joints, projections, points, weights);
     const size_t first = size_t(b) * views * joints + size_t(j);
-    const bool ok =
-        triangulate_joint_backward(v, joints_3d + 3 * size_t(bj), grad_joints_3d + 3 * size_t(bj),
-                                   grad_points + 2 * first, grad_weights + first);
+    const bool ok = triangulate_joint_backward(v, grad_joints_3d + 3 * size_t(bj),
+                                               grad_points + 2 * first, grad_weights + first);
     not_ok += ok ? 0 : 1;
   }
   return not_ok;
@@ -75,7 +74,7 @@ int triangulate_joints_backward(int batch, int views, int joints, const T* proje
   template void triangulation_weights_backward(int, int, int, const T*, const T*, T*);            \
   template int triangulate_joints(int, int, int, const T*, const T*, const T*, T*, uint8_t*);     \
   template int triangulate_joints_backward(int, int, int, const T*, const T*, const T*, const T*, \
-                                           const T*, T*, T*);
+                                           T*, T*);
 MVIBR_INSTANTIATE_TRIANGULATION(float)
 MVIBR_INSTANTIATE_TRIANGULATION(double)
 #undef MVIBR_INSTANTIATE_TRIANGULATION

@@ -12,21 +12,21 @@
 //   lambda = M^-1 dL/dx (M is symmetric):
 //     dL/dc_v = -2 c_v sum_k e_k (lambda . a_k[:3])
 //     dL/du_v = -c_v^2 ((P3 . X)(lambda . a1[:3]) + e1 (lambda . P3[:3]))   (v_v: a2, e2)
-// - M is solved by its adjugate, after dividing it by its trace (no overflow in float at any
-//   scale), not by Cholesky: the adjugate gives the reciprocal condition number
+// - M is solved by its adjugate, after dividing it by its trace (no overflow or underflow at
+//   any pixel or metre scale), not by Cholesky: the adjugate gives the reciprocal condition number
 //   det / (|M|_F |adj M|_F) for a few more products, a singularity test that does not depend on
 //   the world's axes. Unpivoted Cholesky's pivots do not reveal the rank: a one-view M (rank 2)
 //   left relative pivots up to 6e-10 in double and 0.16 in float when its null direction (the
 //   view's ray) lay near a coordinate plane; pivoting would fix that at the cost of a
 //   permutation. On a camera ring's M it solves to rounding (pose_layers_test: exact joints
-//   come back to 1e-15 relative in double, 3e-7 in float).
-// - A joint is not ok when that reciprocal condition number is at or below
-//   condition_tolerance (fewer than two views with weight, views that all see it along one ray,
-//   or in float weights so uneven that the solve would lose its digits: one view at 1 and the
-//   others at 1e-3 gives about 1e-6) or when anything read is not finite; it then gets x = 0
-//   and zero gradients, and the caller must mask it out.
-// - In float, dL/dc_v is proportional to the reprojection residuals, which the rounding of x
-//   perturbs by about 1e-4 px: relative to residuals of 1 px that is 1e-4, of 0.01 px 1e-2.
+//   come back to 1.2e-15 relative in double, 7e-8 in float).
+// - The per-joint solve computes in double whatever T is: it is O(V) per joint beside a network
+//   of O(pixels) per view, and in float M's reciprocal condition would fall below float's
+//   resolution for weights as uneven as 1 : 1e-3 (about 1e-6 on a 4-view ring), and dL/dc_v,
+//   proportional to the reprojection residuals, would keep only about 1e-4 px of them.
+// - A joint is not ok when that reciprocal condition number is at or below kConditionTolerance
+//   (fewer than two views with weight, or views that all see it along one ray) or when anything
+//   read is not finite; it then gets x = 0 and zero gradients, and the caller must mask it out.
 // Everything per joint is MVIBR_HD with fixed-size locals, so CUDA kernels can run it.
 #pragma once
 
@@ -48,13 +48,10 @@ MVIBR_HD bool is_finite(T x) {
   return x - x == T(0);
 }
 
-// The smallest reciprocal condition number accepted: 64 units of T's rounding, so that the
-// rounding noise left in a rank-deficient M (measured in pose_layers_test) is refused and every
-// well-posed camera layout passes by orders of magnitude.
-template <typename T>
-MVIBR_HD T condition_tolerance() {
-  return sizeof(T) == sizeof(float) ? T(64 * 1.1920928955078125e-7) : T(64 * 2.220446049250313e-16);
-}
+// The smallest reciprocal condition number accepted: 64 units of double's rounding, so that
+// the rounding noise left in a rank-deficient M (at most 5e-17, pose_layers_test) is refused and
+// every well-posed camera layout passes by orders of magnitude.
+constexpr double kConditionTolerance = 64 * 2.220446049250313e-16;
 
 // P = K [R|t] of a camera, row-major 3x4 (12 values), in mvibr's pixel convention (integer
 // coordinates at pixel centres, camera.h): (u, v) = (P1 . X, P2 . X) / (P3 . X).
@@ -108,7 +105,7 @@ MVIBR_HD bool invert_symmetric_3x3(const Symmetric3<T>& m, SymmetricInverse3<T>*
   const T determinant = n.xx * a.xx + n.yx * a.yx + n.zx * a.zx;
   inverse->scale = s / determinant;
   return is_finite(determinant) &&
-         determinant > condition_tolerance<T>() * frobenius_norm(n) * frobenius_norm(a);
+         determinant > T(kConditionTolerance) * frobenius_norm(n) * frobenius_norm(a);
 }
 
 template <typename T>
@@ -137,29 +134,29 @@ MVIBR_HD T dot3(const T* a, const T* b) {
   return a[0] * b[0] + a[1] * b[1] + a[2] * b[2];
 }
 
-// View v's two DLT rows: a1 = u P3 - P1, a2 = v P3 - P2.
+// View v's two DLT rows, a1 = u P3 - P1, a2 = v P3 - P2, and its weight, in double.
 template <typename T>
-MVIBR_HD void dlt_rows(const JointViews<T>& views, int v, T* a1, T* a2) {
+MVIBR_HD double dlt_rows(const JointViews<T>& views, int v, double* a1, double* a2) {
   const T* p = views.projections + 12 * size_t(v);
-  const T u = views.points[size_t(views.point_stride) * v];
-  const T w = views.points[size_t(views.point_stride) * v + 1];
+  const double u = double(views.points[size_t(views.point_stride) * v]);
+  const double w = double(views.points[size_t(views.point_stride) * v + 1]);
   for (int c = 0; c < 4; ++c) {
-    a1[c] = u * p[8 + c] - p[c];
-    a2[c] = w * p[8 + c] - p[4 + c];
+    a1[c] = u * double(p[8 + c]) - double(p[c]);
+    a2[c] = w * double(p[8 + c]) - double(p[4 + c]);
   }
+  return double(views.weights[size_t(views.weight_stride) * v]);
 }
 
-// M and r of the normal equations, summed over the views in order.
+// M and r of the normal equations, summed over the views in order, in double.
 template <typename T>
-MVIBR_HD void normal_equations(const JointViews<T>& views, Symmetric3<T>* m, T* r) {
-  *m = Symmetric3<T>{};
-  r[0] = r[1] = r[2] = T(0);
+MVIBR_HD void normal_equations(const JointViews<T>& views, Symmetric3<double>* m, double* r) {
+  *m = Symmetric3<double>{};
+  r[0] = r[1] = r[2] = 0;
   for (int v = 0; v < views.n_views; ++v) {
-    const T c = views.weights[size_t(views.weight_stride) * v];
-    const T c2 = c * c;
-    T rows[2][4];
-    dlt_rows(views, v, rows[0], rows[1]);
-    for (const T* a : rows) {
+    double rows[2][4];
+    const double c = dlt_rows(views, v, rows[0], rows[1]);
+    const double c2 = c * c;
+    for (const double* a : rows) {
       m->xx += c2 * a[0] * a[0];
       m->yx += c2 * a[1] * a[0];
       m->yy += c2 * a[1] * a[1];
@@ -175,12 +172,13 @@ MVIBR_HD void normal_equations(const JointViews<T>& views, Symmetric3<T>* m, T* 
 // anything read is not finite.
 template <typename T>
 MVIBR_HD bool triangulate_joint(const JointViews<T>& views, T* joint) {
-  Symmetric3<T> m;
-  T r[3];
+  Symmetric3<double> m;
+  double r[3], x[3];
   normal_equations(views, &m, r);
-  SymmetricInverse3<T> inverse;
+  SymmetricInverse3<double> inverse;
   if (invert_symmetric_3x3(m, &inverse)) {
-    apply_inverse(inverse, r, joint);
+    apply_inverse(inverse, r, x);
+    for (int i = 0; i < 3; ++i) joint[i] = T(x[i]);
     if (is_finite(joint[0]) && is_finite(joint[1]) && is_finite(joint[2])) return true;
   }
   joint[0] = joint[1] = joint[2] = T(0);
@@ -188,20 +186,24 @@ MVIBR_HD bool triangulate_joint(const JointViews<T>& views, T* joint) {
 }
 
 // Gradients of L into every view's pixel (grad_points, same strides as points) and weight
-// (grad_weights, same stride as weights), given the forward's joint and dL/djoint. Overwrites
-// them (zeros where the joint is not ok, which this decides as the forward did) and returns ok.
+// (grad_weights, same stride as weights) given dL/djoint. Solves for the joint again, in double
+// (a mat-vec with the inverse it needs anyway), rather than reading the forward's rounded one.
+// Overwrites its outputs (zeros where the joint is not ok, which this decides as the forward
+// did) and returns ok.
 template <typename T>
-MVIBR_HD bool triangulate_joint_backward(const JointViews<T>& views, const T* joint,
-                                         const T* grad_joint, T* grad_points, T* grad_weights) {
-  Symmetric3<T> m;
-  T r[3], lambda[3] = {T(0), T(0), T(0)};
+MVIBR_HD bool triangulate_joint_backward(const JointViews<T>& views, const T* grad_joint,
+                                         T* grad_points, T* grad_weights) {
+  Symmetric3<double> m;
+  double r[3], x[3] = {0, 0, 0}, lambda[3] = {0, 0, 0};
   normal_equations(views, &m, r);
-  SymmetricInverse3<T> inverse;
-  bool ok = invert_symmetric_3x3(m, &inverse) && is_finite(joint[0]) && is_finite(joint[1]) &&
-            is_finite(joint[2]);
+  SymmetricInverse3<double> inverse;
+  bool ok = invert_symmetric_3x3(m, &inverse);
   if (ok) {
-    apply_inverse(inverse, grad_joint, lambda);
-    ok = is_finite(lambda[0]) && is_finite(lambda[1]) && is_finite(lambda[2]);
+    const double g[3] = {double(grad_joint[0]), double(grad_joint[1]), double(grad_joint[2])};
+    apply_inverse(inverse, r, x);
+    apply_inverse(inverse, g, lambda);
+    ok = is_finite(T(x[0])) && is_finite(T(x[1])) && is_finite(T(x[2])) && is_finite(lambda[0]) &&
+         is_finite(lambda[1]) && is_finite(lambda[2]);
   }
   for (int v = 0; v < views.n_views; ++v) {
     T* grad_point = grad_points + size_t(views.point_stride) * v;
@@ -210,18 +212,18 @@ MVIBR_HD bool triangulate_joint_backward(const JointViews<T>& views, const T* jo
       grad_point[0] = grad_point[1] = *grad_weight = T(0);
       continue;
     }
-    const T c = views.weights[size_t(views.weight_stride) * v];
-    const T* p3 = views.projections + 12 * size_t(v) + 8;
-    T a1[4], a2[4];
-    dlt_rows(views, v, a1, a2);
-    const T e1 = dot3(a1, joint) + a1[3];
-    const T e2 = dot3(a2, joint) + a2[3];
-    const T depth = dot3(p3, joint) + p3[3];  // P3 . X
-    const T lambda_a1 = dot3(lambda, a1), lambda_a2 = dot3(lambda, a2);
-    const T lambda_p3 = dot3(lambda, p3);
-    grad_point[0] = -c * c * (depth * lambda_a1 + e1 * lambda_p3);
-    grad_point[1] = -c * c * (depth * lambda_a2 + e2 * lambda_p3);
-    *grad_weight = -T(2) * c * (e1 * lambda_a1 + e2 * lambda_a2);
+    const T* p = views.projections + 12 * size_t(v);
+    const double p3[4] = {double(p[8]), double(p[9]), double(p[10]), double(p[11])};
+    double a1[4], a2[4];
+    const double c = dlt_rows(views, v, a1, a2);
+    const double e1 = dot3(a1, x) + a1[3];
+    const double e2 = dot3(a2, x) + a2[3];
+    const double depth = dot3(p3, x) + p3[3];  // P3 . X
+    const double lambda_a1 = dot3(lambda, a1), lambda_a2 = dot3(lambda, a2);
+    const double lambda_p3 = dot3(lambda, p3);
+    grad_point[0] = T(-c * c * (depth * lambda_a1 + e1 * lambda_p3));
+    grad_point[1] = T(-c * c * (depth * lambda_a2 + e2 * lambda_p3));
+    *grad_weight = T(-2 * c * (e1 * lambda_a1 + e2 * lambda_a2));
   }
   return ok;
 }
@@ -257,9 +259,9 @@ MVIBR_HD void triangulation_weights_backward(int n_views, const T* confidences, 
 namespace cpu {
 
 // The batch on the CPU, OpenMP over (sample, joint). confidences, weights [B, V, J];
-// points [B, V, J, 2] (pixels); projections [B, V, 3, 4]; joints [B, J, 3]; ok [B, J] (1 ok,
-// 0 not). The backward overwrites its outputs; triangulate_joints(_backward) return the number
-// of joints not ok.
+// points [B, V, J, 2] (pixels); projections [B, V, 3, 4]; joints_3d [B, J, 3]; ok [B, J] (1 ok,
+// 0 not). The backward needs no saved state (it solves again) and overwrites its outputs;
+// triangulate_joints(_backward) return the number of joints not ok (the same joints in both).
 template <typename T>
 void triangulation_weights(int batch, int views, int joints, const T* confidences, T* weights);
 template <typename T>
@@ -270,8 +272,8 @@ int triangulate_joints(int batch, int views, int joints, const T* projections, c
                        const T* weights, T* joints_3d, uint8_t* ok);
 template <typename T>
 int triangulate_joints_backward(int batch, int views, int joints, const T* projections,
-                                const T* points, const T* weights, const T* joints_3d,
-                                const T* grad_joints_3d, T* grad_points, T* grad_weights);
+                                const T* points, const T* weights, const T* grad_joints_3d,
+                                T* grad_points, T* grad_weights);
 
 }  // namespace cpu
 
