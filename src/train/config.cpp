@@ -147,7 +147,8 @@ const std::vector<Key>& keys() {
        "samples the reader prefetches",
        {[](const C& c) { return c.queue_depth >= 1; }, "must be >= 1"}},
 
-      {"model", "model", enum_member(&C::model), "what trains: IBRNet, or DynIBaR on a video"},
+      {"model", "model", enum_member(&C::model),
+       "what trains: IBRNet, DynIBaR on a video, or the multi-view pose model"},
       {"feature_net", "model", enum_member(&C::feature_net), "the feature network's size"},
       {"coarse_feat_dim",
        "model",
@@ -287,6 +288,34 @@ const std::vector<Key>& keys() {
        "distortion loss weight",
        {[](const C& c) { return c.w_distortion >= 0; }, "must be >= 0"}},
 
+      {"pose_batch",
+       "pose",
+       &C::pose_batch,
+       "instants (every camera's view of one moment) per micro-batch per rank",
+       {[](const C& c) { return c.pose_batch >= 1; }, "must be >= 1"}},
+      {"confidence_channels",
+       "pose",
+       &C::confidence_channels,
+       "backbone channels beside the heatmaps that feed the confidence head",
+       {[](const C& c) { return c.confidence_channels >= 1; }, "must be >= 1"}},
+      {"confidence_hidden",
+       "pose",
+       &C::confidence_hidden,
+       "the confidence head's hidden width",
+       {[](const C& c) { return c.confidence_hidden >= 1; }, "must be >= 1"}},
+      {"heatmap_multiplier",
+       "pose",
+       &C::heatmap_multiplier,
+       "heatmaps are scaled by this before the soft-argmax's softmax",
+       {[](const C& c) { return c.heatmap_multiplier > 0; }, "must be > 0"}},
+      {"w_joints_2d",
+       "pose",
+       &C::w_joints_2d,
+       "weight of the 2D term (L1 of visible joints, in image widths) beside the 3D one",
+       {[](const C& c) { return c.w_joints_2d >= 0; }, "must be >= 0"}},
+      {"use_confidences", "pose", &C::use_confidences,
+       "weigh each view's equations by its learned confidence (else all alike)"},
+
       {"accumulation_steps",
        "data-parallel",
        &C::accumulation_steps,
@@ -317,7 +346,8 @@ const std::vector<Key>& keys() {
   return table;
 }
 
-const char* const kGroups[] = {"run", "data", "model", "optimisation", "dynibar", "data-parallel"};
+const char* const kGroups[] = {"run",     "data", "model",        "optimisation",
+                               "dynibar", "pose", "data-parallel"};
 
 // `resume` is the design's spelling of where a run starts (--resume auto | none | PATH); parsing
 // turns it into ckpt_path and no_reload, IBRNet's keys.

@@ -7,9 +7,11 @@
 
 #include "ibrnet_backend.h"
 #include "mvibr/core/error.h"
+#include "mvibr/data/shards.h"
 #include "mvibr/nn/aggregator.h"
 #include "mvibr/render/loss.h"
 #include "mvibr/train/dynibar_model.h"
+#include "mvibr/train/pose_model.h"
 #include "phase_laps.h"
 
 namespace mvibr::train {
@@ -46,6 +48,16 @@ bool reduces_on_device(const TrainConfig& config) {
 
 std::unique_ptr<TrainableModel> make_model(const TrainConfig& config) {
   if (config.model == ModelKind::kDynibar) return std::make_unique<DynibarModel>(config);
+  if (config.model == ModelKind::kPose) {
+    const data::SceneIndex index = data::read_scene_index(config.datadir);
+    if (index.scene.skeleton.empty()) {
+      throw InvalidArgument(
+          "model = pose needs a pose data set (mvibr prep --input "
+          "synthetic_pose); " +
+          config.datadir + " has no skeleton");
+    }
+    return std::make_unique<PoseModel>(config, int(index.scene.skeleton.size()));
+  }
   return std::make_unique<IbrnetModel>(config);
 }
 

@@ -18,6 +18,7 @@
 #include "metrics_log.h"
 #include "mvibr/core/error.h"
 #include "mvibr/core/stopwatch.h"
+#include "mvibr/data/shards.h"
 #include "mvibr/dist/agreement.h"
 #include "mvibr/dist/gradient_buckets.h"
 #include "mvibr/dist/nccl_communicator.h"
@@ -228,6 +229,10 @@ data::ReaderOptions reader_options(const TrainConfig& c, int rank, int ranks) {
   o.source_pool = c.source_pool;
   o.queue_depth = c.queue_depth;
   o.split = data::Split::kTrain;
+  if (c.model == ModelKind::kPose) {
+    o.num_source_views = int(data::kMaxNeighbours);  // every camera of the instant, in order
+    o.source_pool = 0;
+  }
   if (c.model == ModelKind::kDynibar) {
     o.dynibar_sources = true;
     o.dynibar = dynibar_source_options(c);
@@ -422,10 +427,11 @@ bool TrainingRun::step() {
   StepReport report;
   const auto step_start = std::chrono::steady_clock::now();
   const double waited_before = reader_->wait_seconds();
-  const data::TrainingSample sample = reader_->next();
+  std::vector<data::TrainingSample> samples(model_->samples_per_step());
+  for (data::TrainingSample& sample : samples) sample = reader_->next();
   report.data_wait = reader_->wait_seconds() - waited_before;
   model_->set_loss_scale(loss_scale_.scale());
-  model_->begin_step(sample);
+  model_->begin_step(samples);
   LossSums sums(model_->loss_sums_size(), 0.0);
   for (int m = 0; m < config_.accumulation_steps; ++m) {
     const LossSums batch = model_->accumulate(key, rank_ * config_.accumulation_steps + m);

@@ -25,7 +25,8 @@ enum class Precision { kFp32, kBf16, kFp16 };
 enum class LrScaling { kNone, kLinear, kSqrt };  // learning rates x 1, x ranks, x sqrt(ranks)
 enum class AllreduceDtype { kFp32, kBf16 };      // how gradients travel
 enum class NanPolicy { kSkip, kStop };           // on a non-finite loss or gradient
-enum class ModelKind { kIbrnet, kDynibar };      // what trains: IBRNet, or DynIBaR on a video
+// What trains: IBRNet, DynIBaR on a video, or the multi-view pose model on a pose data set.
+enum class ModelKind { kIbrnet, kDynibar, kPose };
 
 struct TrainConfig {
   // Run
@@ -77,6 +78,15 @@ struct TrainConfig {
   double decay_rate = 10, w_disp = 0.1, w_flow = 0.01, w_cycle = 0.1, cycle_factor = 0.1;
   bool anneal_cycle = true;
   double w_reg = 0.05, w_skew_entropy = 5e-4, w_distortion = 1e-3;
+  // The pose model (model = pose; train/pose_model.h): instants per micro-batch, the backbone's
+  // extra channels that feed the confidence head and its hidden width, the soft-argmax's
+  // multiplier (learnable triangulation's heatmap_multiplier), the 2D term's weight, and whether
+  // the triangulation weighs views by confidence (else every view alike).
+  int pose_batch = 4;
+  int confidence_channels = 16, confidence_hidden = 32;
+  double heatmap_multiplier = 100;
+  double w_joints_2d = 1;
+  bool use_confidences = true;
   // Data parallelism. A step's global batch is N_rand x accumulation_steps x ranks rays: each
   // rank takes its own target view and accumulates accumulation_steps micro-steps of N_rand of
   // its rays before the update (memory for N_rand rays, the batch of all of them).
@@ -146,7 +156,9 @@ struct EnumNames<train::AllreduceDtype> {
 template <>
 struct EnumNames<train::ModelKind> {
   static constexpr std::pair<train::ModelKind, const char*> values[] = {
-      {train::ModelKind::kIbrnet, "ibrnet"}, {train::ModelKind::kDynibar, "dynibar"}};
+      {train::ModelKind::kIbrnet, "ibrnet"},
+      {train::ModelKind::kDynibar, "dynibar"},
+      {train::ModelKind::kPose, "pose"}};
 };
 template <>
 struct EnumNames<train::NanPolicy> {

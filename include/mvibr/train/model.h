@@ -101,6 +101,13 @@ class TrainableModel {
   virtual std::vector<ParameterRange> gradient_ready_order() const = 0;
   virtual void set_loss_scale(double scale) = 0;  // fp16's; 1 elsewhere
   virtual void begin_step(const data::TrainingSample& sample) = 0;
+  // The samples a rank's step reads: one for the ray models (a target view, whose rays make the
+  // micro-batches); the pose model's micro-batches are whole samples.
+  virtual size_t samples_per_step() const { return 1; }
+  // begin_step with the step's samples_per_step() samples.
+  virtual void begin_step(const std::vector<data::TrainingSample>& samples) {
+    begin_step(samples.at(0));
+  }
   virtual LossSums accumulate(RandomKey key, int batch) = 0;
   virtual StepResult end_step(const LossSums& global,
                               const std::function<void(ParameterRange)>& ready) = 0;

@@ -1,0 +1,109 @@
+// The multi-view pose model (a TrainableModel; model = pose): learnable triangulation's algebraic
+// network on mvibr's layers (../shared/POSE.md).
+// - Every camera's image of an instant goes through one ResUNet backbone (shared weights); its
+//   output's first J channels are heatmaps, the next confidence_channels feed the confidence head.
+// - Soft-argmax (heatmap_multiplier) turns each heatmap into a 2D joint; the confidence head
+//   (global average pool, Linear, ReLU, Linear, sigmoid) gives each view a confidence per joint,
+//   normalised over the views (c / sum c + 1e-5, as the published network does).
+// - Confidence-weighted DLT by normal equations (geom/triangulation.h) gives the 3D joints.
+// - Loss: the mean L1 distance of the 3D joints (metres, summed over x, y, z) plus w_joints_2d
+//   times the mean L1 of the visible 2D joints in image widths.
+// - A micro-batch is pose_batch instants; a rank's step takes accumulation_steps of them, so
+//   samples_per_step() is their product. Parameters: "backbone.<ResUNet state_dict name>"
+//   (ParameterGroup kFeature, lrate_feature) and "confidence.{0,2}.{weight,bias}" (kMlp,
+//   lrate_mlp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "mvibr/data/prefetch_reader.h"
+#include "mvibr/nn/feature_net.h"
+#include "mvibr/train/config.h"
+#include "mvibr/train/model.h"
+
+namespace mvibr::train {
+
+// The loss sums of a micro-batch (summed over ranks and micro-steps before the loss is formed).
+struct PoseSums {
+  double joints_3d_l1 = 0;  // sum over triangulated joints of |X - X*|_1, metres
+  double joints_3d = 0;     // joints triangulated (all but degenerate ones)
+  double joints_2d_l1 = 0;  // sum over visible joints of |x - x*|_1 / image width
+  double joints_2d = 0;     // visible (view, joint) pairs
+  double joint_error = 0;   // sum of |X - X*|_2 over triangulated joints (MPJPE's numerator)
+
+  LossSums values() const {
+    return {joints_3d_l1, joints_3d, joints_2d_l1, joints_2d, joint_error};
+  }
+  static PoseSums from(const LossSums& sums);
+};
+
+// What the model predicts for one instant: the 3D joints [J,3] (world, metres), each view's 2D
+// joints [V,J,2] (pixels) and confidences [V,J] (after normalisation over views), and which joints
+// triangulated [J].
+struct PosePrediction {
+  std::vector<double> joints_world;
+  std::vector<float> joints_image, confidences;
+  std::vector<uint8_t> triangulated;
+};
+
+// The backbone the config asks for: the feature_net preset, one output of J heatmaps followed by
+// confidence_channels for the confidence head.
+nn::ResUNetOptions pose_backbone_options(const TrainConfig& config, int joints);
+
+class PoseModel final : public TrainableModel {
+ public:
+  // Builds the backbone (feature_net preset, coarse only, J + confidence_channels outputs) and the
+  // confidence head for J joints on the CPU; device = cuda is refused for now (InvalidArgument).
+  PoseModel(const TrainConfig& config, int joints);
+  ~PoseModel() override;
+  PoseModel(const PoseModel&) = delete;
+  PoseModel& operator=(const PoseModel&) = delete;
+
+  const nn::ParameterSet& parameters() const override;
+  nn::ParameterSet& parameters() override;
+  const nn::Adam& optimizer() const override;
+  nn::Adam& optimizer() override;
+  void configure_optimizer(const nn::AdamOptions& options) override;
+  void initialize(uint64_t seed) override;  // PyTorch's default initialisation of every layer
+  uint64_t updates() const override;
+  double learning_rate(nn::ParameterGroup group) const override;
+  bool on_device() const override { return false; }
+
+  size_t samples_per_step() const override;
+  size_t loss_sums_size() const override { return 5; }
+  std::vector<ParameterRange> gradient_ready_order() const override;
+  void set_loss_scale(double scale) override;  // 1 only: the step is fp32 on the CPU
+  // A step of one instant (samples_per_step() is ignored).
+  void begin_step(const data::TrainingSample& sample) override;
+  void begin_step(const std::vector<data::TrainingSample>& samples) override;
+  // Micro-batch after micro-batch of pose_batch instants (the step's samples in order): forward
+  // and the loss sums; end_step runs every micro-batch's backward with the global sums.
+  LossSums accumulate(RandomKey key, int batch) override;
+  StepResult end_step(const LossSums& global,
+                      const std::function<void(ParameterRange)>& ready) override;
+  float* gradients() override;
+  double gradient_norm() override;
+  void update(double gradient_norm) override;
+  const PhaseTimes& phase_times() const override;
+  // The pose model draws no pixels: InvalidArgument (mvibr eval and render use predict).
+  void render(const data::TrainingSample& sample, const std::vector<float>& pixels, RandomKey key,
+              std::vector<float>* rgb, std::vector<float>* depth,
+              const std::function<void(int, int)>& on_chunk = {},
+              RenderedParts* parts = nullptr) override;
+
+  // The prediction for each instant, without gradients.
+  std::vector<PosePrediction> predict(const std::vector<data::TrainingSample>& samples);
+  // begin_step, accumulate and end_step over `samples` as one micro-batch with its own sums: one
+  // whole step's loss and gradients (in parameters().grads()).
+  StepResult train_step(const std::vector<data::TrainingSample>& samples);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace mvibr::train

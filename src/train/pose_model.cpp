@@ -1,0 +1,448 @@
+// The multi-view pose model (see pose_model.h) on the CPU: the backbone, the two heads, the
+// triangulation and the loss, forward per micro-batch and backward at end_step, when the global
+// loss sums are known. Phases are charged as features (the backbone), aggregator (the heads and
+// the triangulation) and composite (the loss) forward and backward.
+#include "mvibr/train/pose_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "mvibr/core/error.h"
+#include "mvibr/data/shards.h"
+#include "mvibr/geom/triangulation.h"
+#include "mvibr/nn/feature_net.h"
+#include "mvibr/nn/layers.h"
+#include "mvibr/nn/optimizer.h"
+#include "mvibr/nn/soft_argmax.h"
+#include "phase_laps.h"
+
+namespace mvibr::train {
+
+nn::ResUNetOptions pose_backbone_options(const TrainConfig& c, int joints) {
+  nn::ResUNetOptions o = nn::ResUNetOptions::preset(c.feature_net);
+  o.coarse_only = true;
+  o.coarse_out_ch = joints + c.confidence_channels;
+  return o;
+}
+
+PoseSums PoseSums::from(const LossSums& sums) {
+  if (sums.size() != 5) {
+    throw InvalidArgument("pose loss sums: " + std::to_string(sums.size()) + " values, expected 5");
+  }
+  return {sums[0], sums[1], sums[2], sums[3], sums[4]};
+}
+
+namespace {
+
+// The backbone's output has a quarter of the image's resolution: cell (x, y) covers the 4x4
+// pixels around (4x + 1.5, 4y + 1.5).
+constexpr int kHeatmapStride = 4;
+
+// A micro-batch: its instants' inputs and everything the backward needs.
+struct MicroBatch {
+  int instants = 0, views = 0;
+  std::vector<float> images;          // [BV,H,W,3] in [0,1]
+  std::vector<float> projections;     // [B,V,3,4]
+  std::vector<double> joints_true;    // [B,J,3]
+  std::vector<float> joints_2d_true;  // [BV,J,2]
+  std::vector<uint8_t> visible;       // [BV,J]
+  nn::ResUNet::Workspace workspace;
+  std::vector<float> maps;            // [BV,Hf,Wf,J+K]
+  std::vector<float> points;          // [BV,J,2] pixels
+  std::vector<float> pooled, hidden;  // [BV,K], [BV,hidden] after ReLU
+  std::vector<float> confidences;     // [BV,J] after the sigmoid
+  std::vector<float> weights;         // [B,V,J] normalised over views
+  std::vector<float> joints;          // [B,J,3]
+  std::vector<uint8_t> triangulated;  // [B,J]
+};
+
+}  // namespace
+
+struct PoseModel::State {
+  TrainConfig config;
+  int joints;
+  nn::ParameterSet parameters;
+  nn::ResUNet backbone;
+  nn::ParameterBlock head_block;
+  nn::Linear head_hidden, head_out;
+  nn::Adam adam;
+  std::vector<MicroBatch> batches;
+  size_t used_batches = 0;
+  std::vector<data::TrainingSample> step_samples;
+  bool in_step = false;
+  int height = 0, width = 0, map_height = 0, map_width = 0;
+  PhaseTimes times;
+  PhaseLaps laps;
+
+  State(const TrainConfig& c, int j)
+      : config(c),
+        joints(j),
+        backbone(pose_backbone_options(c, j), &parameters, "backbone."),
+        head_block(parameters, "confidence.", nn::ParameterGroup::kMlp),
+        head_hidden(head_block, "0", c.confidence_channels, c.confidence_hidden),
+        head_out(head_block, "2", c.confidence_hidden, j),
+        adam(parameters, nn::AdamOptions{}) {}
+
+  int channels() const { return joints + config.confidence_channels; }
+  nn::SoftArgmaxOptions soft_argmax_options() const {
+    return nn::SoftArgmaxOptions::for_stride(kHeatmapStride, config.heatmap_multiplier);
+  }
+
+  // The instants' images, cameras and labels into `b`, checking that they agree in size,
+  // cameras and joints.
+  void load(const data::TrainingSample* samples, size_t count, MicroBatch* b) {
+    b->instants = int(count);
+    b->views = int(samples[0].sources.size()) + 1;
+    const data::View& first = samples[0].target;
+    if (height == 0) {
+      height = first.camera.height;
+      width = first.camera.width;
+      std::tie(map_height, map_width) = nn::ResUNet::output_size(height, width);
+    }
+    const size_t J = size_t(joints), pixels = size_t(height) * size_t(width) * 3;
+    b->images.resize(count * size_t(b->views) * pixels);
+    b->projections.clear();
+    b->joints_true.clear();
+    b->joints_2d_true.clear();
+    b->visible.clear();
+    for (size_t i = 0; i < count; ++i) {
+      const data::TrainingSample& s = samples[i];
+      if (int(s.sources.size()) + 1 != b->views) {
+        throw InvalidArgument("pose sample of " + s.target.name + " has " +
+                              std::to_string(s.sources.size() + 1) + " cameras, " + first.name +
+                              " has " + std::to_string(b->views) +
+                              ": a micro-batch needs one camera count");
+      }
+      for (int v = 0; v < b->views; ++v) {
+        const data::View& view = v == 0 ? s.target : s.sources[size_t(v - 1)];
+        if (view.camera.width != width || view.camera.height != height) {
+          throw InvalidArgument("pose view " + view.name + " is " +
+                                std::to_string(view.camera.width) + "x" +
+                                std::to_string(view.camera.height) + ", the model's images are " +
+                                std::to_string(width) + "x" + std::to_string(height));
+        }
+        if (view.pose.joints_world.size() != 3 * J) {
+          throw InvalidArgument("pose view " + view.name + " has " +
+                                std::to_string(view.pose.joints_world.size() / 3) +
+                                " labelled joints, the model " + std::to_string(J));
+        }
+        float* image = &b->images[(i * size_t(b->views) + size_t(v)) * pixels];
+        for (size_t k = 0; k < pixels; ++k) image[k] = float(view.rgb[k]) / 255.0f;
+        float p[12];
+        projection_matrix(camera_cast<float>(view.camera), p);
+        b->projections.insert(b->projections.end(), p, p + 12);
+        b->joints_2d_true.insert(b->joints_2d_true.end(), view.pose.joints_image.begin(),
+                                 view.pose.joints_image.end());
+        b->visible.insert(b->visible.end(), view.pose.visible.begin(), view.pose.visible.end());
+      }
+      b->joints_true.insert(b->joints_true.end(), s.target.pose.joints_world.begin(),
+                            s.target.pose.joints_world.end());
+    }
+  }
+
+  // The backbone, the heads and the triangulation of a loaded micro-batch.
+  void forward(MicroBatch* b) {
+    const size_t BV = size_t(b->instants) * size_t(b->views), J = size_t(joints);
+    const size_t K = size_t(config.confidence_channels), C = size_t(channels());
+    const size_t cells = size_t(map_height) * size_t(map_width);
+    laps.start();
+    b->maps.resize(BV * cells * C);
+    backbone.forward(int(BV), height, width, b->images.data(), &b->workspace, b->maps.data(),
+                     nullptr);
+    laps.to(&times.features_forward);
+    b->points.resize(BV * J * 2);
+    nn::soft_argmax_forward(int(BV), map_height, map_width, int(C), int(J), b->maps.data(),
+                            soft_argmax_options(), b->points.data());
+    // The confidence head: the mean of each extra channel over the map, then the MLP.
+    b->pooled.assign(BV * K, 0.0f);
+    for (size_t n = 0; n < BV; ++n) {
+      const float* map = &b->maps[n * cells * C];
+      std::vector<double> sums(K, 0.0);
+      for (size_t cell = 0; cell < cells; ++cell) {
+        for (size_t k = 0; k < K; ++k) sums[k] += map[cell * C + J + k];
+      }
+      for (size_t k = 0; k < K; ++k) b->pooled[n * K + k] = float(sums[k] / double(cells));
+    }
+    const float* head = head_block.values();
+    b->hidden.resize(BV * size_t(config.confidence_hidden));
+    head_hidden.forward(head, BV, b->pooled.data(), b->hidden.data(), nn::Activation::kRelu);
+    b->confidences.resize(BV * J);
+    head_out.forward(head, BV, b->hidden.data(), b->confidences.data());
+    nn::sigmoid(BV * J, b->confidences.data());
+    b->weights.resize(BV * J);
+    if (config.use_confidences) {
+      cpu::triangulation_weights(b->instants, b->views, int(J), b->confidences.data(),
+                                 b->weights.data());
+    } else {
+      std::fill(b->weights.begin(), b->weights.end(), 1.0f);
+    }
+    b->joints.resize(size_t(b->instants) * J * 3);
+    b->triangulated.resize(size_t(b->instants) * J);
+    cpu::triangulate_joints(b->instants, b->views, int(J), b->projections.data(), b->points.data(),
+                            b->weights.data(), b->joints.data(), b->triangulated.data());
+    laps.to(&times.aggregator_forward);
+  }
+
+  PoseSums sums(const MicroBatch& b) const {
+    PoseSums s;
+    const size_t J = size_t(joints);
+    for (size_t i = 0; i < size_t(b.instants) * J; ++i) {
+      if (!b.triangulated[i]) continue;
+      double squared = 0;
+      for (size_t k = 3 * i; k < 3 * i + 3; ++k) {
+        const double d = double(b.joints[k]) - b.joints_true[k];
+        s.joints_3d_l1 += std::abs(d);
+        squared += d * d;
+      }
+      s.joint_error += std::sqrt(squared);
+      s.joints_3d += 1;
+    }
+    for (size_t i = 0; i < b.visible.size(); ++i) {
+      if (!b.visible[i]) continue;
+      for (size_t k = 2 * i; k < 2 * i + 2; ++k) {
+        s.joints_2d_l1 += std::abs(double(b.points[k]) - double(b.joints_2d_true[k])) / width;
+      }
+      s.joints_2d += 1;
+    }
+    return s;
+  }
+
+  // The gradients of loss = 3D L1 / joints_3d + w_joints_2d * 2D L1 / joints_2d (the global
+  // counts) through the micro-batch into the parameters.
+  void backward(MicroBatch* b, const PoseSums& global) {
+    const size_t BV = size_t(b->instants) * size_t(b->views), J = size_t(joints);
+    const size_t K = size_t(config.confidence_channels), C = size_t(channels());
+    const size_t cells = size_t(map_height) * size_t(map_width);
+    const auto sign = [](double d) { return double((d > 0) - (d < 0)); };
+    laps.start();
+    std::vector<float> grad_joints(b->joints.size(), 0.0f);
+    const double per_joint = global.joints_3d > 0 ? 1.0 / global.joints_3d : 0.0;
+    for (size_t i = 0; i < size_t(b->instants) * J; ++i) {
+      if (!b->triangulated[i]) continue;
+      for (size_t k = 3 * i; k < 3 * i + 3; ++k) {
+        grad_joints[k] = float(per_joint * sign(double(b->joints[k]) - b->joints_true[k]));
+      }
+    }
+    laps.to(&times.composite_backward);
+    std::vector<float> grad_points(b->points.size()), grad_weights(b->weights.size());
+    cpu::triangulate_joints_backward(b->instants, b->views, int(J), b->projections.data(),
+                                     b->points.data(), b->weights.data(), grad_joints.data(),
+                                     grad_points.data(), grad_weights.data());
+    const double per_visible =
+        global.joints_2d > 0 ? config.w_joints_2d / (global.joints_2d * width) : 0.0;
+    for (size_t i = 0; i < b->visible.size(); ++i) {
+      if (!b->visible[i]) continue;
+      for (size_t k = 2 * i; k < 2 * i + 2; ++k) {
+        grad_points[k] +=
+            float(per_visible * sign(double(b->points[k]) - double(b->joints_2d_true[k])));
+      }
+    }
+    std::vector<float> grad_maps(BV * cells * C, 0.0f);
+    nn::soft_argmax_backward(int(BV), map_height, map_width, int(C), int(J), b->maps.data(),
+                             soft_argmax_options(), grad_points.data(), grad_maps.data());
+    if (config.use_confidences) {
+      std::vector<float> grad_logits(BV * J);
+      cpu::triangulation_weights_backward(b->instants, b->views, int(J), b->confidences.data(),
+                                          grad_weights.data(), grad_logits.data());
+      nn::sigmoid_backward(BV * J, b->confidences.data(), grad_logits.data());
+      const float* head = head_block.values();
+      float* head_grads = head_block.grads();
+      std::vector<float> grad_hidden(b->hidden.size()), grad_pooled(b->pooled.size());
+      head_out.backward(head, head_grads, BV, b->hidden.data(), grad_logits.data(),
+                        grad_hidden.data());
+      nn::relu_backward(b->hidden.size(), b->hidden.data(), grad_hidden.data());
+      head_hidden.backward(head, head_grads, BV, b->pooled.data(), grad_hidden.data(),
+                           grad_pooled.data());
+      for (size_t n = 0; n < BV; ++n) {
+        float* g = &grad_maps[n * cells * C];
+        for (size_t cell = 0; cell < cells; ++cell) {
+          for (size_t k = 0; k < K; ++k) g[cell * C + J + k] = grad_pooled[n * K + k] / cells;
+        }
+      }
+    }
+    laps.to(&times.aggregator_backward);
+    backbone.backward(&b->workspace, grad_maps.data(), nullptr);
+    laps.to(&times.features_backward);
+  }
+};
+
+PoseModel::PoseModel(const TrainConfig& config, int joints) {
+  if (joints < 1) throw InvalidArgument("the pose model needs a skeleton of at least one joint");
+  if (runs_on_device(config)) {
+    throw InvalidArgument(
+        "model = pose runs on the CPU for now: set device = cpu (its CUDA step is not written "
+        "yet)");
+  }
+  state_ = std::make_unique<State>(config, joints);
+}
+PoseModel::~PoseModel() = default;
+
+const nn::ParameterSet& PoseModel::parameters() const {
+  return state_->parameters;
+}
+nn::ParameterSet& PoseModel::parameters() {
+  return state_->parameters;
+}
+const nn::Adam& PoseModel::optimizer() const {
+  return state_->adam;
+}
+nn::Adam& PoseModel::optimizer() {
+  return state_->adam;
+}
+void PoseModel::configure_optimizer(const nn::AdamOptions& options) {
+  state_->adam = nn::Adam(state_->parameters, options);
+}
+
+void PoseModel::initialize(uint64_t seed) {
+  State& s = *state_;
+  nn::Initializer init(seed);
+  s.backbone.initialize(init);
+  s.head_hidden.init_default(s.head_block.values(), init);
+  s.head_out.init_default(s.head_block.values(), init);
+}
+
+uint64_t PoseModel::updates() const {
+  return state_->adam.steps();
+}
+double PoseModel::learning_rate(nn::ParameterGroup group) const {
+  return state_->adam.learning_rate(group);
+}
+
+size_t PoseModel::samples_per_step() const {
+  return size_t(state_->config.pose_batch) * size_t(state_->config.accumulation_steps);
+}
+
+std::vector<ParameterRange> PoseModel::gradient_ready_order() const {
+  const State& s = *state_;
+  const size_t head = s.head_block.offset();
+  return {{head, s.head_block.size()}, {0, head}};
+}
+
+void PoseModel::set_loss_scale(double scale) {
+  if (scale != 1.0) throw InvalidArgument("PoseModel: the CPU step has no loss scale");
+}
+
+void PoseModel::begin_step(const data::TrainingSample& sample) {
+  begin_step(std::vector<data::TrainingSample>{sample});
+}
+
+void PoseModel::begin_step(const std::vector<data::TrainingSample>& samples) {
+  State& s = *state_;
+  if (samples.empty()) throw InvalidArgument("PoseModel::begin_step: no samples");
+  s.times = PhaseTimes{};
+  s.step_samples = samples;
+  s.used_batches = 0;
+  s.in_step = true;
+  std::fill(s.parameters.grads().begin(), s.parameters.grads().end(), 0.0f);
+}
+
+LossSums PoseModel::accumulate(RandomKey, int) {
+  State& s = *state_;
+  if (!s.in_step) throw InvalidArgument("PoseModel::accumulate before begin_step");
+  const size_t per_batch =
+      std::max<size_t>(1, std::min(size_t(s.config.pose_batch), s.step_samples.size()));
+  const size_t first = s.used_batches * per_batch;
+  if (first >= s.step_samples.size()) {
+    throw InvalidArgument("PoseModel::accumulate: the step's " +
+                          std::to_string(s.step_samples.size()) + " samples are used up");
+  }
+  if (s.batches.size() <= s.used_batches) s.batches.emplace_back();
+  MicroBatch& b = s.batches[s.used_batches++];
+  s.load(&s.step_samples[first], std::min(per_batch, s.step_samples.size() - first), &b);
+  s.forward(&b);
+  s.laps.start();
+  const PoseSums sums = s.sums(b);
+  s.laps.to(&s.times.composite_loss);
+  return sums.values();
+}
+
+StepResult PoseModel::end_step(const LossSums& global,
+                               const std::function<void(ParameterRange)>& ready) {
+  State& s = *state_;
+  const PoseSums whole = PoseSums::from(global);
+  for (size_t i = 0; i < s.used_batches; ++i) s.backward(&s.batches[i], whole);
+  // The heads' gradients are final after the first micro-batch's backward only when there is one;
+  // hand both ranges over once every micro-batch is done.
+  const std::vector<ParameterRange> order = gradient_ready_order();
+  if (ready) {
+    for (const ParameterRange& range : order) ready(range);
+  }
+  s.in_step = false;
+  s.step_samples.clear();
+  StepResult result;
+  const double loss_3d = whole.joints_3d > 0 ? whole.joints_3d_l1 / whole.joints_3d : 0.0;
+  const double loss_2d = whole.joints_2d > 0 ? whole.joints_2d_l1 / whole.joints_2d : 0.0;
+  result.loss = loss_3d + s.config.w_joints_2d * loss_2d;
+  result.psnr = 0;
+  result.valid_rays = int(whole.joints_3d);
+  const double mpjpe_mm = whole.joints_3d > 0 ? 1000 * whole.joint_error / whole.joints_3d : 0.0;
+  result.terms = {{"loss/joints_3d", "joints_3d", loss_3d},
+                  {"loss/joints_2d", "joints_2d", loss_2d},
+                  {"train/mpjpe_mm", "mpjpe_mm", mpjpe_mm}};
+  result.times = s.times;
+  return result;
+}
+
+float* PoseModel::gradients() {
+  return state_->parameters.grads().data();
+}
+
+double PoseModel::gradient_norm() {
+  const nn::ParameterSet& p = state_->parameters;
+  return nn::global_grad_norm(p.grads().data(), p.size());
+}
+
+void PoseModel::update(double gradient_norm) {
+  state_->adam.step(&state_->parameters, gradient_norm);
+}
+
+const PhaseTimes& PoseModel::phase_times() const {
+  return state_->times;
+}
+
+void PoseModel::render(const data::TrainingSample&, const std::vector<float>&, RandomKey,
+                       std::vector<float>*, std::vector<float>*,
+                       const std::function<void(int, int)>&, RenderedParts*) {
+  throw InvalidArgument(
+      "the pose model draws no pixels: mvibr eval reports its joint errors and mvibr render "
+      "draws its skeletons");
+}
+
+std::vector<PosePrediction> PoseModel::predict(const std::vector<data::TrainingSample>& samples) {
+  State& s = *state_;
+  std::vector<PosePrediction> predictions;
+  MicroBatch b;
+  const size_t J = size_t(s.joints);
+  for (size_t first = 0; first < samples.size(); first += size_t(s.config.pose_batch)) {
+    const size_t count = std::min(size_t(s.config.pose_batch), samples.size() - first);
+    s.load(&samples[first], count, &b);
+    s.forward(&b);
+    const size_t V = size_t(b.views);
+    for (size_t i = 0; i < count; ++i) {
+      PosePrediction p;
+      p.joints_world.assign(b.joints.begin() + long(i * J * 3),
+                            b.joints.begin() + long((i + 1) * J * 3));
+      p.joints_image.assign(b.points.begin() + long(i * V * J * 2),
+                            b.points.begin() + long((i + 1) * V * J * 2));
+      p.confidences.assign(b.weights.begin() + long(i * V * J),
+                           b.weights.begin() + long((i + 1) * V * J));
+      p.triangulated.assign(b.triangulated.begin() + long(i * J),
+                            b.triangulated.begin() + long((i + 1) * J));
+      predictions.push_back(std::move(p));
+    }
+  }
+  return predictions;
+}
+
+StepResult PoseModel::train_step(const std::vector<data::TrainingSample>& samples) {
+  TrainConfig& c = state_->config;
+  const int saved = c.pose_batch;
+  c.pose_batch = int(samples.size());
+  begin_step(samples);
+  const LossSums sums = accumulate(RandomKey{}, 0);
+  c.pose_batch = saved;
+  return end_step(sums, {});
+}
+
+}  // namespace mvibr::train
