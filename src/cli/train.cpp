@@ -112,9 +112,14 @@ int run_train(const std::vector<std::string>& args) {
       return kStoppedEarlyExitCode;
     }
     std::cout << "trained " << summary.run_dir << " to step " << summary.last_step << " (loss "
-              << summary.last_loss << ", psnr " << summary.last_psnr << ")";
+              << summary.last_loss << ", " << summary.last_quality.key << " "
+              << summary.last_quality.value << ")";
     if (std::isfinite(summary.heldout_psnr)) {
       std::cout << "; held-out psnr " << summary.heldout_psnr << ", ssim " << summary.heldout_ssim;
+    }
+    if (std::isfinite(summary.heldout_mpjpe_mm)) {
+      std::cout << "; held-out mpjpe " << summary.heldout_mpjpe_mm << " mm (root-relative "
+                << summary.heldout_mpjpe_relative_mm << ")";
     }
     if (!summary.last_checkpoint.empty()) std::cout << "; checkpoint " << summary.last_checkpoint;
     std::cout << "\n";

@@ -1281,6 +1281,11 @@ StepResult DynibarModel::end_step(const LossSums& global,
   return result;
 }
 
+StepWork DynibarModel::step_work() const {
+  const TrainConfig& c = state_->config;
+  return {"rays", uint64_t(c.N_rand) * uint64_t(c.accumulation_steps)};
+}
+
 float* DynibarModel::gradients() {
   return state_->parameters.grads().data();
 }

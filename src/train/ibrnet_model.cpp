@@ -204,6 +204,11 @@ bool IbrnetModel::on_device() const {
   return state_->on_device;
 }
 
+StepWork IbrnetModel::step_work() const {
+  const TrainConfig& c = state_->config;
+  return {"rays", uint64_t(c.N_rand) * uint64_t(c.accumulation_steps)};
+}
+
 size_t IbrnetModel::loss_sums_size() const {
   return 4;
 }

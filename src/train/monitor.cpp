@@ -149,12 +149,14 @@ std::string format_duration(double seconds) {
 }
 
 Progress::Progress(std::ostream& out, int columns, uint64_t first_step, uint64_t last_step,
-                   double rays_per_step)
+                   double work_per_step, std::string work_unit, std::string quality)
     : out_(out),
       columns_(columns),
       first_step_(first_step),
       last_step_(last_step),
-      rays_per_step_(rays_per_step),
+      work_per_step_(work_per_step),
+      work_unit_(std::move(work_unit)),
+      quality_(std::move(quality)),
       start_(std::chrono::steady_clock::now()),
       drawn_at_(start_) {}
 
@@ -172,16 +174,17 @@ double Progress::eta_seconds(uint64_t step) const {
   return rate > 0 ? double(last_step_ - step) / rate : 0.0;
 }
 
-void Progress::update(uint64_t step, double loss, double psnr) {
+void Progress::update(uint64_t step, double loss, double quality) {
   if (!in_place()) return;
   const auto now = std::chrono::steady_clock::now();
   if (drawn_ && step != last_step_ && seconds_between(drawn_at_, now) < kRedrawSeconds) return;
   const double rate = steps_per_second(step);
   char text[256];
   std::snprintf(text, sizeof(text),
-                "step %llu/%llu  %.2f steps/s  %.0f rays/s  eta %s  loss %.5f  psnr %.2f",
+                "step %llu/%llu  %.2f steps/s  %.0f %s/s  eta %s  loss %.5f  %s %.2f",
                 (unsigned long long)step, (unsigned long long)last_step_, rate,
-                rate * rays_per_step_, format_duration(eta_seconds(step)).c_str(), loss, psnr);
+                rate * work_per_step_, work_unit_.c_str(),
+                format_duration(eta_seconds(step)).c_str(), loss, quality_.c_str(), quality);
   // One column short of the width: a line that fills it would wrap on some terminals, and "\r"
   // would then redraw only its second row.
   line_ = std::string(text).substr(0, size_t(std::max(1, columns_ - 1)));

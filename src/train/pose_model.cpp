@@ -74,6 +74,7 @@ struct PoseModel::State {
   int height = 0, width = 0, map_height = 0, map_width = 0;
   PhaseTimes times;
   PhaseLaps laps;
+  double step_mpjpe_mm = std::nan("");  // of the last step's instants
 
   State(const TrainConfig& c, int j)
       : config(c),
@@ -374,12 +375,12 @@ StepResult PoseModel::end_step(const LossSums& global,
   const double loss_3d = whole.joints_3d > 0 ? whole.joints_3d_l1 / whole.joints_3d : 0.0;
   const double loss_2d = whole.joints_2d > 0 ? whole.joints_2d_l1 / whole.joints_2d : 0.0;
   result.loss = loss_3d + s.config.w_joints_2d * loss_2d;
-  result.psnr = 0;
   result.valid_rays = int(whole.joints_3d);
   const double mpjpe_mm = whole.joints_3d > 0 ? 1000 * whole.joint_error / whole.joints_3d : 0.0;
   result.terms = {{"loss/joints_3d", "joints_3d", loss_3d},
-                  {"loss/joints_2d", "joints_2d", loss_2d},
-                  {"train/mpjpe_mm", "mpjpe_mm", mpjpe_mm}};
+                  {"loss/joints_2d", "joints_2d", loss_2d}};
+  s.step_mpjpe_mm = mpjpe_mm;
+  result.psnr = std::nan("");  // no colour
   result.times = s.times;
   return result;
 }
@@ -399,6 +400,14 @@ void PoseModel::update(double gradient_norm) {
 
 const PhaseTimes& PoseModel::phase_times() const {
   return state_->times;
+}
+
+StepWork PoseModel::step_work() const {
+  return {"instants", samples_per_step()};
+}
+
+Scalar PoseModel::quality(const StepResult&) const {
+  return {"train/mpjpe_mm", "mpjpe_mm", state_->step_mpjpe_mm};
 }
 
 void PoseModel::render(const data::TrainingSample&, const std::vector<float>&, RandomKey,

@@ -30,6 +30,7 @@
 #include "mvibr/train/loss_scale.h"
 #include "mvibr/train/model.h"
 #include "mvibr/train/monitor.h"
+#include "mvibr/train/pose_evaluate.h"
 #include "mvibr/train/run_directory.h"
 
 namespace mvibr::train {
@@ -188,7 +189,8 @@ ViewMetrics validate(TrainableModel& model, const data::TrainingSample& sample, 
 }
 
 std::string describe_job(const TrainConfig& c, const RankContext& context,
-                         const dist::Communicator& world, size_t parameters, size_t buckets) {
+                         const dist::Communicator& world, const StepWork& work, size_t parameters,
+                         size_t buckets) {
   std::ostringstream out;
   const dist::Topology& t = context.topology;
   const JobBackend b = job_backend(c, world, t);
@@ -197,10 +199,12 @@ std::string describe_job(const TrainConfig& c, const RankContext& context,
       << (b.device >= 0 ? "GPU " + std::to_string(b.device) + " (" + b.device_description + ", " +
                               name_of(b.precision) + " GEMMs)"
                         : std::string("CPU"))
-      << "; global batch " << c.N_rand * c.accumulation_steps * b.ranks << " rays (N_rand "
-      << c.N_rand << " x " << c.accumulation_steps << " micro-steps x " << b.ranks << " ranks); "
-      << parameters << " parameters in " << buckets << " all-reduce bucket(s) of <= " << c.bucket_mb
-      << " MB (" << name_of(c.allreduce_dtype) << ")";
+      << "; global batch " << work.per_rank_step * uint64_t(b.ranks) << " " << work.unit << " ("
+      << (c.model == ModelKind::kPose ? "pose_batch " + std::to_string(c.pose_batch)
+                                      : "N_rand " + std::to_string(c.N_rand))
+      << " x " << c.accumulation_steps << " micro-steps x " << b.ranks << " ranks); " << parameters
+      << " parameters in " << buckets << " all-reduce bucket(s) of <= " << c.bucket_mb << " MB ("
+      << name_of(c.allreduce_dtype) << ")";
   if (c.lr_scaling != LrScaling::kNone) out << "; learning rates x " << lr_factor(c, b.ranks);
   out << "\n";
   return out.str();
@@ -245,6 +249,9 @@ data::ReaderOptions reader_options(const TrainConfig& c, int rank, int ranks) {
 
 namespace {
 
+// Held-out instants the pose model's validation scores (split over the ranks).
+constexpr int kPoseValidationInstants = 32;
+
 // One rank's training run as short named steps, which train() calls in turn: start (the
 // constructor), step, log, validate, checkpoint, stop on request, finish.
 class TrainingRun {
@@ -256,6 +263,7 @@ class TrainingRun {
   bool step();
   void log_if_due();
   void validate_if_due();
+  void validate_pose(uint64_t done);
   void checkpoint_if_due();
   // True when a signal or the stop request asked to stop after this step.
   bool stop_if_asked();
@@ -289,10 +297,12 @@ class TrainingRun {
   // Validation renders one held-out view with a copy of the weights in a model of its own
   // (deterministic samples, its own buffers), so training continues exactly as without it.
   std::optional<data::TrainingSample> heldout_;
+  std::vector<data::TrainingSample> pose_heldout_;  // this rank's share of the pose model's
+  MeanPose pose_baseline_;
   std::unique_ptr<TrainableModel> validation_model_;
   std::unique_ptr<RunDirectoryLock> run_lock_;
   std::unique_ptr<MetricsLog> metrics_;
-  uint64_t rays_per_update_ = 0;
+  uint64_t work_per_update_ = 0;  // rays or instants, over all ranks
   std::unique_ptr<Progress> progress_;
   IntervalTimes interval_;  // since the last i_print
   uint64_t logged_step_ = 0;
@@ -364,13 +374,23 @@ TrainingRun::TrainingRun(const TrainConfig& config, std::ostream& rank0_log,
   buckets_ = std::make_unique<dist::GradientBuckets>(
       gradients, ready_order, size_t(config_.bucket_mb * 1024 * 1024), dist::ReduceOp::kSum,
       config_.overlap_allreduce, config_.allreduce_dtype == AllreduceDtype::kBf16);
-  log_ << describe_job(config_, context_, comm_, parameters().size(), buckets_->buckets().size());
+  log_ << describe_job(config_, context_, comm_, model_->step_work(), parameters().size(),
+                       buckets_->buckets().size());
 
   reader_ = std::make_unique<data::PrefetchReader>(reader_options(config_, rank_, ranks_), cursor);
-  if (!context_.measure_only) heldout_ = first_heldout_sample(config_);
+  if (config_.model == ModelKind::kPose) {
+    // The first held-out instants, this rank's share of them, and the baseline beside them.
+    if (!context_.measure_only) {
+      pose_heldout_ = pose_instants(config_.datadir, data::Split::kTest, kPoseValidationInstants,
+                                    ranks_, rank_);
+      pose_baseline_ = mean_training_pose(config_.datadir);
+    }
+  } else if (!context_.measure_only) {
+    heldout_ = first_heldout_sample(config_);
+  }
   if (heldout_) {
     validation_model_ = make_model(evaluation_config(config_));
-  } else if (!context_.measure_only) {
+  } else if (!context_.measure_only && config_.model != ModelKind::kPose) {
     log_ << "no test or val views in " << config_.datadir << ": no held-out validation\n";
   }
 
@@ -392,11 +412,12 @@ TrainingRun::TrainingRun(const TrainConfig& config, std::ostream& rank0_log,
     log_ << "a stop request waits in " << stop_request_path(summary_.run_dir)
          << ": stopping after step " << std::max(*after, summary_.first_step + 1) << "\n";
   }
-  rays_per_update_ =
-      uint64_t(config_.N_rand) * uint64_t(config_.accumulation_steps) * uint64_t(ranks_);
+  const StepWork work = model_->step_work();
+  work_per_update_ = work.per_rank_step * uint64_t(ranks_);
   progress_ = std::make_unique<Progress>(log_, rank_ == 0 ? context_.progress_columns : 0,
                                          summary_.first_step, uint64_t(config_.n_iters),
-                                         double(rays_per_update_));
+                                         double(work_per_update_), work.unit,
+                                         model_->quality(StepResult{}).key);
   logged_step_ = summary_.first_step;
 }
 
@@ -509,10 +530,11 @@ bool TrainingRun::step() {
   report.psnr = result.psnr;
   if (context_.on_step) context_.on_step(report);
   interval_.add(report);
-  progress_->update(done, result.loss, result.psnr);
+  progress_->update(done, result.loss, model_->quality(result).value);
   summary_.last_step = done;
   summary_.last_loss = result.loss;
   summary_.last_psnr = result.psnr;
+  summary_.last_quality = model_->quality(result);
   return true;
 }
 
@@ -538,32 +560,36 @@ void TrainingRun::log_if_due() {
   const StepResult& result = result_;
   const double steps = double(interval.steps);
   const double step_seconds = interval.seconds / steps;
-  const double rays_per_second = double(rays_per_update_) / step_seconds;
+  const StepWork work = model_->step_work();
+  const double work_per_second = double(work_per_update_) / step_seconds;
+  const Scalar quality = model_->quality(result);
   const double data_wait_fraction = data_wait / step_seconds;
   const double allreduce_fraction = interval.allreduce / interval.seconds;
   const double hidden = interval.allreduce_hidden_fraction();
   if (!progress_->in_place()) {
     char line[320];
     std::snprintf(line, sizeof(line),
-                  "step %llu/%d  loss %.5f  psnr %.2f  rays/s %.0f  data wait %.1f%%  "
+                  "step %llu/%d  loss %.5f  %s %.2f  %s/s %.0f  data wait %.1f%%  "
                   "all-reduce %.1f%% (%.0f%% hidden)  eta %.0f s\n",
-                  (unsigned long long)done, config_.n_iters, result.loss, result.psnr,
-                  rays_per_second, 100.0 * data_wait_fraction, 100.0 * allreduce_fraction,
-                  100.0 * hidden, progress_->eta_seconds(done));
+                  (unsigned long long)done, config_.n_iters, result.loss, quality.key,
+                  quality.value, work.unit, work_per_second, 100.0 * data_wait_fraction,
+                  100.0 * allreduce_fraction, 100.0 * hidden, progress_->eta_seconds(done));
     log_ << line << std::flush;
   }
   const std::string warning = imbalance_warning(balance, kImbalanceWarning, logged_step_ + 1, done);
   if (!warning.empty()) progress_->print(warning);
   if (metrics_) {
+    const std::string work_key = std::string(work.unit) + "_per_second";
+    const std::string work_tag = "throughput/" + work_key;
     std::vector<Scalar> scalars = {{"loss/total", "loss", result.loss}};
     scalars.insert(scalars.end(), result.terms.begin(), result.terms.end());
     scalars.insert(
         scalars.end(),
-        {{"train/psnr", "psnr", result.psnr},
+        {quality,
          {"train/grad_norm", "grad_norm", grad_norm_},
          {"lr/feature", "lr_feature", model_->learning_rate(nn::ParameterGroup::kFeature)},
          {"lr/mlp", "lr_mlp", model_->learning_rate(nn::ParameterGroup::kMlp)},
-         {"throughput/rays_per_second", "rays_per_second", rays_per_second},
+         {work_tag.c_str(), work_key.c_str(), work_per_second},
          {"throughput/steps_per_second", "steps_per_second", 1.0 / step_seconds},
          {"time/step_seconds", "step_seconds", step_seconds},
          {"time/data_wait_fraction", "data_wait_fraction", data_wait_fraction},
@@ -596,7 +622,12 @@ void TrainingRun::log_if_due() {
 // Every i_img steps: the held-out view rendered by all ranks, scored and logged by rank 0.
 void TrainingRun::validate_if_due() {
   const uint64_t done = model_->updates();
-  if (!heldout_ || done % uint64_t(config_.i_img) != 0) return;
+  if (done % uint64_t(config_.i_img) != 0) return;
+  if (config_.model == ModelKind::kPose) {
+    validate_pose(done);
+    return;
+  }
+  if (!heldout_) return;
   validation_model_->parameters().values() = parameters().values();
   progress_->print("step " + std::to_string(done) + "/" + std::to_string(config_.n_iters) +
                    "  validating (every i_img = " + std::to_string(config_.i_img) +
@@ -619,6 +650,30 @@ void TrainingRun::validate_if_due() {
   metrics_->write(
       done, {{"heldout/psnr", "heldout_psnr", m.psnr}, {"heldout/ssim", "heldout_ssim", m.ssim}});
   metrics_->image("heldout/rgb", done, rendered);
+}
+
+// The pose model's MPJPE over the held-out instants, each rank scoring its share.
+void TrainingRun::validate_pose(uint64_t done) {
+  if (pose_baseline_.absolute.empty()) return;
+  PoseEvalReport r;
+  {
+    dist::Watchdog::Scope watch(watchdog_.get(), "the validation of " + step_name_);
+    r = evaluate_pose(static_cast<PoseModel&>(*model_), pose_heldout_, pose_baseline_, &comm_);
+  }
+  if (rank_ != 0 || r.instants == 0) return;
+  summary_.heldout_mpjpe_mm = r.mpjpe_mm;
+  summary_.heldout_mpjpe_relative_mm = r.mpjpe_relative_mm;
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "step %llu/%d  held-out %d instants  mpjpe %.1f mm (root-relative %.1f; mean "
+                "pose %.1f, %.1f)  pck %.3f\n",
+                (unsigned long long)done, config_.n_iters, r.instants, r.mpjpe_mm,
+                r.mpjpe_relative_mm, r.baseline_mpjpe_mm, r.baseline_mpjpe_relative_mm, r.pck);
+  progress_->print(line);
+  metrics_->write(done,
+                  {{"heldout/mpjpe_mm", "heldout_mpjpe_mm", r.mpjpe_mm},
+                   {"heldout/mpjpe_relative_mm", "heldout_mpjpe_relative_mm", r.mpjpe_relative_mm},
+                   {"heldout/pck", "heldout_pck", r.pck}});
 }
 
 // Every i_weights steps, at the end, and when asked to stop.

@@ -83,6 +83,7 @@ class DynibarModel final : public TrainableModel {
   double gradient_norm() override;
   void update(double gradient_norm) override;
   const PhaseTimes& phase_times() const override;
+  StepWork step_work() const override;
   // The composite at the target's time: colour and depth.
   void render(const data::TrainingSample& sample, const std::vector<float>& pixels, RandomKey key,
               std::vector<float>* rgb, std::vector<float>* depth,

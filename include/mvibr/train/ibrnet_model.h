@@ -71,6 +71,7 @@ class IbrnetModel final : public TrainableModel {
   double gradient_norm() override;
   void update(double gradient_norm) override;
   const PhaseTimes& phase_times() const override;
+  StepWork step_work() const override;
   void render(const data::TrainingSample& sample, const std::vector<float>& pixels, RandomKey key,
               std::vector<float>* rgb, std::vector<float>* depth,
               const std::function<void(int, int)>& on_chunk = {},

@@ -74,6 +74,13 @@ struct RenderedParts {
   std::vector<float> static_rgb, dynamic_rgb;
 };
 
+// What a rank's step works through, for the rates in the log: the ray models' rays (N_rand x
+// accumulation_steps), the pose model's instants.
+struct StepWork {
+  const char* unit;  // plural: "rays", "instants"
+  uint64_t per_rank_step;
+};
+
 class TrainableModel {
  public:
   virtual ~TrainableModel() = default;
@@ -115,6 +122,11 @@ class TrainableModel {
   virtual double gradient_norm() = 0;
   virtual void update(double gradient_norm) = 0;
   virtual const PhaseTimes& phase_times() const = 0;  // of the step since begin_step
+  virtual StepWork step_work() const = 0;
+  // The figure the progress line shows beside the loss: the ray models' PSNR of the final colour.
+  virtual Scalar quality(const StepResult& result) const {
+    return {"train/psnr", "psnr", result.psnr};
+  }
 
   // Renders pixels [R,2] of the sample's target without gradients: rgb [R,3], depth [R].
   // `on_chunk(rays done, rays)` after each chunk. With `parts`, also the model's parts apart,

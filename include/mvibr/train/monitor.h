@@ -85,7 +85,8 @@ std::string imbalance_warning(const Imbalance& imbalance, double threshold, uint
 // "42s", "3m05s", "2h07m": an ETA to read at a glance.
 std::string format_duration(double seconds);
 
-// Rank 0's progress line: step, steps/s and rays/s since this call began, ETA, loss and PSNR.
+// Rank 0's progress line: step, steps/s and work/s (rays, instants) since this call began, ETA,
+// loss and the model's quality figure (PSNR, MPJPE).
 // On a terminal (columns > 0, its width) it is one line redrawn in place ("\r", the text, clear
 // to the end of the line) after every update, at most 5 times a second; lines that must stay
 // (validation, warnings) go through print(), which writes them over it and redraws it below. Off a
@@ -94,13 +95,13 @@ std::string format_duration(double seconds);
 class Progress {
  public:
   Progress(std::ostream& out, int columns, uint64_t first_step, uint64_t last_step,
-           double rays_per_step);
+           double work_per_step, std::string work_unit = "rays", std::string quality = "psnr");
   ~Progress();  // ends the line in place, so what follows starts on a line of its own
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
 
   bool in_place() const { return columns_ > 0; }
-  void update(uint64_t step, double loss, double psnr);
+  void update(uint64_t step, double loss, double quality);
   // `text`: whole lines, each ending in '\n'.
   void print(const std::string& text);
   // Steps per second since this call began, and the seconds the remaining steps will take at it.
@@ -111,7 +112,8 @@ class Progress {
   std::ostream& out_;
   const int columns_;
   const uint64_t first_step_, last_step_;
-  const double rays_per_step_;
+  const double work_per_step_;
+  const std::string work_unit_, quality_;
   const std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point drawn_at_;
   std::string line_;  // the text in place

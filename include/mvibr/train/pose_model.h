@@ -89,6 +89,9 @@ class PoseModel final : public TrainableModel {
   double gradient_norm() override;
   void update(double gradient_norm) override;
   const PhaseTimes& phase_times() const override;
+  StepWork step_work() const override;  // instants
+  // The last step's MPJPE over its instants, in mm (NaN before the first).
+  Scalar quality(const StepResult& result) const override;
   // The pose model draws no pixels: InvalidArgument (mvibr eval and render use predict).
   void render(const data::TrainingSample& sample, const std::vector<float>& pixels, RandomKey key,
               std::vector<float>* rgb, std::vector<float>* depth,

@@ -47,9 +47,13 @@ struct TrainSummary {
   std::string run_dir;
   uint64_t first_step = 0, last_step = 0;  // steps taken by this call: (first_step, last_step]
   double last_loss = 0, last_psnr = 0;
+  Scalar last_quality = {"train/psnr", "psnr", 0};  // the model's figure (psnr, mpjpe_mm)
   // Of the last held-out validation (every i_img steps); NaN when none ran.
   double heldout_psnr = std::numeric_limits<double>::quiet_NaN();
   double heldout_ssim = std::numeric_limits<double>::quiet_NaN();
+  // The pose model's: root-relative and absolute MPJPE (mm) over its held-out instants.
+  double heldout_mpjpe_mm = std::numeric_limits<double>::quiet_NaN();
+  double heldout_mpjpe_relative_mm = std::numeric_limits<double>::quiet_NaN();
   std::string last_checkpoint;
   uint64_t skipped_steps = 0;  // updates skipped for a non-finite loss or gradient
   // Why the run stopped before n_iters ("signal 10 (SIGUSR1)", "the stop request <run>/STOP");
