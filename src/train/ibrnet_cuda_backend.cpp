@@ -180,8 +180,9 @@ class CudaBackend final : public IbrnetBackend {
     const float clip_factor = clip < 1.0 ? float(clip) : 1.0f;
     const nn::AdamCoefficients c = adam.begin_update();
     for (const nn::Adam::Span& span : adam.spans()) {
-      nn::cuda::adam_update(span.begin, span.end, c, span.group, clip_factor, params_.data(),
-                            grads_.data(), exp_avg_.data(), exp_avg_sq_.data(), context_.stream());
+      nn::cuda::adam_update(span.begin, span.end, c, span.group, span.decays, clip_factor,
+                            params_.data(), grads_.data(), exp_avg_.data(), exp_avg_sq_.data(),
+                            context_.stream());
     }
   }
 
