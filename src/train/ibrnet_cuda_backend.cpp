@@ -45,6 +45,11 @@ class CudaBackend final : public IbrnetBackend {
       fine_offset_ = networks.net_fine->parameter_offset();
     }
     context_.set_gemm_precision(gemm_precision(config.precision));
+    if (config.optimizer == nn::OptimizerKind::kLamb) {
+      throw InvalidArgument(
+          "config key 'optimizer': lamb runs on the CPU step only (device = cpu): IBRNet's GPU "
+          "step has no per-tensor norms");
+    }
   }
 
   // GradScaler scales the mean loss; the backward here starts from the summed squared error, up to
