@@ -32,15 +32,15 @@ __global__ void sum_in_order_kernel(size_t chunks, double* partials) {
 }
 
 __global__ void adam_kernel(size_t begin, size_t end, AdamCoefficients coefficients, int group,
-                            float clip_factor, float* values, float* grads, float* exp_avg,
-                            float* exp_avg_sq) {
+                            bool decays, float clip_factor, float* values, float* grads,
+                            float* exp_avg, float* exp_avg_sq) {
   for (size_t i = begin + grid_thread_index(); i < end; i += grid_thread_count()) {
     float grad = grads[i];
     if (clip_factor < 1.0f) {
       grad = __fmul_rn(grad, clip_factor);
       grads[i] = grad;
     }
-    adam_update_value(coefficients, group, grad, &values[i], &exp_avg[i], &exp_avg_sq[i]);
+    adam_update_value(coefficients, group, decays, grad, &values[i], &exp_avg[i], &exp_avg_sq[i]);
   }
 }
 
@@ -65,10 +65,10 @@ double gradient_norm(size_t count, const float* grads, double* partials, cudaStr
 }
 
 void adam_update(size_t begin, size_t end, const AdamCoefficients& coefficients,
-                 ParameterGroup group, float clip_factor, float* values, float* grads,
+                 ParameterGroup group, bool decays, float clip_factor, float* values, float* grads,
                  float* exp_avg, float* exp_avg_sq, cudaStream_t stream) {
   if (end <= begin) return;
-  launch_threads(end - begin, stream, adam_kernel, begin, end, coefficients, int(group),
+  launch_threads(end - begin, stream, adam_kernel, begin, end, coefficients, int(group), decays,
                  clip_factor, values, grads, exp_avg, exp_avg_sq);
 }
 

@@ -1,6 +1,10 @@
-// Adam, IBRNet's learning-rate decay and gradient clipping (see optimizer.h). The update follows
-// torch.optim.Adam's single-tensor path operation by operation, in float, with the scalars
-// (bias corrections, step size) computed in double as Python computes them.
+// Adam, AdamW, LAMB, the learning-rate schedules and gradient clipping (see optimizer.h).
+// - Adam and AdamW follow torch.optim's single-tensor paths operation by operation, in float,
+//   with the scalars (bias corrections, step size, decay factor) computed in double as Python
+//   computes them.
+// - LAMB follows apex's multi_tensor_lamb in float; its per-tensor norms are sums of squares in
+//   double over fixed chunks added in order (no dependence on the thread count), and the trust
+//   ratio times the learning rate is taken in double, then rounded.
 #include "mvibr/nn/optimizer.h"
 
 #include <algorithm>
@@ -15,6 +19,28 @@ namespace mvibr::nn {
 double step_decay_learning_rate(double initial, double factor, uint64_t decay_steps,
                                 uint64_t completed) {
   return initial * std::pow(factor, double(completed / decay_steps));
+}
+
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;  // Python's math.pi
+
+void check_option(bool ok, const std::string& what) {
+  if (!ok) throw InvalidArgument("Adam: " + what);
+}
+
+}  // namespace
+
+double cosine_learning_rate(double initial, uint64_t warmup, uint64_t total, double min_lr_ratio,
+                            uint64_t completed) {
+  if (completed < warmup)
+    return initial * (double(completed) / double(std::max<uint64_t>(1, warmup)));
+  if (completed >= total) return initial * min_lr_ratio;
+  const double progress =
+      double(completed - warmup) / double(std::max<uint64_t>(1, total - warmup));
+  const double num_cycles = 0.5;
+  const double factor = 0.5 * (1.0 + std::cos(kPi * num_cycles * 2.0 * progress));
+  return initial * std::max(0.0, factor * (1 - min_lr_ratio) + min_lr_ratio);
 }
 
 double global_grad_norm(const float* grads, size_t count) {
@@ -49,14 +75,6 @@ void clip_grad_norm(float* grads, size_t count, double max_norm, double norm) {
   }
 }
 
-namespace {
-
-void check_option(bool ok, const std::string& what) {
-  if (!ok) throw InvalidArgument("Adam: " + what);
-}
-
-}  // namespace
-
 Adam::Adam(const ParameterSet& params, const AdamOptions& options)
     : options_(options), exp_avg_(params.size(), 0.0f), exp_avg_sq_(params.size(), 0.0f) {
   const AdamOptions& o = options_;
@@ -75,11 +93,22 @@ Adam::Adam(const ParameterSet& params, const AdamOptions& options)
                "the rate multipliers must be finite numbers >= 0");
   check_option(std::isfinite(o.max_grad_norm) && o.max_grad_norm >= 0,
                "max_grad_norm must be a finite number >= 0 (0 = no clipping)");
+  check_option(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
+               "weight_decay must be a finite number >= 0");
+  check_option(o.weight_decay == 0 || o.kind != OptimizerKind::kAdam,
+               "weight_decay needs AdamW or LAMB (Adam's L2 penalty is not implemented)");
+  check_option(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1, "min_lr_ratio must be in [0, 1]");
+  check_option(o.lr_schedule != LrSchedule::kCosine || o.warmup_steps < o.total_steps,
+               "the cosine schedule needs warmup_steps < total_steps");
+  const bool decoupled_decay = o.kind != OptimizerKind::kAdam && o.weight_decay > 0;
   for (const ParameterInfo& info : params.infos()) {
-    if (!spans_.empty() && spans_.back().group == info.group && spans_.back().end == info.offset) {
+    const bool decays = decoupled_decay && (o.weight_decay_1d || info.shape.size() > 1);
+    tensors_.push_back({info.offset, info.offset + info.size, info.group, decays});
+    if (!spans_.empty() && spans_.back().group == info.group && spans_.back().decays == decays &&
+        spans_.back().end == info.offset) {
       spans_.back().end = info.offset + info.size;
     } else {
-      spans_.push_back({info.offset, info.offset + info.size, info.group});
+      spans_.push_back(tensors_.back());
     }
   }
 }
@@ -104,6 +133,10 @@ double Adam::initial_learning_rate(ParameterGroup group) const {
 double Adam::learning_rate(ParameterGroup group) const {
   const double initial = initial_learning_rate(group);
   if (options_.schedule) return options_.schedule(initial, steps_);
+  if (options_.lr_schedule == LrSchedule::kCosine) {
+    return cosine_learning_rate(initial, options_.warmup_steps, options_.total_steps,
+                                options_.min_lr_ratio, steps_);
+  }
   return step_decay_learning_rate(initial, options_.lrate_decay_factor, options_.lrate_decay_steps,
                                   steps_);
 }
@@ -121,7 +154,11 @@ double Adam::step(ParameterSet* params, double grad_norm, uint32_t groups) {
   const size_t count = params->size();
   if (options_.max_grad_norm > 0) clip_grad_norm(grads, count, options_.max_grad_norm, grad_norm);
 
-  const AdamCoefficients c = begin_update(groups);
+  if (options_.kind == OptimizerKind::kLamb) {
+    lamb_update(advance(groups), groups, params);
+    return grad_norm;
+  }
+  const AdamCoefficients c = coefficients(advance(groups), groups);
   float* values = params->values().data();
   float* m = exp_avg_.data();
   float* v = exp_avg_sq_.data();
@@ -131,26 +168,41 @@ double Adam::step(ParameterSet* params, double grad_norm, uint32_t groups) {
     if (!(groups >> group & 1u)) continue;
 #pragma omp for schedule(static)
     for (size_t i = span.begin; i < span.end; ++i) {
-      adam_update_value(c, group, grads[i], &values[i], &m[i], &v[i]);
+      adam_update_value(c, group, span.decays, grads[i], &values[i], &m[i], &v[i]);
     }
   }
   return grad_norm;
 }
 
 AdamCoefficients Adam::begin_update(uint32_t groups) {
+  if (options_.kind == OptimizerKind::kLamb) {
+    throw InvalidArgument("Adam: LAMB's update needs per-tensor norms; only step() applies it");
+  }
+  return coefficients(advance(groups), groups);
+}
+
+Adam::GroupRates Adam::advance(uint32_t groups) {
+  GroupRates lr;
+  for (int g = 0; g < kParameterGroupCount; ++g) lr[size_t(g)] = learning_rate(ParameterGroup(g));
+  ++steps_;
+  for (int g = 0; g < kParameterGroupCount; ++g) group_steps_[size_t(g)] += groups >> g & 1u;
+  return lr;
+}
+
+AdamCoefficients Adam::coefficients(const GroupRates& lr, uint32_t groups) const {
   static_assert(sizeof(AdamCoefficients::step_size) / sizeof(float) == kParameterGroupCount,
                 "a step size for every parameter group");
-  double lr[kParameterGroupCount];
-  for (int g = 0; g < kParameterGroupCount; ++g) lr[g] = learning_rate(ParameterGroup(g));
-  ++steps_;
   AdamCoefficients c;
   for (int g = 0; g < kParameterGroupCount; ++g) {
     if (!(groups >> g & 1u)) continue;
-    const double t = double(++group_steps_[size_t(g)]);
+    const double t = double(group_steps_[size_t(g)]);
     const double bias_correction1 = 1 - std::pow(options_.beta1, t);
     const double bias_correction2 = 1 - std::pow(options_.beta2, t);
-    c.step_size[g] = float(lr[g] / bias_correction1);
+    c.step_size[g] = float(lr[size_t(g)] / bias_correction1);
     c.bias_correction2_sqrt[g] = float(std::sqrt(bias_correction2));
+    if (options_.kind == OptimizerKind::kAdamW) {
+      c.decay_factor[g] = float(1 - lr[size_t(g)] * options_.weight_decay);
+    }
   }
   c.beta1 = float(options_.beta1);
   c.beta2 = float(options_.beta2);
@@ -158,6 +210,91 @@ AdamCoefficients Adam::begin_update(uint32_t groups) {
   c.one_minus_beta2 = float(1 - options_.beta2);
   c.eps = float(options_.eps);
   return c;
+}
+
+namespace {
+
+// LAMB's direction for one value whose moments are updated: apex's MOMENT_MODE_1 (decoupled
+// decay), u = (m / bias_correction1) / (sqrt(v / bias_correction2) + eps) + weight_decay * p.
+float lamb_direction(float value, float exp_avg, float exp_avg_sq, float bias_correction1,
+                     float bias_correction2, float eps, float weight_decay) {
+  const float denom = sqrtf(exp_avg_sq / bias_correction2) + eps;
+  return (exp_avg / bias_correction1) / denom + weight_decay * value;
+}
+
+// A piece of one tensor, at most kGradNormChunk values: the unit of LAMB's partial norms.
+struct LambChunk {
+  size_t begin, end, tensor;
+};
+
+}  // namespace
+
+void Adam::lamb_update(const GroupRates& lr, uint32_t groups, ParameterSet* params) {
+  float bias_correction1[kParameterGroupCount], bias_correction2[kParameterGroupCount];
+  for (int g = 0; g < kParameterGroupCount; ++g) {
+    const double t = double(group_steps_[size_t(g)]);
+    bias_correction1[g] = float(1 - std::pow(options_.beta1, t));
+    bias_correction2[g] = float(1 - std::pow(options_.beta2, t));
+  }
+  const float beta1 = float(options_.beta1), beta2 = float(options_.beta2);
+  const float one_minus_beta1 = float(1 - options_.beta1);
+  const float one_minus_beta2 = float(1 - options_.beta2);
+  const float eps = float(options_.eps), weight_decay = float(options_.weight_decay);
+  std::vector<LambChunk> chunks;
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    if (!(groups >> int(tensors_[t].group) & 1u)) continue;
+    for (size_t b = tensors_[t].begin; b < tensors_[t].end; b += kGradNormChunk) {
+      chunks.push_back({b, std::min(tensors_[t].end, b + kGradNormChunk), t});
+    }
+  }
+  float* values = params->values().data();
+  const float* grads = params->grads().data();
+  float* m = exp_avg_.data();
+  float* v = exp_avg_sq_.data();
+  // The moments, and each chunk's sums of p^2 and u^2.
+  std::vector<double> value_squares(chunks.size()), direction_squares(chunks.size());
+#pragma omp parallel for schedule(static)
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    const Span& tensor = tensors_[chunks[k].tensor];
+    const int g = int(tensor.group);
+    const float decay = tensor.decays ? weight_decay : 0.0f;
+    double pp = 0, uu = 0;
+    for (size_t i = chunks[k].begin; i < chunks[k].end; ++i) {
+      m[i] = m[i] * beta1 + one_minus_beta1 * grads[i];
+      v[i] = v[i] * beta2 + one_minus_beta2 * grads[i] * grads[i];
+      const float u = lamb_direction(values[i], m[i], v[i], bias_correction1[g],
+                                     bias_correction2[g], eps, decay);
+      pp += double(values[i]) * double(values[i]);
+      uu += double(u) * double(u);
+    }
+    value_squares[k] = pp;
+    direction_squares[k] = uu;
+  }
+  // Each tensor's lr * trust ratio, its chunks' sums added in order.
+  std::vector<double> value_norm(tensors_.size(), 0.0), direction_norm(tensors_.size(), 0.0);
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    value_norm[chunks[k].tensor] += value_squares[k];
+    direction_norm[chunks[k].tensor] += direction_squares[k];
+  }
+  std::vector<float> step(tensors_.size());
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    const double p = std::sqrt(value_norm[t]), u = std::sqrt(direction_norm[t]);
+    const double trust = p > 0 && u > 0 ? p / u : 1.0;
+    step[t] = float(lr[size_t(tensors_[t].group)] * trust);
+  }
+  // The update, from the direction recomputed (the same bits: nothing it reads has changed).
+#pragma omp parallel for schedule(static)
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    const Span& tensor = tensors_[chunks[k].tensor];
+    const int g = int(tensor.group);
+    const float decay = tensor.decays ? weight_decay : 0.0f;
+    const float rate = step[chunks[k].tensor];
+    for (size_t i = chunks[k].begin; i < chunks[k].end; ++i) {
+      const float u = lamb_direction(values[i], m[i], v[i], bias_correction1[g],
+                                     bias_correction2[g], eps, decay);
+      values[i] -= rate * u;
+    }
+  }
 }
 
 void Adam::restore(uint64_t steps, std::vector<float> exp_avg, std::vector<float> exp_avg_sq,

@@ -224,6 +224,54 @@ const std::vector<Key>& keys() {
        &C::grad_clip,
        "max global gradient norm (0: off)",
        {[](const C& c) { return c.grad_clip >= 0; }, "must be >= 0"}},
+      {"optimizer",
+       "optimisation",
+       enum_member(&C::optimizer),
+       "Adam (IBRNet's), AdamW (decoupled weight decay) or LAMB (per-tensor trust ratio)",
+       {[](const C& c) {
+          return c.optimizer != nn::OptimizerKind::kLamb || c.device != Device::kCuda ||
+                 c.model != ModelKind::kIbrnet;
+        },
+        "lamb runs on the CPU step only (device = cpu): IBRNet's GPU step has no per-tensor "
+        "norms"}},
+      {"weight_decay",
+       "optimisation",
+       &C::weight_decay,
+       "adamw, lamb: decoupled weight decay (p *= 1 - lr x weight_decay)",
+       {[](const C& c) {
+          return c.weight_decay >= 0 &&
+                 (c.weight_decay == 0 || c.optimizer != nn::OptimizerKind::kAdam);
+        },
+        "must be >= 0, and 0 with optimizer = adam (adamw and lamb decouple it)"}},
+      {"weight_decay_1d", "optimisation", &C::weight_decay_1d,
+       "decay 1-D tensors (biases, norm scales) too; by default they are spared"},
+      {"lr_schedule",
+       "optimisation",
+       enum_member(&C::lr_schedule),
+       "IBRNet's step decay, or a linear warm-up then a cosine to min_lr_ratio at n_iters",
+       {[](const C& c) {
+          return c.lr_schedule != nn::LrSchedule::kCosine || c.model != ModelKind::kDynibar;
+        },
+        "cosine is for model = ibrnet; DynIBaR keeps its own schedule"}},
+      {"warmup_steps",
+       "optimisation",
+       &C::warmup_steps,
+       "cosine: updates of linear warm-up from 0",
+       {[](const C& c) {
+          return c.lr_schedule == nn::LrSchedule::kCosine
+                     ? c.warmup_steps >= 0 && c.warmup_steps < c.n_iters
+                     : c.warmup_steps == 0;
+        },
+        "must be 0 with lr_schedule = step, and in [0, n_iters) with cosine"}},
+      {"min_lr_ratio",
+       "optimisation",
+       &C::min_lr_ratio,
+       "cosine: the final rate as a fraction of the initial one",
+       {[](const C& c) {
+          return c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1 &&
+                 (c.min_lr_ratio == 0 || c.lr_schedule == nn::LrSchedule::kCosine);
+        },
+        "must be in [0, 1], and 0 unless lr_schedule = cosine"}},
 
       {"num_frames",
        "dynibar",

@@ -45,6 +45,11 @@ class CudaBackend final : public IbrnetBackend {
       fine_offset_ = networks.net_fine->parameter_offset();
     }
     context_.set_gemm_precision(gemm_precision(config.precision));
+    if (config.optimizer == nn::OptimizerKind::kLamb) {
+      throw InvalidArgument(
+          "config key 'optimizer': lamb runs on the CPU step only (device = cpu): IBRNet's GPU "
+          "step has no per-tensor norms");
+    }
   }
 
   // GradScaler scales the mean loss; the backward here starts from the summed squared error, up to
@@ -180,8 +185,9 @@ class CudaBackend final : public IbrnetBackend {
     const float clip_factor = clip < 1.0 ? float(clip) : 1.0f;
     const nn::AdamCoefficients c = adam.begin_update();
     for (const nn::Adam::Span& span : adam.spans()) {
-      nn::cuda::adam_update(span.begin, span.end, c, span.group, clip_factor, params_.data(),
-                            grads_.data(), exp_avg_.data(), exp_avg_sq_.data(), context_.stream());
+      nn::cuda::adam_update(span.begin, span.end, c, span.group, span.decays, clip_factor,
+                            params_.data(), grads_.data(), exp_avg_.data(), exp_avg_sq_.data(),
+                            context_.stream());
     }
   }
 

@@ -219,6 +219,13 @@ nn::AdamOptions adam_options(const TrainConfig& c, int ranks) {
   o.lrate_decay_factor = c.lrate_decay_factor;
   o.lrate_decay_steps = uint64_t(c.lrate_decay_steps);
   o.max_grad_norm = c.grad_clip;
+  o.kind = c.optimizer;
+  o.weight_decay = c.weight_decay;
+  o.weight_decay_1d = c.weight_decay_1d;
+  o.lr_schedule = c.lr_schedule;
+  o.warmup_steps = uint64_t(c.warmup_steps);
+  o.total_steps = uint64_t(c.n_iters);
+  o.min_lr_ratio = c.min_lr_ratio;
   return o;
 }
 

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_fixture.h"
@@ -232,18 +233,23 @@ TEST_F(CudaLayers, ScaleRoundsEachElementAsTheCpu) {
 
 // ---- The optimiser ----
 
-// Adam on the device against nn::Adam: two parameter groups, three updates, with and without
-// clipping; adam_update_value is one function compiled for both without fused multiply-adds, so
-// values and moments agree bit for bit. The norm sums each 2^14-value chunk in another order
-// (in double): within 1e-12; a NaN or infinite gradient makes it non-finite.
+// Adam and AdamW on the device against nn::Adam: two parameter groups, three updates, with and
+// without clipping, AdamW decaying the 2-D tensor only; adam_update_value is one function
+// compiled for both without fused multiply-adds, so values and moments agree bit for bit. The
+// norm sums each 2^14-value chunk in another order (in double): within 1e-12; a NaN or infinite
+// gradient makes it non-finite.
 TEST_F(CudaLayers, AdamAndTheGradientNormMatchTheCpus) {
-  for (double max_grad_norm : {0.0, 0.5}) {
+  for (const auto& [kind, max_grad_norm] :
+       {std::pair(nn::OptimizerKind::kAdam, 0.0), std::pair(nn::OptimizerKind::kAdam, 0.5),
+        std::pair(nn::OptimizerKind::kAdamW, 0.0), std::pair(nn::OptimizerKind::kAdamW, 0.5)}) {
     nn::ParameterSet cpu;
-    cpu.add("feature.w", {40000}, nn::ParameterGroup::kFeature);
-    cpu.add("mlp.w", {1001}, nn::ParameterGroup::kMlp);
+    cpu.add("feature.w", {200, 200}, nn::ParameterGroup::kFeature);
+    cpu.add("mlp.b", {1001}, nn::ParameterGroup::kMlp);
     cpu.values() = random_floats(cpu.size(), -1, 1, 3);
     nn::AdamOptions options;
     options.max_grad_norm = max_grad_norm;
+    options.kind = kind;
+    options.weight_decay = kind == nn::OptimizerKind::kAdamW ? 0.1 : 0.0;
     nn::Adam cpu_adam(cpu, options), gpu_adam(cpu, options);
     DeviceArray<float> values(cpu.values()), exp_avg(cpu.size()), exp_avg_sq(cpu.size());
     exp_avg.zero();
@@ -260,13 +266,14 @@ TEST_F(CudaLayers, AdamAndTheGradientNormMatchTheCpus) {
       const double clip = max_grad_norm > 0 ? max_grad_norm / (cpu_norm + 1e-6) : 1.0;
       const nn::AdamCoefficients c = gpu_adam.begin_update();
       for (const nn::Adam::Span& span : gpu_adam.spans()) {
-        nn::cuda::adam_update(span.begin, span.end, c, span.group, clip < 1 ? float(clip) : 1.0f,
-                              values.data(), grads.data(), exp_avg.data(), exp_avg_sq.data(),
-                              nullptr);
+        nn::cuda::adam_update(span.begin, span.end, c, span.group, span.decays,
+                              clip < 1 ? float(clip) : 1.0f, values.data(), grads.data(),
+                              exp_avg.data(), exp_avg_sq.data(), nullptr);
       }
       device_synchronize();
       EXPECT_EQ(values.to_host(), cpu.values())
-          << "update " << update << ", clip " << max_grad_norm;
+          << (kind == nn::OptimizerKind::kAdamW ? "adamw" : "adam") << " update " << update
+          << ", clip " << max_grad_norm;
     }
     EXPECT_EQ(exp_avg.to_host(), cpu_adam.exp_avg());
     EXPECT_EQ(exp_avg_sq.to_host(), cpu_adam.exp_avg_sq());

@@ -2,6 +2,9 @@
 // with IBRNet's two parameter groups, StepLR stepped once per iteration, clip_grad_norm_) over
 // several steps of random gradients, within 1e-6 (normwise relative, float); plus the schedule's
 // first decay, the first update's size, and bit-identical results for any thread count.
+// AdamW against torch.optim.AdamW (float, the same bound), LAMB against a float64 PyTorch LAMB
+// (apex's arithmetic; float against float64: 1e-6), the warm-up-then-cosine rates bit for bit
+// against transformers' formula in Python, and a restore mid-run continuing bit for bit.
 #include <gtest/gtest.h>
 #include <omp.h>
 #include <unistd.h>
@@ -31,15 +34,20 @@ using test::NpyArray;
 
 constexpr int kSteps = 12;
 
-// Two groups, interleaved so that the optimiser meets several runs of each.
+// Two groups, interleaved so that the optimiser meets several runs of each; 1-D tensors (which
+// weight decay spares by default) between the others; the last tensor starts at zero (LAMB's
+// trust ratio of 1).
 ParameterSet reference_parameters() {
   ParameterSet set;
   set.add("feature_net.conv1.weight", {4, 3, 3, 3}, ParameterGroup::kFeature);
   set.add("net_coarse.base_fc.0.weight", {8, 5}, ParameterGroup::kMlp);
   set.add("feature_net.conv1.bias", {4}, ParameterGroup::kFeature);
   set.add("net_coarse.base_fc.0.bias", {8}, ParameterGroup::kMlp);
+  set.add("net_coarse.out_geometry_fc.weight", {3, 8}, ParameterGroup::kMlp);
   // Small values, so that a wrong update shows against the values' own rounding.
-  const std::vector<double> values = synthetic::random_values(set.size(), -0.01, 0.01, 21);
+  const size_t zero_tensor = set.infos().back().size;
+  const std::vector<double> values =
+      synthetic::random_values(set.size() - zero_tensor, -0.01, 0.01, 21);
   std::copy(values.begin(), values.end(), set.values().begin());
   return set;
 }
@@ -64,27 +72,58 @@ struct Trajectory {
   std::vector<double> lr_feature, lr_mlp, norms;
 };
 
+// Steps [first, last) of the reference gradients on `params` and `adam`.
+void take_steps(ParameterSet* params, Adam* adam, int first, int last,
+                std::vector<double>* lr_feature = nullptr, std::vector<double>* lr_mlp = nullptr,
+                std::vector<double>* norms = nullptr) {
+  const std::vector<std::vector<float>> grads = reference_gradients(params->size());
+  for (int s = first; s < last; ++s) {
+    params->grads() = grads[size_t(s)];
+    if (lr_feature) lr_feature->push_back(adam->learning_rate(ParameterGroup::kFeature));
+    if (lr_mlp) lr_mlp->push_back(adam->learning_rate(ParameterGroup::kMlp));
+    const double norm = adam->step(params);
+    if (norms) norms->push_back(norm);
+  }
+}
+
 Trajectory run_ours(const AdamOptions& options) {
   ParameterSet params = reference_parameters();
   Adam adam(params, options);
   std::vector<double> lr_feature, lr_mlp, norms;
-  for (const std::vector<float>& grad : reference_gradients(params.size())) {
-    params.grads() = grad;
-    lr_feature.push_back(adam.learning_rate(ParameterGroup::kFeature));
-    lr_mlp.push_back(adam.learning_rate(ParameterGroup::kMlp));
-    norms.push_back(adam.step(&params));
-  }
+  take_steps(&params, &adam, 0, kSteps, &lr_feature, &lr_mlp, &norms);
   return {std::move(params), std::move(adam), lr_feature, lr_mlp, norms};
 }
 
-AdamOptions reference_options(double max_grad_norm) {
+// A case of the reference: Adam with IBRNet's step decay unless it says otherwise.
+struct ReferenceCase {
+  double max_grad_norm = 0;
+  OptimizerKind kind = OptimizerKind::kAdam;
+  double weight_decay = 0;
+  bool weight_decay_1d = false;
+  bool cosine = false;  // warm-up over 3 updates, then cosine to 0.1 at update 12
+};
+
+AdamOptions reference_options(const ReferenceCase& c) {
   AdamOptions options;
   options.lrate_feature = 1e-3;
   options.lrate_mlp = 5e-4;
   options.lrate_decay_factor = 0.7;
   options.lrate_decay_steps = 5;  // decays before updates 6 and 11
-  options.max_grad_norm = max_grad_norm;
+  options.max_grad_norm = c.max_grad_norm;
+  options.kind = c.kind;
+  options.weight_decay = c.weight_decay;
+  options.weight_decay_1d = c.weight_decay_1d;
+  if (c.cosine) {
+    options.lr_schedule = LrSchedule::kCosine;
+    options.warmup_steps = 3;
+    options.total_steps = kSteps;
+    options.min_lr_ratio = 0.1;
+  }
   return options;
+}
+
+const char* kind_name(OptimizerKind kind) {
+  return kind == OptimizerKind::kAdam ? "adam" : kind == OptimizerKind::kAdamW ? "adamw" : "lamb";
 }
 
 // max |ours - reference| / max |reference|.
@@ -104,20 +143,28 @@ class AdamReference : public ::testing::Test {
     root_ = fs::temp_directory_path() / ("mvibr-adam-reference-" + std::to_string(::getpid()));
     const ParameterSet params = reference_parameters();
     const std::vector<std::vector<float>> grads = reference_gradients(params.size());
-    for (const auto& [name, max_norm] : cases()) {
+    for (const auto& [name, c] : cases()) {
       const fs::path dir = root_ / name;
       fs::create_directories(dir);
-      const AdamOptions o = reference_options(max_norm);
+      const AdamOptions o = reference_options(c);
       nlohmann::json spec = {{"steps", kSteps},
                              {"lrate_feature", o.lrate_feature},
                              {"lrate_mlp", o.lrate_mlp},
                              {"lrate_decay_factor", o.lrate_decay_factor},
                              {"lrate_decay_steps", o.lrate_decay_steps},
                              {"max_grad_norm", o.max_grad_norm},
-                             {"groups", nlohmann::json::array()}};
+                             {"optimizer", kind_name(o.kind)},
+                             {"weight_decay", o.weight_decay},
+                             {"schedule", c.cosine ? "cosine" : "step"},
+                             {"warmup_steps", o.warmup_steps},
+                             {"total_steps", o.total_steps},
+                             {"min_lr_ratio", o.min_lr_ratio},
+                             {"groups", nlohmann::json::array()},
+                             {"decays", nlohmann::json::array()}};
       for (size_t p = 0; p < params.infos().size(); ++p) {
         const ParameterInfo& info = params.infos()[p];
         spec["groups"].push_back(info.group == ParameterGroup::kFeature ? "feature" : "mlp");
+        spec["decays"].push_back(o.weight_decay_1d || info.shape.size() > 1);
         const std::vector<size_t> shape(info.shape.begin(), info.shape.end());
         const float* value = params.values().data() + info.offset;
         test::write_npy(dir / ("value_" + std::to_string(p) + ".npy"),
@@ -141,15 +188,25 @@ class AdamReference : public ::testing::Test {
     if (!::testing::UnitTest::GetInstance()->Failed()) fs::remove_all(root_);
   }
 
-  // Case name -> max_grad_norm. 0.5 lies between the smallest gradient norm (about 0.07) and
-  // the largest (about 70).
-  static std::map<std::string, double> cases() { return {{"plain", 0.0}, {"clipped", 0.5}}; }
+  // max_grad_norm 0.5 lies between the smallest gradient norm (about 0.07) and the largest
+  // (about 70). A weight decay of 0.25 moves the values by about 1e-3 of themselves over the
+  // run, a thousand times the bound.
+  static std::map<std::string, ReferenceCase> cases() {
+    using K = OptimizerKind;
+    return {{"plain", {}},
+            {"clipped", {0.5}},
+            {"adamw", {0, K::kAdamW, 0.25}},
+            {"adamw_cosine_1d", {0.5, K::kAdamW, 0.25, true, true}},
+            {"lamb", {0, K::kLamb, 0.25}},
+            {"lamb_cosine_1d", {0.5, K::kLamb, 0.25, true, true}}};
+  }
 
   static void check(const std::string& name) {
     ASSERT_EQ(status_, 0) << "the PyTorch reference failed (needs /usr/bin/python3 with torch: "
                              "scripts/setup.sh installs it)";
-    const double max_norm = cases().at(name);
-    const Trajectory run = run_ours(reference_options(max_norm));
+    const ReferenceCase c = cases().at(name);
+    const double max_norm = c.max_grad_norm;
+    const Trajectory run = run_ours(reference_options(c));
     const fs::path dir = root_ / name;
     const auto reference = [&](const std::string& output) {
       return test::read_npy((dir / ("ref_" + output + ".npy")).string()).data;
@@ -176,15 +233,24 @@ class AdamReference : public ::testing::Test {
       worst_norm = std::max(worst_norm, std::abs(run.norms[size_t(s)] / norm[size_t(s)] - 1));
       clipped += norm[size_t(s)] > max_norm;
     }
-    EXPECT_LE(worst_lr, 1e-12) << name;
+    // The cosine's rates are the formula's bits (StepLR's are products, step after step).
+    EXPECT_LE(worst_lr, c.cosine ? 0.0 : 1e-12) << name;
     EXPECT_LE(worst_norm, 1e-6) << name;
     if (max_norm > 0) {
       EXPECT_GT(clipped, 0);
       EXPECT_LT(clipped, kSteps);
     }
-    // The schedule itself: update 6 is the first decayed one.
-    EXPECT_EQ(lr[2 * 4], 1e-3);
-    EXPECT_NEAR(lr[2 * 5], 7e-4, 1e-18);
+    if (c.cosine) {
+      // Warm-up from 0 over updates 1..3, the peak at update 4, then down towards 0.1 x.
+      EXPECT_EQ(lr[0], 0.0);
+      EXPECT_EQ(lr[2 * 3], 1e-3);
+      EXPECT_GT(lr[2 * (kSteps - 1)], 1e-4);
+      EXPECT_LT(lr[2 * (kSteps - 1)], 2e-4);
+    } else {
+      // The schedule itself: update 6 is the first decayed one.
+      EXPECT_EQ(lr[2 * 4], 1e-3);
+      EXPECT_NEAR(lr[2 * 5], 7e-4, 1e-18);
+    }
     std::printf("  %-8s values and moments %.1e, learning rates %.1e, norms %.1e (rel. errors)\n",
                 name.c_str(), worst, worst_lr, worst_norm);
   }
@@ -199,6 +265,148 @@ TEST_F(AdamReference, MatchesTorchAdamWithStepLR) {
 
 TEST_F(AdamReference, MatchesTorchWithClipGradNorm) {
   check("clipped");
+}
+
+TEST_F(AdamReference, AdamWMatchesTorchAdamWSparingOneDimensionalTensors) {
+  check("adamw");
+}
+
+TEST_F(AdamReference, AdamWMatchesTorchWithCosineScheduleDecayingEveryTensor) {
+  check("adamw_cosine_1d");
+}
+
+TEST_F(AdamReference, LambMatchesAFloat64Lamb) {
+  check("lamb");
+}
+
+TEST_F(AdamReference, LambMatchesAFloat64LambWithCosineScheduleAndClipping) {
+  check("lamb_cosine_1d");
+}
+
+// cosine_learning_rate against transformers' lambda in Python (adam_reference.py --cosine) at
+// every update of three schedules, bit for bit in double.
+TEST(CosineSchedule, EqualsTransformersFormulaBitForBit) {
+  struct Shape {
+    double initial;
+    uint64_t warmup, total;
+    double min_lr_ratio;
+  };
+  const Shape shapes[] = {{1e-3, 10, 100, 0.0}, {5e-4, 0, 37, 0.1}, {3e-4, 1, 250, 0.03}};
+  nlohmann::json points = nlohmann::json::array();
+  std::vector<double> ours;
+  for (const Shape& s : shapes) {
+    for (uint64_t completed = 0; completed <= s.total; ++completed) {
+      points.push_back({{"initial", s.initial},
+                        {"warmup_steps", s.warmup},
+                        {"total_steps", s.total},
+                        {"min_lr_ratio", s.min_lr_ratio},
+                        {"completed", completed}});
+      ours.push_back(cosine_learning_rate(s.initial, s.warmup, s.total, s.min_lr_ratio, completed));
+    }
+  }
+  const fs::path dir =
+      fs::temp_directory_path() / ("mvibr-cosine-reference-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "points.json") << points.dump();
+  const char* source = std::getenv("MVIBR_SOURCE_DIR");
+  const std::string script =
+      std::string(source ? source : MVIBR_TEST_SOURCE_DIR) + "/test/reference/adam_reference.py";
+  ASSERT_EQ(std::system(("/usr/bin/python3 " + script + " --cosine " +
+                         (dir / "points.json").string() + " " + (dir / "rates.npy").string())
+                            .c_str()),
+            0);
+  const std::vector<double> reference = test::read_npy((dir / "rates.npy").string()).data;
+  fs::remove_all(dir);
+  ASSERT_EQ(reference.size(), ours.size());
+  size_t differing = 0;
+  for (size_t i = 0; i < ours.size(); ++i) differing += ours[i] != reference[i];
+  EXPECT_EQ(differing, 0u) << "of " << ours.size() << " rates";
+  // The shape: 0 first, the full rate after the warm-up, min_lr_ratio x at the end.
+  EXPECT_EQ(cosine_learning_rate(1e-3, 10, 100, 0.0, 0), 0.0);
+  EXPECT_EQ(cosine_learning_rate(1e-3, 10, 100, 0.0, 10), 1e-3);
+  EXPECT_EQ(cosine_learning_rate(5e-4, 0, 37, 0.1, 37), 5e-4 * 0.1);
+  EXPECT_EQ(cosine_learning_rate(5e-4, 0, 37, 0.1, 1000), 5e-4 * 0.1);
+}
+
+// A run restored mid-way (values, moments and counts, as a checkpoint holds them) continues as
+// the run that never stopped, bit for bit, with each optimiser and the cosine schedule.
+TEST(Adam, RestoredMidRunContinuesBitForBit) {
+  for (OptimizerKind kind : {OptimizerKind::kAdam, OptimizerKind::kAdamW, OptimizerKind::kLamb}) {
+    SCOPED_TRACE(kind_name(kind));
+    ReferenceCase c;
+    c.kind = kind;
+    c.weight_decay = kind == OptimizerKind::kAdam ? 0.0 : 0.25;
+    c.cosine = true;
+    const AdamOptions options = reference_options(c);
+    const Trajectory whole = run_ours(options);
+    ParameterSet params = reference_parameters();
+    Adam first(params, options);
+    take_steps(&params, &first, 0, 5);
+    Adam second(params, options);  // a new process: fresh moments, then the checkpoint's
+    second.restore(first.steps(), first.exp_avg(), first.exp_avg_sq(), first.group_steps());
+    EXPECT_EQ(second.learning_rate(ParameterGroup::kMlp),
+              first.learning_rate(ParameterGroup::kMlp));
+    take_steps(&params, &second, 5, kSteps);
+    EXPECT_TRUE(params.values() == whole.params.values());
+    EXPECT_TRUE(second.exp_avg() == whole.adam.exp_avg());
+    EXPECT_TRUE(second.exp_avg_sq() == whole.adam.exp_avg_sq());
+    // Not vacuous: a restore without the moments continues differently.
+    ParameterSet fresh = reference_parameters();
+    Adam forgetful(fresh, options);
+    take_steps(&fresh, &forgetful, 0, 5);
+    Adam restarted(fresh, options);
+    restarted.restore(forgetful.steps(), std::vector<float>(fresh.size()),
+                      std::vector<float>(fresh.size()), forgetful.group_steps());
+    take_steps(&fresh, &restarted, 5, kSteps);
+    EXPECT_FALSE(fresh.values() == whole.params.values());
+  }
+}
+
+// LAMB's first update with no weight decay: m_hat = g, v_hat = g^2, so u = g / (|g| + eps), and
+// each tensor moves by lr x ||p|| / ||u|| along u; a tensor at zero moves by lr along u.
+TEST(Lamb, FirstUpdateScalesEachTensorByItsTrustRatio) {
+  ParameterSet params;
+  params.add("w", {2, 2}, ParameterGroup::kMlp);
+  params.add("b", {2}, ParameterGroup::kMlp);
+  const float values[6] = {3.0f, 4.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  const float grads[6] = {1.0f, -2.0f, 0.5f, 0.0f, -1.0f, 4.0f};
+  std::copy(values, values + 6, params.values().begin());
+  std::copy(grads, grads + 6, params.grads().begin());
+  AdamOptions options;
+  options.kind = OptimizerKind::kLamb;
+  options.lrate_mlp = 1e-2;
+  Adam lamb(params, options);
+  lamb.step(&params);
+  const double trust = 5.0 / std::sqrt(3.0);  // ||p|| = 5; u is +-1 where g != 0, else 0
+  for (int i = 0; i < 6; ++i) {
+    const double g = grads[i], u = g / (std::abs(g) + 1e-8);
+    const double expected = values[i] - 1e-2 * (i < 4 ? trust : 1.0) * u;
+    // Within a float's rounding of the value (the update is 1e-2 or 2.9e-2).
+    EXPECT_NEAR(params.values()[size_t(i)], expected, 1.2e-7 * std::max(1.0, std::abs(expected)))
+        << i;
+  }
+  EXPECT_THROW(lamb.begin_update(), InvalidArgument);  // no device path: it needs the norms
+}
+
+// AdamW's decay is decoupled: with a zero gradient a decayed value only shrinks by
+// 1 - lr x weight_decay (then Adam's update of 0); a 1-D tensor is spared unless weight_decay_1d.
+TEST(AdamW, DecaysTwoDimensionalTensorsAndSparesOneDimensionalOnesByDefault) {
+  for (bool decay_1d : {false, true}) {
+    ParameterSet params;
+    params.add("w", {1, 2}, ParameterGroup::kFeature);
+    params.add("b", {2}, ParameterGroup::kFeature);
+    std::fill(params.values().begin(), params.values().end(), 1.0f);
+    AdamOptions options;
+    options.kind = OptimizerKind::kAdamW;
+    options.weight_decay = 0.5;
+    options.weight_decay_1d = decay_1d;
+    Adam adamw(params, options);
+    adamw.step(&params);
+    const float decayed = float(1 - 1e-3 * 0.5);
+    EXPECT_EQ(params.values(), (std::vector<float>{decayed, decayed, decay_1d ? decayed : 1.0f,
+                                                   decay_1d ? decayed : 1.0f}));
+    EXPECT_EQ(adamw.spans().size(), decay_1d ? 1u : 2u);
+  }
 }
 
 TEST(LearningRate, DecaysFirstOnUpdateDecayStepsPlusOne) {
@@ -317,6 +525,15 @@ TEST(Adam, RejectsBadOptionsAndForeignParameters) {
   EXPECT_THROW(Adam(params, options), InvalidArgument);
   options = AdamOptions();
   options.beta2 = 1.0;
+  EXPECT_THROW(Adam(params, options), InvalidArgument);
+  options = AdamOptions();
+  options.weight_decay = 0.1;  // Adam's coupled L2 penalty is not what weight_decay means here
+  EXPECT_THROW(Adam(params, options), InvalidArgument);
+  options.kind = OptimizerKind::kAdamW;
+  EXPECT_NO_THROW(Adam(params, options));
+  options.lr_schedule = LrSchedule::kCosine;
+  options.warmup_steps = 10;
+  options.total_steps = 10;
   EXPECT_THROW(Adam(params, options), InvalidArgument);
   Adam adam(params, AdamOptions());
   ParameterSet other;

@@ -12,8 +12,12 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "mvibr/core/error.h"
+#include "mvibr/train/trainer.h"
 
 namespace mvibr::train {
 namespace {
@@ -150,6 +154,12 @@ const std::map<std::string, std::string> kOtherValues = {
     {"lrate_decay_factor", "0.75"},
     {"lrate_decay_steps", "11"},
     {"grad_clip", "2.5"},
+    {"optimizer", "lamb"},
+    {"weight_decay", "0.0625"},
+    {"weight_decay_1d", "1"},
+    {"lr_schedule", "cosine"},
+    {"warmup_steps", "7"},
+    {"min_lr_ratio", "0.25"},
     {"num_frames", "30"},
     {"num_basis", "5"},
     {"max_range", "10"},
@@ -184,10 +194,15 @@ TEST(TrainConfig, EveryKeyIsParsedListedAndCarried) {
     EXPECT_NE(help.find("--" + key.name + " "), std::string::npos);
     const auto other = kOtherValues.find(key.name);
     ASSERT_NE(other, kOtherValues.end()) << "no test value for a key of the table";
-    // precision bf16 needs the GPU step, which device = cpu refuses: it is set with cuda.
+    // precision bf16 needs the GPU step, which device = cpu refuses: it is set with cuda. Weight
+    // decay needs AdamW or LAMB, the warm-up and the final ratio the cosine schedule.
     std::vector<std::string> args = {"--" + key.name, other->second};
     if (key.name != "datadir") args.insert(args.end(), {"--datadir", "d"});
     if (key.name == "precision") args.insert(args.end(), {"--device", "auto"});
+    if (key.name == "weight_decay") args.insert(args.end(), {"--optimizer", "adamw"});
+    if (key.name == "warmup_steps" || key.name == "min_lr_ratio") {
+      args.insert(args.end(), {"--lr_schedule", "cosine"});
+    }
     TrainConfig config;
     ASSERT_TRUE(parse_train_config(args, &config));
     const std::string line = key.name + " = " + other->second + "\n";
@@ -220,6 +235,53 @@ TEST(TrainConfig, EnumeratedKeysNameTheirChoices) {
                 .find("config key 'precision': needs the GPU step"),
             std::string::npos);
   EXPECT_NE(train_config_help().find("fp32 | bf16 | fp16: "), std::string::npos);
+  EXPECT_NE(error_of({"--datadir", "d", "--optimizer", "sgd"})
+                .find("config key 'optimizer': must be adam, adamw or lamb, got 'sgd'"),
+            std::string::npos);
+}
+
+// The optimiser's keys reach AdamOptions, and combinations that would be ignored or cannot run
+// are one-line errors naming the key.
+TEST(TrainConfig, OptimiserKeysReachAdamOptionsAndBadCombinationsAreRefused) {
+  TrainConfig config;
+  ASSERT_TRUE(parse_train_config(
+      {"--datadir", "d", "--optimizer", "adamw", "--weight_decay", "0.05", "--lr_schedule",
+       "cosine", "--warmup_steps", "100", "--min_lr_ratio", "0.1", "--n_iters", "1000"},
+      &config));
+  const nn::AdamOptions o = adam_options(config, 1);
+  EXPECT_EQ(o.kind, nn::OptimizerKind::kAdamW);
+  EXPECT_EQ(o.weight_decay, 0.05);
+  EXPECT_FALSE(o.weight_decay_1d);
+  EXPECT_EQ(o.lr_schedule, nn::LrSchedule::kCosine);
+  EXPECT_EQ(o.warmup_steps, 100u);
+  EXPECT_EQ(o.total_steps, 1000u);
+  EXPECT_EQ(o.min_lr_ratio, 0.1);
+  const nn::AdamOptions defaults = adam_options(TrainConfig(), 1);
+  EXPECT_EQ(defaults.kind, nn::OptimizerKind::kAdam);
+  EXPECT_EQ(defaults.weight_decay, 0.0);
+  EXPECT_EQ(defaults.lr_schedule, nn::LrSchedule::kStep);
+
+  const std::pair<std::vector<std::string>, std::string> refused[] = {
+      {{"--weight_decay", "0.01"}, "config key 'weight_decay': must be >= 0, and 0 with optimizer"},
+      {{"--optimizer", "adamw", "--weight_decay", "-1"}, "config key 'weight_decay': must be >= 0"},
+      {{"--warmup_steps", "10"}, "config key 'warmup_steps': must be 0 with lr_schedule = step"},
+      {{"--lr_schedule", "cosine", "--n_iters", "50", "--warmup_steps", "50"},
+       "config key 'warmup_steps': must be 0 with lr_schedule = step, and in [0, n_iters)"},
+      {{"--lr_schedule", "cosine", "--min_lr_ratio", "1.5"},
+       "config key 'min_lr_ratio': must be in [0, 1]"},
+      {{"--min_lr_ratio", "0.1"}, "config key 'min_lr_ratio': must be in [0, 1], and 0 unless"},
+      {{"--lr_schedule", "cosine", "--model", "dynibar"},
+       "config key 'lr_schedule': cosine is for model = ibrnet"},
+      {{"--optimizer", "lamb", "--device", "cuda"},
+       "config key 'optimizer': lamb runs on the CPU step only"},
+  };
+  for (const auto& [args, message] : refused) {
+    std::vector<std::string> all = {"--datadir", "d"};
+    all.insert(all.end(), args.begin(), args.end());
+    const std::string error = error_of(all);
+    EXPECT_NE(error.find(message), std::string::npos) << error;
+    EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+  }
 }
 
 }  // namespace

@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "mvibr/core/error.h"
 #include "mvibr/nn/optimizer.h"
@@ -85,6 +87,36 @@ TEST_F(TrainerTest, ResumingReachesBitIdenticalParameters) {
   const TrainSummary different = train(other, log);
   EXPECT_NE(checkpoint_values(config, straight.last_checkpoint),
             checkpoint_values(config, different.last_checkpoint));
+}
+
+// AdamW and LAMB with the warm-up-then-cosine schedule, stopped and resumed (n_iters unchanged,
+// as a requeued job has it), reach the uninterrupted run's parameters: the schedule is a function
+// of the checkpoint's update count and the moments are the checkpoint's.
+TEST_F(TrainerTest, AdamWAndLambOnTheCosineScheduleResumeExactly) {
+  std::ostringstream log;
+  const TrainConfig adam = small_config("cosine-adam", 6);
+  const std::vector<float> adam_values = checkpoint_values(adam, train(adam, log).last_checkpoint);
+  for (nn::OptimizerKind kind : {nn::OptimizerKind::kAdamW, nn::OptimizerKind::kLamb}) {
+    const std::string name = kind == nn::OptimizerKind::kAdamW ? "adamw" : "lamb";
+    SCOPED_TRACE(name);
+    const auto configure = [kind](TrainConfig c) {
+      c.optimizer = kind;
+      c.weight_decay = 0.1;
+      c.lr_schedule = nn::LrSchedule::kCosine;
+      c.warmup_steps = 2;
+      c.min_lr_ratio = 0.1;
+      return c;
+    };
+    const TrainSummary straight = train(configure(small_config(name + "-straight", 6)), log);
+    const TrainConfig config = configure(small_config(name + "-stopped", 6));
+    write_stop_request(straight.run_dir + "/../" + name + "-stopped", 3, /*create=*/true);
+    EXPECT_EQ(train(config, log).last_step, 3u);
+    const TrainSummary rest = train(config, log);
+    EXPECT_EQ(rest.first_step, 3u);
+    const std::vector<float> values = checkpoint_values(config, straight.last_checkpoint);
+    EXPECT_EQ(values, checkpoint_values(config, rest.last_checkpoint));
+    EXPECT_NE(values, adam_values);  // the keys reached the optimiser
+  }
 }
 
 // A stop request in the run directory stops the run after its step with a checkpoint and is

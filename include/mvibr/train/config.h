@@ -11,6 +11,7 @@
 
 #include "mvibr/core/enum_names.h"
 #include "mvibr/nn/feature_net.h"
+#include "mvibr/nn/optimizer.h"
 #include "mvibr/render/volume_rendering.h"
 #include "mvibr/train/ray_batch.h"
 
@@ -71,6 +72,16 @@ struct TrainConfig {
   double lrate_decay_factor = 0.5;
   int lrate_decay_steps = 50000;
   double grad_clip = 0;  // max global gradient norm; 0 disables clipping
+  // Adam (IBRNet's), AdamW or LAMB (nn/optimizer.h), with decoupled weight decay for the latter
+  // two, sparing 1-D tensors (biases, norm scales) unless weight_decay_1d.
+  nn::OptimizerKind optimizer = nn::OptimizerKind::kAdam;
+  double weight_decay = 0;
+  bool weight_decay_1d = false;
+  // IBRNet's step decay, or a linear warm-up over warmup_steps then a cosine to
+  // min_lr_ratio x the initial rates at n_iters (nn::cosine_learning_rate).
+  nn::LrSchedule lr_schedule = nn::LrSchedule::kStep;
+  int warmup_steps = 0;
+  double min_lr_ratio = 0;
   // DynIBaR (model = dynibar), named and defaulted as its configs/train_kid-running.txt and
   // config.py. num_frames is the video's (the trajectory basis's rows; 0: taken from the data).
   int num_frames = 0, num_basis = 6, max_range = 42;
@@ -128,6 +139,18 @@ template <>
 struct EnumNames<DeltaMode> {
   static constexpr std::pair<DeltaMode, const char*> values[] = {
       {DeltaMode::kUnit, "unit"}, {DeltaMode::kInterval, "interval"}};
+};
+template <>
+struct EnumNames<nn::OptimizerKind> {
+  static constexpr std::pair<nn::OptimizerKind, const char*> values[] = {
+      {nn::OptimizerKind::kAdam, "adam"},
+      {nn::OptimizerKind::kAdamW, "adamw"},
+      {nn::OptimizerKind::kLamb, "lamb"}};
+};
+template <>
+struct EnumNames<nn::LrSchedule> {
+  static constexpr std::pair<nn::LrSchedule, const char*> values[] = {
+      {nn::LrSchedule::kStep, "step"}, {nn::LrSchedule::kCosine, "cosine"}};
 };
 template <>
 struct EnumNames<train::Device> {
