@@ -14,6 +14,7 @@
 #include "mvibr/core/error.h"
 #include "mvibr/train/checkpoint.h"
 #include "mvibr/train/evaluate.h"
+#include "mvibr/train/pose_evaluate.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -192,12 +193,43 @@ void write_eval_report(const RunSelection& s, const train::EvalReport& report) {
   std::cout << out.dump(2) << "\n";
 }
 
+// The pose model's scores as JSON on standard output and in DIR/eval-<step>[-<split>].json.
+void write_pose_report(const RunSelection& s, const train::PoseEvalReport& r) {
+  nlohmann::json pck = nlohmann::json::array();
+  for (double p : r.pck_per_camera) pck.push_back(number(p));
+  const nlohmann::json out = {
+      {"step", r.step},
+      {"split", data::split_name(s.split)},
+      {"checkpoint", s.checkpoint},
+      {"instants", r.instants},
+      {"joints", r.joints},
+      {"mpjpe_mm", number(r.mpjpe_mm)},
+      {"mpjpe_relative_mm", number(r.mpjpe_relative_mm)},
+      {"mpjpe_equal_weights_mm", number(r.mpjpe_equal_weights_mm)},
+      {"mpjpe_relative_equal_weights_mm", number(r.mpjpe_relative_equal_weights_mm)},
+      {"baseline_mpjpe_mm", number(r.baseline_mpjpe_mm)},
+      {"baseline_mpjpe_relative_mm", number(r.baseline_mpjpe_relative_mm)},
+      {"pck_threshold_px", r.pck_threshold_px},
+      {"pck", number(r.pck)},
+      {"pck_per_camera", pck}};
+  std::string file = "eval-" + std::to_string(r.step);
+  if (s.split != data::Split::kTest) file += std::string("-") + data::split_name(s.split);
+  write_file_atomically((fs::path(s.run_dir) / (file + ".json")).string(), out.dump(2) + "\n");
+  std::cout << out.dump(2) << "\n";
+}
+
 }  // namespace
 
 int run_eval(const std::vector<std::string>& args) {
   return run_on_ranks("mvibr eval", [&](dist::Communicator& world, const dist::Topology& topology) {
     RunSelection s;
     if (!parse_run_selection(args, "eval", &s)) return 0;
+    if (s.config.model == train::ModelKind::kPose) {
+      const train::PoseEvalReport report =
+          train::evaluate_pose_run(s.config, s.checkpoint, s.split, s.max_views, &world);
+      if (topology.rank == 0) write_pose_report(s, report);
+      return 0;
+    }
     select_rank_device(s.config, topology);
     RenderProgressLine progress("view", world.rank(), world.size());
     const train::EvalReport report = train::evaluate_run(

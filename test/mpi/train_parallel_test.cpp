@@ -12,10 +12,13 @@
 
 #include "mpi_test_main.h"
 #include "mvibr/core/error.h"
+#include "mvibr/core/relative_error.h"
 #include "mvibr/dist/mpi_session.h"
 #include "mvibr/nn/optimizer.h"
 #include "mvibr/train/checkpoint.h"
 #include "mvibr/train/ibrnet_model.h"
+#include "mvibr/train/pose_evaluate.h"
+#include "mvibr/train/pose_model.h"
 #include "mvibr/train/trainer.h"
 #include "training_fixture.h"
 
@@ -195,6 +198,41 @@ TEST_F(TrainParallel, DifferentConfigsStopAtStartNamingTheKey) {
                  "config key 'N_rand' differs between ranks: rank 0 has 32, rank 1 has 48");
   }
   EXPECT_FALSE(fs::exists(fs::path(root_) / "runs" / "mismatch" / "checkpoints"));
+}
+
+// The pose model's data parallelism with real ranks: each rank runs its own instants, the loss
+// sums and the gradients are summed over the ranks as the trainer sums them, and the result is the
+// step of one rank with every instant (the trainer reads a rank's instants from its own shards,
+// as DDP's DistributedSampler deals them, so whole runs are not compared sample for sample).
+TEST_F(TrainParallel, PoseRanksOfBStepAsOneRankOfTwoB) {
+  const fs::path pose = fs::path(root_) / "pose";
+  if (world_->rank() == 0) testing::prepare_small_pose_data(pose, 1, "train_parallel_test");
+  world_->barrier();
+  const std::vector<data::TrainingSample> all =
+      pose_instants((pose / "data").string(), data::Split::kTrain, 4);
+  ASSERT_EQ(all.size(), 4u);
+  const TrainConfig config = testing::small_pose_config(pose, "pose", 1, 2);
+  PoseModel rank_model(config, data::kPoseJoints), whole(config, data::kPoseJoints);
+  rank_model.initialize(3);
+  whole.initialize(3);
+  const int r = world_->rank();
+  rank_model.begin_step(
+      std::vector<data::TrainingSample>{all[size_t(2 * r)], all[size_t(2 * r + 1)]});
+  LossSums sums = rank_model.accumulate({}, r);
+  world_->all_reduce(sums.data(), sums.size(), dist::ReduceOp::kSum);
+  const StepResult mine = rank_model.end_step(sums, {});
+  std::vector<float>& grads = rank_model.parameters().grads();
+  world_->all_reduce(grads.data(), grads.size(), dist::ReduceOp::kSum);
+  const StepResult alone = whole.train_step(all);
+  EXPECT_LE(std::abs(mine.loss - alone.loss), 1e-12 * alone.loss);
+  const double error = normwise_relative_error(grads, whole.parameters().grads());
+  EXPECT_LE(error, 1e-5) << "rank " << r << ": summation order alone";
+  if (r == 0) {
+    std::cout << "[          ] pose, 2 ranks x 2 instants vs 1 x 4: loss "
+              << std::abs(mine.loss - alone.loss) / alone.loss << " apart, gradients " << error
+              << "\n";
+  }
+  world_->barrier();
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "mvibr/data/neighbours.h"
+#include "mvibr/data/pose_scene.h"
 #include "mvibr/data/prefetch_reader.h"
 #include "mvibr/data/shards.h"
 #include "mvibr/data/synthetic_scene.h"
@@ -113,6 +114,43 @@ inline TrainConfig small_dynibar_config(const std::filesystem::path& root, const
   c.init_decay_epoch = 2;
   c.lrate_feature = 8e-4;
   c.lrate_mlp = 4e-4;
+  return c;
+}
+
+// The built-in pose data set at 96x96: 4 cameras, 10 sequences of 4 instants, the last 2 held
+// out (enough bodies and scenes for a short run to generalise), prepared into root/data in
+// `shards` shards.
+inline void prepare_small_pose_data(const std::filesystem::path& root, int shards,
+                                    const std::string& command) {
+  data::PoseSceneOptions o;
+  o.width = o.height = 96;
+  o.n_cameras = 4;
+  o.n_sequences = 10;
+  o.n_frames = 4;
+  o.n_test_sequences = 2;
+  o.samples_per_side = 1;
+  o.seed = 2;
+  data::write_prepared_scene(data::make_pose_scene(o), (root / "data").string(),
+                             {shards, 0, command});
+}
+
+// The pose model with the small backbone on that data, `pose_batch` instants a micro-batch.
+inline TrainConfig small_pose_config(const std::filesystem::path& root, const std::string& name,
+                                     int n_iters, int pose_batch) {
+  TrainConfig c;
+  c.model = ModelKind::kPose;
+  c.device = Device::kCpu;
+  c.expname = name;
+  c.basedir = (root / "runs").string();
+  c.datadir = (root / "data").string();
+  c.n_iters = n_iters;
+  c.i_print = 1;
+  c.i_img = 1000;
+  c.feature_net = nn::ResUNetPreset::kSmall;
+  c.confidence_channels = 4;
+  c.confidence_hidden = 8;
+  c.heatmap_multiplier = 10;
+  c.pose_batch = pose_batch;
   return c;
 }
 
