@@ -11,6 +11,7 @@
 
 #include "mvibr/core/error.h"
 #include "mvibr/geom/camera.h"
+#include "procedural.h"
 
 namespace mvibr::data {
 
@@ -33,41 +34,6 @@ constexpr double kPillarHeight = 2.4;
 V3 normalized(V3 a) {
   return (1.0 / norm(a)) * a;
 }
-double fraction(double x) {
-  return x - std::floor(x);
-}
-
-// Reproducible draws (splitmix64), one stream per sequence.
-class Draws {
- public:
-  explicit Draws(uint64_t seed) : state_(seed) {}
-  double uniform(double lo, double hi) {
-    state_ += 0x9E3779B97F4A7C15ull;
-    uint64_t z = state_;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return lo + (hi - lo) * double(z >> 11) * 0x1.0p-53;
-  }
-  double normal() {  // Box-Muller
-    const double u = uniform(1e-12, 1), v = uniform(0, 1);
-    return std::sqrt(-2 * std::log(u)) * std::cos(2 * kPi * v);
-  }
-
- private:
-  uint64_t state_;
-};
-
-// A saturated colour of hue h (in turns), linear RGB.
-V3 hue_colour(double h, double saturation, double value) {
-  const auto channel = [&](double offset) {
-    const double k = fraction(h + offset) * 6.0;
-    const double ramp = std::clamp(std::min(k, 4.0 - k), 0.0, 1.0);
-    return value * (1.0 - saturation * ramp);
-  };
-  return {channel(5.0 / 6.0), channel(3.0 / 6.0), channel(1.0 / 6.0)};
-}
-
 // Rotations about the body's axes: x to the right, y forward, z up (right-handed).
 struct M3 {
   double m[9];
@@ -383,7 +349,7 @@ V3 trace(const Stage& stage, V3 o, V3 d, double* hit_distance = nullptr) {
 }
 
 Sequence make_sequence(const PoseSceneOptions& o, int s) {
-  Draws draw(o.seed * 0x100000001B3ull + uint64_t(s) * 7919 + 1);
+  SeedStream draw(o.seed * 0x100000001B3ull + uint64_t(s) * 7919 + 1);
   Sequence q;
   q.body_scale = draw.uniform(0.85, 1.15);
   for (double& b : q.bone_scale) b = q.body_scale * draw.uniform(0.93, 1.07);
@@ -412,7 +378,7 @@ Sequence make_sequence(const PoseSceneOptions& o, int s) {
 
 // The sequence's bodies at every frame: walks of every angle, the gait, the heading and the root.
 std::vector<Body> walk_sequence(const PoseSceneOptions& o, const Sequence& q, int s) {
-  Draws draw(o.seed * 0x100000001B3ull + uint64_t(s) * 7919 + 2);
+  SeedStream draw(o.seed * 0x100000001B3ull + uint64_t(s) * 7919 + 2);
   const double dt = 1.0 / o.frame_rate;
   const double pull = dt / kWalkTimeConstant, push = std::sqrt(2 * dt / kWalkTimeConstant);
   std::array<double, kAngles> walk;
@@ -456,7 +422,7 @@ std::vector<Body> walk_sequence(const PoseSceneOptions& o, const Sequence& q, in
 }
 
 std::vector<PinholeCamera<double>> camera_ring(const PoseSceneOptions& o) {
-  Draws draw(o.seed * 0x100000001B3ull + 3);
+  SeedStream draw(o.seed * 0x100000001B3ull + 3);
   const double focal = 0.5 * o.width / std::tan(0.5 * o.fov_x_degrees * kPi / 180);
   std::vector<PinholeCamera<double>> cameras;
   for (int c = 0; c < o.n_cameras; ++c) {

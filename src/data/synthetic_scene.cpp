@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "mvibr/core/error.h"
+#include "procedural.h"
 
 namespace mvibr::data {
 namespace {
@@ -51,42 +52,12 @@ V3 mix(V3 a, V3 b, double s) {
 double component(V3 a, int axis) {
   return axis == 0 ? a.x : (axis == 1 ? a.y : a.z);
 }
-double fraction(double x) {
-  return x - std::floor(x);
-}
 int parity(double a, double b) {
   return int(std::floor(a) + std::floor(b)) & 1;
 }
 
 // The light is directional and fixed: the direction towards it.
 const V3 kToLight = normalized(V3{0.45, -0.35, 0.82});
-
-// Reproducible perturbations from the seed (splitmix64).
-class SeedStream {
- public:
-  explicit SeedStream(uint64_t seed) : state_(seed) {}
-  double uniform(double lo, double hi) {
-    state_ += 0x9E3779B97F4A7C15ull;
-    uint64_t z = state_;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return lo + (hi - lo) * double(z >> 11) * 0x1.0p-53;
-  }
-
- private:
-  uint64_t state_;
-};
-
-// A saturated colour of hue h (in turns), linear RGB.
-V3 hue_colour(double h, double saturation, double value) {
-  const auto channel = [&](double offset) {
-    const double k = fraction(h + offset) * 6.0;
-    const double ramp = std::clamp(std::min(k, 4.0 - k), 0.0, 1.0);
-    return value * (1.0 - saturation * ramp);
-  };
-  return {channel(5.0 / 6.0), channel(3.0 / 6.0), channel(1.0 / 6.0)};
-}
 
 enum class Pattern { kGroundChecker, kBands, kGradient, kSphereChecker, kBricks };
 
