@@ -95,14 +95,11 @@ Adam::Adam(const ParameterSet& params, const AdamOptions& options)
                "max_grad_norm must be a finite number >= 0 (0 = no clipping)");
   check_option(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
                "weight_decay must be a finite number >= 0");
-  check_option(o.weight_decay == 0 || o.kind != OptimizerKind::kAdam,
-               "weight_decay needs AdamW or LAMB (Adam's L2 penalty is not implemented)");
   check_option(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1, "min_lr_ratio must be in [0, 1]");
   check_option(o.lr_schedule != LrSchedule::kCosine || o.warmup_steps < o.total_steps,
                "the cosine schedule needs warmup_steps < total_steps");
-  const bool decoupled_decay = o.kind != OptimizerKind::kAdam && o.weight_decay > 0;
   for (const ParameterInfo& info : params.infos()) {
-    const bool decays = decoupled_decay && (o.weight_decay_1d || info.shape.size() > 1);
+    const bool decays = o.weight_decay > 0 && (o.weight_decay_1d || info.shape.size() > 1);
     tensors_.push_back({info.offset, info.offset + info.size, info.group, decays});
     if (!spans_.empty() && spans_.back().group == info.group && spans_.back().decays == decays &&
         spans_.back().end == info.offset) {
@@ -209,6 +206,7 @@ AdamCoefficients Adam::coefficients(const GroupRates& lr, uint32_t groups) const
   c.one_minus_beta1 = float(1 - options_.beta1);
   c.one_minus_beta2 = float(1 - options_.beta2);
   c.eps = float(options_.eps);
+  if (options_.kind == OptimizerKind::kAdam) c.l2_penalty = float(options_.weight_decay);
   return c;
 }
 

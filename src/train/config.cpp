@@ -237,12 +237,9 @@ const std::vector<Key>& keys() {
       {"weight_decay",
        "optimisation",
        &C::weight_decay,
-       "adamw, lamb: decoupled weight decay (p *= 1 - lr x weight_decay)",
-       {[](const C& c) {
-          return c.weight_decay >= 0 &&
-                 (c.weight_decay == 0 || c.optimizer != nn::OptimizerKind::kAdam);
-        },
-        "must be >= 0, and 0 with optimizer = adam (adamw and lamb decouple it)"}},
+       "adam: an L2 penalty (grad += weight_decay x p, torch.optim.Adam's); adamw, lamb: "
+       "decoupled weight decay (p *= 1 - lr x weight_decay)",
+       {[](const C& c) { return c.weight_decay >= 0; }, "must be >= 0"}},
       {"weight_decay_1d", "optimisation", &C::weight_decay_1d,
        "decay 1-D tensors (biases, norm scales) too; by default they are spared"},
       {"lr_schedule",

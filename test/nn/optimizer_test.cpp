@@ -2,7 +2,8 @@
 // with IBRNet's two parameter groups, StepLR stepped once per iteration, clip_grad_norm_) over
 // several steps of random gradients, within 1e-6 (normwise relative, float); plus the schedule's
 // first decay, the first update's size, and bit-identical results for any thread count.
-// AdamW against torch.optim.AdamW (float, the same bound), LAMB against a float64 PyTorch LAMB
+// Adam's weight decay against torch.optim.Adam's L2 penalty and AdamW against torch.optim.AdamW
+// (float, the same bound), LAMB against a float64 PyTorch LAMB
 // (apex's arithmetic; float against float64: 1e-6), the warm-up-then-cosine rates bit for bit
 // against transformers' formula in Python, and a restore mid-run continuing bit for bit.
 #include <gtest/gtest.h>
@@ -195,6 +196,7 @@ class AdamReference : public ::testing::Test {
     using K = OptimizerKind;
     return {{"plain", {}},
             {"clipped", {0.5}},
+            {"adam_l2", {0, K::kAdam, 0.25}},
             {"adamw", {0, K::kAdamW, 0.25}},
             {"adamw_cosine_1d", {0.5, K::kAdamW, 0.25, true, true}},
             {"lamb", {0, K::kLamb, 0.25}},
@@ -265,6 +267,10 @@ TEST_F(AdamReference, MatchesTorchAdamWithStepLR) {
 
 TEST_F(AdamReference, MatchesTorchWithClipGradNorm) {
   check("clipped");
+}
+
+TEST_F(AdamReference, AdamWithWeightDecayMatchesTorchAdamsL2Penalty) {
+  check("adam_l2");
 }
 
 TEST_F(AdamReference, AdamWMatchesTorchAdamWSparingOneDimensionalTensors) {
@@ -527,10 +533,11 @@ TEST(Adam, RejectsBadOptionsAndForeignParameters) {
   options.beta2 = 1.0;
   EXPECT_THROW(Adam(params, options), InvalidArgument);
   options = AdamOptions();
-  options.weight_decay = 0.1;  // Adam's coupled L2 penalty is not what weight_decay means here
+  options.weight_decay = -0.1;
   EXPECT_THROW(Adam(params, options), InvalidArgument);
-  options.kind = OptimizerKind::kAdamW;
+  options.weight_decay = 0.1;  // Adam's L2 penalty
   EXPECT_NO_THROW(Adam(params, options));
+  options.kind = OptimizerKind::kAdamW;
   options.lr_schedule = LrSchedule::kCosine;
   options.warmup_steps = 10;
   options.total_steps = 10;

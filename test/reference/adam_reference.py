@@ -91,15 +91,13 @@ def make_optimizer(spec, params, groups):
     param_groups = []
     # Index 0: the MLP's groups, index 1: the feature network's (the rates reported).
     for name, lr in (("mlp", spec["lrate_mlp"]), ("feature", spec["lrate_feature"])):
-        for decayed in (True, False) if kind != "adam" else (True,):
+        for decayed in (True, False):
             members = [p for p, g, d in zip(params, groups, decays)
-                       if g == name and (kind == "adam" or d == decayed)]
+                       if g == name and d == decayed]
             if members:
                 param_groups.append({"params": members, "lr": lr, "name": name,
                                      "weight_decay": wd if decayed else 0.0})
     if kind == "adam":
-        for group in param_groups:
-            del group["weight_decay"]
         return torch.optim.Adam(param_groups)
     if kind == "adamw":
         return torch.optim.AdamW(param_groups)

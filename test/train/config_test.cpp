@@ -200,12 +200,11 @@ TEST(TrainConfig, EveryKeyIsParsedListedAndCarried) {
     EXPECT_NE(help.find("--" + key.name + " "), std::string::npos);
     const auto other = kOtherValues.find(key.name);
     ASSERT_NE(other, kOtherValues.end()) << "no test value for a key of the table";
-    // precision bf16 needs the GPU step, which device = cpu refuses: it is set with cuda. Weight
-    // decay needs AdamW or LAMB, the warm-up and the final ratio the cosine schedule.
+    // precision bf16 needs the GPU step, which device = cpu refuses: it is set with cuda. The
+    // warm-up and the final ratio need the cosine schedule.
     std::vector<std::string> args = {"--" + key.name, other->second};
     if (key.name != "datadir") args.insert(args.end(), {"--datadir", "d"});
     if (key.name == "precision") args.insert(args.end(), {"--device", "auto"});
-    if (key.name == "weight_decay") args.insert(args.end(), {"--optimizer", "adamw"});
     if (key.name == "warmup_steps" || key.name == "min_lr_ratio") {
       args.insert(args.end(), {"--lr_schedule", "cosine"});
     }
@@ -268,7 +267,6 @@ TEST(TrainConfig, OptimiserKeysReachAdamOptionsAndBadCombinationsAreRefused) {
   EXPECT_EQ(defaults.lr_schedule, nn::LrSchedule::kStep);
 
   const std::pair<std::vector<std::string>, std::string> refused[] = {
-      {{"--weight_decay", "0.01"}, "config key 'weight_decay': must be >= 0, and 0 with optimizer"},
       {{"--optimizer", "adamw", "--weight_decay", "-1"}, "config key 'weight_decay': must be >= 0"},
       {{"--warmup_steps", "10"}, "config key 'warmup_steps': must be 0 with lr_schedule = step"},
       {{"--lr_schedule", "cosine", "--n_iters", "50", "--warmup_steps", "50"},
