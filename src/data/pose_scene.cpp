@@ -454,8 +454,10 @@ std::array<double, kPoseJoints> surface_depths(const Stage& stage, const Body& b
   return depth;
 }
 
-PoseLabels label_view(const Stage& stage, const Body& body, const PinholeCamera<double>& camera) {
-  const std::array<double, kPoseJoints> surface = surface_depths(stage, body);
+// `surface`: the instant's surface_depths, the same for every camera.
+PoseLabels label_view(const Stage& stage, const Body& body,
+                      const std::array<double, kPoseJoints>& surface,
+                      const PinholeCamera<double>& camera) {
   PoseLabels labels;
   for (int j = 0; j < kPoseJoints; ++j) {
     const V3 x = body.joints[size_t(j)];
@@ -547,6 +549,7 @@ Scene make_pose_scene(const PoseSceneOptions& o) {
     const Split split = s >= o.n_sequences - o.n_test_sequences ? Split::kTest : Split::kTrain;
     for (int f = 0; f < o.n_frames; ++f) {
       const Stage stage = make_stage(sequence, bodies[size_t(f)]);
+      const std::array<double, kPoseJoints> surface = surface_depths(stage, bodies[size_t(f)]);
       const int first = int(scene.views.size());
       for (int c = 0; c < o.n_cameras; ++c) {
         View view;
@@ -560,7 +563,7 @@ Scene make_pose_scene(const PoseSceneOptions& o) {
         view.time_index = f;
         view.split = split;
         view.rgb = render(stage, view.camera, o.samples_per_side);
-        view.pose = label_view(stage, bodies[size_t(f)], view.camera);
+        view.pose = label_view(stage, bodies[size_t(f)], surface, view.camera);
         view.target = c == 0;
         scene.views.push_back(std::move(view));
         scene.neighbours.emplace_back();

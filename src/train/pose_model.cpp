@@ -69,8 +69,11 @@ struct PoseModel::State {
   nn::Adam adam;
   std::vector<MicroBatch> batches;
   size_t used_batches = 0;
-  std::vector<data::TrainingSample> step_samples;
-  bool in_step = false;
+  // Between begin_step and end_step: the caller's samples (or one_sample, a step of one), and
+  // how many a micro-batch takes.
+  const std::vector<data::TrainingSample>* step_samples = nullptr;
+  std::vector<data::TrainingSample> one_sample;
+  size_t per_batch = 0;
   int height = 0, width = 0, map_height = 0, map_width = 0;
   PhaseTimes times;
   PhaseLaps laps;
@@ -165,14 +168,14 @@ struct PoseModel::State {
       }
       for (size_t k = 0; k < K; ++k) b->pooled[n * K + k] = float(sums[k] / double(cells));
     }
-    const float* head = head_block.values();
-    b->hidden.resize(BV * size_t(config.confidence_hidden));
-    head_hidden.forward(head, BV, b->pooled.data(), b->hidden.data(), nn::Activation::kRelu);
-    b->confidences.resize(BV * J);
-    head_out.forward(head, BV, b->hidden.data(), b->confidences.data());
-    nn::sigmoid(BV * J, b->confidences.data());
     b->weights.resize(BV * J);
     if (config.use_confidences) {
+      const float* head = head_block.values();
+      b->hidden.resize(BV * size_t(config.confidence_hidden));
+      head_hidden.forward(head, BV, b->pooled.data(), b->hidden.data(), nn::Activation::kRelu);
+      b->confidences.resize(BV * J);
+      head_out.forward(head, BV, b->hidden.data(), b->confidences.data());
+      nn::sigmoid(BV * J, b->confidences.data());
       cpu::triangulation_weights(b->instants, b->views, int(J), b->confidences.data(),
                                  b->weights.data());
     } else {
@@ -325,32 +328,32 @@ void PoseModel::set_loss_scale(double scale) {
 }
 
 void PoseModel::begin_step(const data::TrainingSample& sample) {
-  begin_step(std::vector<data::TrainingSample>{sample});
+  state_->one_sample = {sample};
+  begin_step(state_->one_sample);
 }
 
 void PoseModel::begin_step(const std::vector<data::TrainingSample>& samples) {
   State& s = *state_;
   if (samples.empty()) throw InvalidArgument("PoseModel::begin_step: no samples");
   s.times = PhaseTimes{};
-  s.step_samples = samples;
+  s.step_samples = &samples;
+  s.per_batch = std::min(size_t(s.config.pose_batch), samples.size());
   s.used_batches = 0;
-  s.in_step = true;
   std::fill(s.parameters.grads().begin(), s.parameters.grads().end(), 0.0f);
 }
 
 LossSums PoseModel::accumulate(RandomKey, int) {
   State& s = *state_;
-  if (!s.in_step) throw InvalidArgument("PoseModel::accumulate before begin_step");
-  const size_t per_batch =
-      std::max<size_t>(1, std::min(size_t(s.config.pose_batch), s.step_samples.size()));
-  const size_t first = s.used_batches * per_batch;
-  if (first >= s.step_samples.size()) {
-    throw InvalidArgument("PoseModel::accumulate: the step's " +
-                          std::to_string(s.step_samples.size()) + " samples are used up");
+  if (!s.step_samples) throw InvalidArgument("PoseModel::accumulate before begin_step");
+  const std::vector<data::TrainingSample>& samples = *s.step_samples;
+  const size_t first = s.used_batches * s.per_batch;
+  if (first >= samples.size()) {
+    throw InvalidArgument("PoseModel::accumulate: the step's " + std::to_string(samples.size()) +
+                          " samples are used up");
   }
   if (s.batches.size() <= s.used_batches) s.batches.emplace_back();
   MicroBatch& b = s.batches[s.used_batches++];
-  s.load(&s.step_samples[first], std::min(per_batch, s.step_samples.size() - first), &b);
+  s.load(&samples[first], std::min(s.per_batch, samples.size() - first), &b);
   s.forward(&b);
   s.laps.start();
   const PoseSums sums = s.sums(b);
@@ -369,8 +372,7 @@ StepResult PoseModel::end_step(const LossSums& global,
   if (ready) {
     for (const ParameterRange& range : order) ready(range);
   }
-  s.in_step = false;
-  s.step_samples.clear();
+  s.step_samples = nullptr;
   StepResult result;
   const double loss_3d = whole.joints_3d > 0 ? whole.joints_3d_l1 / whole.joints_3d : 0.0;
   const double loss_2d = whole.joints_2d > 0 ? whole.joints_2d_l1 / whole.joints_2d : 0.0;
@@ -445,13 +447,9 @@ std::vector<PosePrediction> PoseModel::predict(const std::vector<data::TrainingS
 }
 
 StepResult PoseModel::train_step(const std::vector<data::TrainingSample>& samples) {
-  TrainConfig& c = state_->config;
-  const int saved = c.pose_batch;
-  c.pose_batch = int(samples.size());
   begin_step(samples);
-  const LossSums sums = accumulate(RandomKey{}, 0);
-  c.pose_batch = saved;
-  return end_step(sums, {});
+  state_->per_batch = samples.size();  // one micro-batch of them all
+  return end_step(accumulate(RandomKey{}, 0), {});
 }
 
 }  // namespace mvibr::train

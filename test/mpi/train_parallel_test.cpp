@@ -216,8 +216,9 @@ TEST_F(TrainParallel, PoseRanksOfBStepAsOneRankOfTwoB) {
   rank_model.initialize(3);
   whole.initialize(3);
   const int r = world_->rank();
-  rank_model.begin_step(
-      std::vector<data::TrainingSample>{all[size_t(2 * r)], all[size_t(2 * r + 1)]});
+  const std::vector<data::TrainingSample> mine_samples = {all[size_t(2 * r)],
+                                                          all[size_t(2 * r + 1)]};
+  rank_model.begin_step(mine_samples);
   LossSums sums = rank_model.accumulate({}, r);
   world_->all_reduce(sums.data(), sums.size(), dist::ReduceOp::kSum);
   const StepResult mine = rank_model.end_step(sums, {});

@@ -79,6 +79,7 @@ class PoseModel final : public TrainableModel {
   void set_loss_scale(double scale) override;  // 1 only: the step is fp32 on the CPU
   // A step of one instant (samples_per_step() is ignored).
   void begin_step(const data::TrainingSample& sample) override;
+  // `samples` stay the caller's: alive until end_step.
   void begin_step(const std::vector<data::TrainingSample>& samples) override;
   // Micro-batch after micro-batch of pose_batch instants (the step's samples in order): forward
   // and the loss sums; end_step runs every micro-batch's backward with the global sums.
