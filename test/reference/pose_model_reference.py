@@ -6,8 +6,8 @@ Composed from this folder's references, not written again: feature_net_reference
 ResUNet backbone) and pose_layers_reference.py (soft-argmax, the confidence weights, the
 normal-equation triangulation); the confidence head (mean over the map, Linear, ReLU, Linear,
 sigmoid, as learnable triangulation's GlobalAveragePoolingHead ends) and the loss are written
-here. Autograd differentiates the composition, in float64. Used by test/train/pose_model_test.cpp,
-which writes each case into a folder:
+here. Autograd differentiates the composition, in float64. Used by test/train/pose_model_test.cpp
+(and by bench/pose_torch_ddp.py, in float32 under DDP), which writes each case into a folder:
 
     case.json          {"widths", "blocks", "joints", "confidence_channels", "multiplier",
                         "stride", "w_joints_2d", "use_confidences", "instants", "views"}
@@ -37,12 +37,13 @@ import render_ops_reference as render_ops
 torch.set_default_dtype(torch.float64)
 
 
-def step(cfg, params, inputs, relu):
-    """The loss, its 3D and 2D terms and the 3D joints of one step."""
+def step(cfg, params, inputs, relu, norm=feature_net.instance_norm):
+    """The loss, its 3D and 2D terms and the 3D joints of one step. relu and norm: the
+    backbone's (feature_net_reference.resunet_forward)."""
     B, V, J = cfg["instants"], cfg["views"], cfg["joints"]
     images = inputs["images"] / 255.0
     out = feature_net.resunet_forward(lambda name: params["backbone." + name], images,
-                                      cfg["widths"], cfg["blocks"], relu)
+                                      cfg["widths"], cfg["blocks"], relu, norm)
     maps = out.permute(0, 2, 3, 1)  # [B V, Hf, Wf, J + K]
     stride = cfg["stride"]
     points = pose_layers.soft_argmax(maps, {
