@@ -37,6 +37,14 @@ struct HeatmapView {
   int height, width, cell_stride;
 };
 
+// exp(x) for the softmax's x <= 0, with 0 at once where exp rounds to 0 anyway (below -104 in
+// float, -746 in double): libm's underflow path is slow, and at multiplier 100 most cells take it.
+template <typename T>
+MVIBR_HD T softmax_exp(T x) {
+  constexpr T kRoundsToZero = sizeof(T) == sizeof(float) ? T(-104) : T(-746);
+  return x < kRoundsToZero ? T(0) : std::exp(x);
+}
+
 // The softmax's normaliser and expected cell coordinates of one map.
 template <typename T>
 struct SoftmaxMoments {
@@ -55,8 +63,8 @@ MVIBR_HD SoftmaxMoments<T> softmax_moments(const T* map, HeatmapView view, T mul
   for (int row = 0; row < view.height; ++row) {
     T row_sum = T(0), row_sum_x = T(0);
     for (int col = 0; col < view.width; ++col) {
-      const T e = std::exp(multiplier * map[size_t(view.cell_stride) * (row * view.width + col)] -
-                           max_logit);
+      const T e = softmax_exp(
+          multiplier * map[size_t(view.cell_stride) * (row * view.width + col)] - max_logit);
       row_sum += e;
       row_sum_x += e * T(col);
     }
@@ -90,7 +98,7 @@ MVIBR_HD void soft_argmax_map_backward(const T* map, HeatmapView view,
     const T row_term = grad_y * (T(row) - m.y);
     for (int col = 0; col < view.width; ++col) {
       const size_t at = size_t(view.cell_stride) * (row * view.width + col);
-      const T p_times_multiplier = scale * std::exp(multiplier * map[at] - m.max_logit);
+      const T p_times_multiplier = scale * softmax_exp(multiplier * map[at] - m.max_logit);
       grad_map[at] = p_times_multiplier * (grad_x * (T(col) - m.x) + row_term);
     }
   }
