@@ -6,8 +6,9 @@
 // the layouts the best kernel wants and are reordered into and out of them around each call:
 // 1.3-4x faster than gemm:jit with the reorders counted (bench/conv_bench). 1x1 convolutions
 // stay plain: on NCHW they are a GEMM without im2col, and their few FLOPs per byte do not pay for
-// the reorders (up to 2x slower blocked). Creating a primitive costs far more than running a
-// small one, so each shape's are built once and cached.
+// the reorders (up to 2x slower blocked). ConvAlgorithm::kWinograd asks for oneDNN's Winograd on
+// 3x3 stride-1 shapes and falls back to direct where it has none. Creating a primitive costs far
+// more than running a small one, so each shape's are built once and cached.
 #include <dnnl.hpp>
 
 #include <array>
@@ -39,6 +40,7 @@ const dnnl::engine& cpu_engine() {
 // them). `plain_*` are the callers' layouts.
 struct ConvPrimitives {
   memory::desc plain_src, plain_weights, bias, plain_dst;
+  dnnl::algorithm algorithm = dnnl::algorithm::convolution_direct;  // all three passes run it
   dnnl::convolution_forward::primitive_desc forward_pd;
   dnnl::convolution_forward forward;
   dnnl::convolution_backward_data::primitive_desc backward_data_pd;
@@ -47,7 +49,7 @@ struct ConvPrimitives {
   std::unique_ptr<dnnl::convolution_backward_weights> backward_weights;
 };
 
-using ConvKey = std::tuple<int, int, int, int, int, int, int, bool>;
+using ConvKey = std::tuple<int, int, int, int, int, int, int, bool, ConvAlgorithm>;
 
 memory::dims dims(int a, int b, int c, int d) {
   return {memory::dim(a), memory::dim(b), memory::dim(c), memory::dim(d)};
@@ -73,8 +75,8 @@ ConvPrimitives& primitives(const ConvShape& s, bool with_bias) {
   static std::mutex mutex;
   static std::map<ConvKey, std::unique_ptr<ConvPrimitives>> cache;
   check_shape(s);
-  const ConvKey key{s.batch,    s.in_channels, s.out_channels, s.in_height,
-                    s.in_width, s.kernel,      s.stride,       with_bias};
+  const ConvKey key{s.batch,  s.in_channels, s.out_channels, s.in_height, s.in_width,
+                    s.kernel, s.stride,      with_bias,      s.algorithm};
   std::lock_guard<std::mutex> lock(mutex);
   std::unique_ptr<ConvPrimitives>& entry = cache[key];
   if (entry) return *entry;
@@ -88,11 +90,24 @@ ConvPrimitives& primitives(const ConvShape& s, bool with_bias) {
   p->plain_dst =
       memory::desc(dims(s.batch, s.out_channels, s.out_height(), s.out_width()), f32, Tag::nchw);
   const memory::dims strides{s.stride, s.stride}, no_padding{0, 0};
-  const dnnl::convolution_forward::desc forward(
-      dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-      layout(s, p->plain_src), layout(s, p->plain_weights), p->bias, layout(s, p->plain_dst),
-      strides, no_padding, no_padding);
-  p->forward_pd = dnnl::convolution_forward::primitive_desc(forward, cpu_engine());
+  const auto forward_pd = [&](dnnl::algorithm algorithm) {
+    const dnnl::convolution_forward::desc forward(
+        dnnl::prop_kind::forward_training, algorithm, layout(s, p->plain_src),
+        layout(s, p->plain_weights), p->bias, layout(s, p->plain_dst), strides, no_padding,
+        no_padding);
+    return dnnl::convolution_forward::primitive_desc(forward, cpu_engine());
+  };
+  if (s.algorithm == ConvAlgorithm::kWinograd && s.kernel == 3 && s.stride == 1) {
+    try {
+      p->forward_pd = forward_pd(dnnl::algorithm::convolution_winograd);
+      p->algorithm = dnnl::algorithm::convolution_winograd;
+    } catch (const dnnl::error&) {
+      // No Winograd kernel here (the CPU lacks AVX-512, or the shape): direct runs.
+    }
+  }
+  if (p->algorithm == dnnl::algorithm::convolution_direct) {
+    p->forward_pd = forward_pd(dnnl::algorithm::convolution_direct);
+  }
   p->forward = dnnl::convolution_forward(p->forward_pd);
   entry = std::move(p);
   return *entry;
@@ -111,8 +126,8 @@ dnnl::convolution_backward_data& backward_data(const ConvShape& s, ConvPrimitive
   return made_once(p.backward_data, [&] {
     const memory::dims strides{s.stride, s.stride}, no_padding{0, 0};
     const dnnl::convolution_backward_data::desc desc(
-        dnnl::algorithm::convolution_direct, layout(s, p.plain_src), layout(s, p.plain_weights),
-        layout(s, p.plain_dst), strides, no_padding, no_padding);
+        p.algorithm, layout(s, p.plain_src), layout(s, p.plain_weights), layout(s, p.plain_dst),
+        strides, no_padding, no_padding);
     p.backward_data_pd =
         dnnl::convolution_backward_data::primitive_desc(desc, cpu_engine(), p.forward_pd);
     return std::make_unique<dnnl::convolution_backward_data>(p.backward_data_pd);
@@ -123,8 +138,8 @@ dnnl::convolution_backward_weights& backward_weights(const ConvShape& s, ConvPri
   return made_once(p.backward_weights, [&] {
     const memory::dims strides{s.stride, s.stride}, no_padding{0, 0};
     const dnnl::convolution_backward_weights::desc desc(
-        dnnl::algorithm::convolution_direct, layout(s, p.plain_src), layout(s, p.plain_weights),
-        p.bias, layout(s, p.plain_dst), strides, no_padding, no_padding);
+        p.algorithm, layout(s, p.plain_src), layout(s, p.plain_weights), p.bias,
+        layout(s, p.plain_dst), strides, no_padding, no_padding);
     p.backward_weights_pd =
         dnnl::convolution_backward_weights::primitive_desc(desc, cpu_engine(), p.forward_pd);
     return std::make_unique<dnnl::convolution_backward_weights>(p.backward_weights_pd);

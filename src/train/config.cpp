@@ -150,6 +150,9 @@ const std::vector<Key>& keys() {
       {"model", "model", enum_member(&C::model),
        "what trains: IBRNet, DynIBaR on a video, or the multi-view pose model"},
       {"feature_net", "model", enum_member(&C::feature_net), "the feature network's size"},
+      {"conv_algorithm", "model", enum_member(&C::conv_algorithm),
+       "the CPU's 3x3 stride-1 convolutions: oneDNN's direct kernels or Winograd (about 2x "
+       "faster)"},
       {"coarse_feat_dim",
        "model",
        &C::coarse_feat_dim,

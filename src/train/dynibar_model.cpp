@@ -97,6 +97,7 @@ DynibarScheduleOptions dynibar_schedule_options(const TrainConfig& c) {
 
 nn::ResUNetOptions dynibar_feature_net_options(const TrainConfig& c) {
   nn::ResUNetOptions o = nn::ResUNetOptions::preset(c.feature_net);
+  o.conv_algorithm = c.conv_algorithm;
   o.coarse_out_ch = c.coarse_feat_dim;
   o.fine_out_ch = c.fine_feat_dim;
   o.coarse_only = false;  // DynIBaR's out_conv has both halves; only the coarse one is read

@@ -63,6 +63,7 @@ std::unique_ptr<TrainableModel> make_model(const TrainConfig& config) {
 
 nn::ResUNetOptions feature_net_options(const TrainConfig& config) {
   nn::ResUNetOptions o = nn::ResUNetOptions::preset(config.feature_net);
+  o.conv_algorithm = config.conv_algorithm;
   o.coarse_out_ch = config.coarse_feat_dim;
   o.fine_out_ch = config.fine_feat_dim;
   o.coarse_only = config.coarse_only;

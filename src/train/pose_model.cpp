@@ -21,6 +21,7 @@ namespace mvibr::train {
 
 nn::ResUNetOptions pose_backbone_options(const TrainConfig& c, int joints) {
   nn::ResUNetOptions o = nn::ResUNetOptions::preset(c.feature_net);
+  o.conv_algorithm = c.conv_algorithm;
   o.coarse_only = true;
   o.coarse_out_ch = joints + c.confidence_channels;
   return o;

@@ -260,6 +260,10 @@ std::map<std::string, std::function<Case()>> all_cases() {
   cases["conv_3x3_stride2_odd"] = [] { return conv_case({2, 5, 4, 10, 7, 3, 2}, true, 3); };
   cases["conv_1x1_stride2"] = [] { return conv_case({2, 6, 3, 9, 10, 1, 2}, false, 4); };
   cases["conv_wide"] = [] { return conv_case({1, 64, 32, 6, 5, 3, 1}, false, 5); };
+  // The pose backbone's widest 3x3 (33 outputs: 17 heatmaps, 16 for the confidence head).
+  cases["conv_3x3_winograd"] = [] {
+    return conv_case({2, 32, 33, 14, 11, 3, 1, ConvAlgorithm::kWinograd}, false, 6);
+  };
   cases["reflect_pad_1"] = [] { return reflect_pad_case(3, 5, 4, 1, 6); };
   cases["reflect_pad_3"] = [] { return reflect_pad_case(2, 4, 6, 3, 7); };
   cases["reflect_pad_2x2"] = [] { return reflect_pad_case(2, 2, 2, 1, 8); };

@@ -135,6 +135,7 @@ const std::map<std::string, std::string> kOtherValues = {
     {"queue_depth", "2"},
     {"model", "dynibar"},
     {"feature_net", "small"},
+    {"conv_algorithm", "winograd"},
     {"coarse_feat_dim", "8"},
     {"fine_feat_dim", "9"},
     {"coarse_only", "1"},

@@ -174,11 +174,13 @@ double normwise(const std::vector<float>& ours, const std::vector<double>& ref, 
 // One step on both sides. The softmax multiplies the heatmaps' fp32 rounding by `multiplier`, so
 // the joints and gradients are bounded by 1e-5 and 1e-4 at 10, and by `bound` (10x both) at
 // learnable triangulation's 100.
-void check_step(bool use_confidences, double multiplier, const std::string& name) {
+void check_step(bool use_confidences, double multiplier, const std::string& name,
+                nn::ConvAlgorithm conv_algorithm = nn::ConvAlgorithm::kDirect) {
   const double bound = multiplier > 10 ? 10 : 1;
   const data::Scene scene = small_pose_scene();
   const std::vector<data::TrainingSample> samples = {instant(scene, 0), instant(scene, 3)};
-  const TrainConfig config = pose_config(use_confidences, multiplier);
+  TrainConfig config = pose_config(use_confidences, multiplier);
+  config.conv_algorithm = conv_algorithm;
   PoseModel model(config, data::kPoseJoints);
   model.initialize(5);
   const fs::path root =
@@ -266,8 +268,9 @@ TEST(PoseModel, StepWithEqualWeightsMatchesPyTorch) {
   check_step(false, 10, "equal_weights");
 }
 
-TEST(PoseModel, StepAtThePublishedMultiplierMatchesPyTorch) {
-  check_step(true, 100, "multiplier_100");
+// As configs/pose_synthetic.txt runs it: the published multiplier and Winograd convolutions.
+TEST(PoseModel, StepAtThePublishedMultiplierWithWinogradMatchesPyTorch) {
+  check_step(true, 100, "multiplier_100_winograd", nn::ConvAlgorithm::kWinograd);
 }
 
 TEST(PoseModel, TheDataSetsOwnLabelsTriangulateBackToItsJoints) {

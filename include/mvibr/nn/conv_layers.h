@@ -7,6 +7,7 @@
 
 #include <cstddef>
 
+#include "mvibr/core/enum_names.h"
 #include "mvibr/nn/layers.h"  // Activation
 
 namespace mvibr::nn {
@@ -19,12 +20,19 @@ struct MapBatch {
   size_t size() const { return size_t(batch) * size_t(channels) * plane_size(); }
 };
 
+// How the CPU runs 3x3 stride-1 convolutions (every other one is direct; cuDNN picks its own):
+// oneDNN's direct kernels, or its Winograd F(4x4, 3x3), about 2x faster on the small ResUNet's
+// (bench/conv_bench) with errors against a float64 reference like direct's. Where oneDNN has no
+// Winograd kernel for the CPU or the shape, direct runs.
+enum class ConvAlgorithm { kDirect, kWinograd };
+
 // A 2-D convolution without padding: input [batch, in_channels, in_height, in_width], weights
 // [out_channels, in_channels, kernel, kernel] (PyTorch's layout), output [batch, out_channels,
 // out_height(), out_width()].
 struct ConvShape {
   int batch = 1, in_channels = 1, out_channels = 1;
   int in_height = 1, in_width = 1, kernel = 1, stride = 1;
+  ConvAlgorithm algorithm = ConvAlgorithm::kDirect;
   int out_height() const { return (in_height - kernel) / stride + 1; }
   int out_width() const { return (in_width - kernel) / stride + 1; }
 };
@@ -77,3 +85,11 @@ void upsample2x_forward(int planes, int height, int width, const float* x, float
 void upsample2x_backward(int planes, int height, int width, const float* grad_y, float* grad_x);
 
 }  // namespace mvibr::nn
+
+namespace mvibr {
+template <>
+struct EnumNames<nn::ConvAlgorithm> {
+  static constexpr std::pair<nn::ConvAlgorithm, const char*> values[] = {
+      {nn::ConvAlgorithm::kDirect, "direct"}, {nn::ConvAlgorithm::kWinograd, "winograd"}};
+};
+}  // namespace mvibr

@@ -42,6 +42,7 @@ struct ResUNetOptions {
   // DynIBaR's forward (ResUNetGraph::shallow): conv1 → layer1 → out_conv at a quarter of the
   // image size; layer1's width must equal out_channels() (out_conv maps it 1x1).
   bool shallow = false;
+  ConvAlgorithm conv_algorithm = ConvAlgorithm::kDirect;  // the CPU's 3x3 stride-1 convolutions
   ParameterGroup group = ParameterGroup::kFeature;  // the learning rate its parameters train at
 
   // kIbrnet is the defaults above.

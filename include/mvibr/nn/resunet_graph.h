@@ -70,6 +70,7 @@ struct ResUNetGraph {
   // DynIBaR's forward: conv1 → layer1 → out_conv, layers 2-3 and the decoder unused (their
   // parameters stay, with zero gradients, as the published state_dict has them).
   bool shallow = false;
+  ConvAlgorithm conv_algorithm = ConvAlgorithm::kDirect;  // the CPU's 3x3 stride-1 convolutions
 
   int out_channels() const { return coarse_channels + fine_channels; }
 

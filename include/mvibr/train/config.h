@@ -55,6 +55,7 @@ struct TrainConfig {
   // Model
   ModelKind model = ModelKind::kIbrnet;
   nn::ResUNetPreset feature_net = nn::ResUNetPreset::kIbrnet;
+  nn::ConvAlgorithm conv_algorithm = nn::ConvAlgorithm::kDirect;
   int coarse_feat_dim = 32, fine_feat_dim = 32;
   bool coarse_only = false;
   bool anti_alias_pooling = true;
