@@ -4,20 +4,6 @@
 
 namespace mvibr::cpu {
 
-namespace {
-
-// Joint j of sample b: its views in the [B, V, J, ...] layouts.
-template <typename T>
-JointViews<T> joint_views(int b, int j, int views, int joints, const T* projections,
-                          const T* points, const T* weights) {
-  const size_t first = size_t(b) * views * joints + size_t(j);  // [b, 0, j]
-  return {
-      views, projections + size_t(b) * views * 12, points + 2 * first, 2 * joints, weights + first,
-      joints};
-}
-
-}  // namespace
-
 template <typename T>
 void triangulation_weights(int batch, int views, int joints, const T* confidences, T* weights) {
 #pragma omp parallel for schedule(static)
@@ -45,7 +31,7 @@ int triangulate_joints(int batch, int views, int joints, const T* projections, c
 #pragma omp parallel for schedule(static) reduction(+ : not_ok)
   for (int bj = 0; bj < batch * joints; ++bj) {
     const JointViews<T> v =
-        joint_views(bj / joints, bj % joints, views, joints, projections, points, weights);
+        batch_joint_views(bj / joints, bj % joints, views, joints, projections, points, weights);
     ok[bj] = triangulate_joint(v, joints_3d + 3 * size_t(bj)) ? 1 : 0;
     not_ok += 1 - ok[bj];
   }
@@ -60,7 +46,7 @@ int triangulate_joints_backward(int batch, int views, int joints, const T* proje
 #pragma omp parallel for schedule(static) reduction(+ : not_ok)
   for (int bj = 0; bj < batch * joints; ++bj) {
     const int b = bj / joints, j = bj % joints;
-    const JointViews<T> v = joint_views(b, j, views, joints, projections, points, weights);
+    const JointViews<T> v = batch_joint_views(b, j, views, joints, projections, points, weights);
     const size_t first = size_t(b) * views * joints + size_t(j);
     const bool ok = triangulate_joint_backward(v, grad_joints_3d + 3 * size_t(bj),
                                                grad_points + 2 * first, grad_weights + first);

@@ -30,7 +30,4 @@ void skip_concat_forward(const MapBatch& decoder, const MapBatch& encoder, float
 void skip_concat_backward(const float* grad_out, const MapBatch& decoder, const MapBatch& encoder,
                           float* grad_decoder, float* grad_encoder, StreamHandle stream);
 
-// target[i] += values[i]: a residual's gradient, the CPU's add in one rounding per element.
-void add_into(size_t count, const float* values, float* target, StreamHandle stream);
-
 }  // namespace mvibr::nn::cuda

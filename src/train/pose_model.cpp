@@ -1,7 +1,9 @@
-// The multi-view pose model (see pose_model.h) on the CPU: the backbone, the two heads, the
-// triangulation and the loss, forward per micro-batch and backward at end_step, when the global
-// loss sums are known. Phases are charged as features (the backbone), aggregator (the heads and
-// the triangulation) and composite (the loss) forward and backward.
+// The multi-view pose model (see pose_model.h): the backbone, the two heads, the triangulation
+// and the loss, forward per micro-batch and backward at end_step, when the global loss sums are
+// known. With device = cuda the network runs on the GPU (pose_device.h) and the loss, its
+// gradients with respect to the joints and the optimiser stay here. Phases are charged as
+// features (the backbone; on the GPU the whole network), aggregator (the heads and the
+// triangulation) and composite (the loss) forward and backward.
 #include "mvibr/train/pose_model.h"
 
 #include <algorithm>
@@ -11,11 +13,13 @@
 #include "mvibr/core/error.h"
 #include "mvibr/data/shards.h"
 #include "mvibr/geom/triangulation.h"
+#include "mvibr/nn/channel_mean.h"
 #include "mvibr/nn/feature_net.h"
 #include "mvibr/nn/layers.h"
 #include "mvibr/nn/optimizer.h"
 #include "mvibr/nn/soft_argmax.h"
 #include "phase_laps.h"
+#include "pose_device.h"
 
 namespace mvibr::train {
 
@@ -68,6 +72,7 @@ struct PoseModel::State {
   nn::ParameterBlock head_block;
   nn::Linear head_hidden, head_out;
   nn::Adam adam;
+  std::unique_ptr<PoseDeviceNetwork> device;  // device = cuda: the network runs there
   std::vector<MicroBatch> batches;
   size_t used_batches = 0;
   // Between begin_step and end_step: the caller's samples (or one_sample, a step of one), and
@@ -87,7 +92,12 @@ struct PoseModel::State {
         head_block(parameters, "confidence.", nn::ParameterGroup::kMlp),
         head_hidden(head_block, "0", c.confidence_channels, c.confidence_hidden),
         head_out(head_block, "2", c.confidence_hidden, j),
-        adam(parameters, nn::AdamOptions{}) {}
+        adam(parameters, nn::AdamOptions{}) {
+    if (runs_on_device(c)) {
+      device =
+          make_pose_device_network(c, PoseNetworks{backbone, head_block, head_hidden, head_out});
+    }
+  }
 
   int channels() const { return joints + config.confidence_channels; }
   nn::SoftArgmaxOptions soft_argmax_options() const {
@@ -146,12 +156,23 @@ struct PoseModel::State {
     }
   }
 
-  // The backbone, the heads and the triangulation of a loaded micro-batch.
-  void forward(MicroBatch* b) {
+  // The backbone, the heads and the triangulation of loaded micro-batch `index`.
+  void forward(MicroBatch* b, int index) {
     const size_t BV = size_t(b->instants) * size_t(b->views), J = size_t(joints);
     const size_t K = size_t(config.confidence_channels), C = size_t(channels());
     const size_t cells = size_t(map_height) * size_t(map_width);
     laps.start();
+    if (device) {
+      b->points.resize(BV * J * 2);
+      b->weights.resize(BV * J);
+      b->joints.resize(size_t(b->instants) * J * 3);
+      b->triangulated.resize(size_t(b->instants) * J);
+      device->forward(
+          index, {b->instants, b->views, height, width, b->images.data(), b->projections.data()},
+          {b->points.data(), b->weights.data(), b->joints.data(), b->triangulated.data()});
+      laps.to(&times.features_forward);
+      return;
+    }
     b->maps.resize(BV * cells * C);
     backbone.forward(int(BV), height, width, b->images.data(), &b->workspace, b->maps.data(),
                      nullptr);
@@ -159,18 +180,12 @@ struct PoseModel::State {
     b->points.resize(BV * J * 2);
     nn::soft_argmax_forward(int(BV), map_height, map_width, int(C), int(J), b->maps.data(),
                             soft_argmax_options(), b->points.data());
-    // The confidence head: the mean of each extra channel over the map, then the MLP.
-    b->pooled.assign(BV * K, 0.0f);
-    for (size_t n = 0; n < BV; ++n) {
-      const float* map = &b->maps[n * cells * C];
-      std::vector<double> sums(K, 0.0);
-      for (size_t cell = 0; cell < cells; ++cell) {
-        for (size_t k = 0; k < K; ++k) sums[k] += map[cell * C + J + k];
-      }
-      for (size_t k = 0; k < K; ++k) b->pooled[n * K + k] = float(sums[k] / double(cells));
-    }
     b->weights.resize(BV * J);
     if (config.use_confidences) {
+      // The confidence head: the mean of each extra channel over the map, then the MLP.
+      b->pooled.resize(BV * K);
+      nn::channel_mean_forward(int(BV), int(cells), int(C), int(J), int(K), b->maps.data(),
+                               b->pooled.data());
       const float* head = head_block.values();
       b->hidden.resize(BV * size_t(config.confidence_hidden));
       head_hidden.forward(head, BV, b->pooled.data(), b->hidden.data(), nn::Activation::kRelu);
@@ -215,7 +230,7 @@ struct PoseModel::State {
 
   // The gradients of loss = 3D L1 / joints_3d + w_joints_2d * 2D L1 / joints_2d (the global
   // counts) through the micro-batch into the parameters.
-  void backward(MicroBatch* b, const PoseSums& global) {
+  void backward(MicroBatch* b, int index, const PoseSums& global) {
     const size_t BV = size_t(b->instants) * size_t(b->views), J = size_t(joints);
     const size_t K = size_t(config.confidence_channels), C = size_t(channels());
     const size_t cells = size_t(map_height) * size_t(map_width);
@@ -229,20 +244,27 @@ struct PoseModel::State {
         grad_joints[k] = float(per_joint * sign(double(b->joints[k]) - b->joints_true[k]));
       }
     }
+    const double per_visible =
+        global.joints_2d > 0 ? config.w_joints_2d / (global.joints_2d * width) : 0.0;
+    std::vector<float> grad_points_2d(b->points.size(), 0.0f);
+    for (size_t i = 0; i < b->visible.size(); ++i) {
+      if (!b->visible[i]) continue;
+      for (size_t k = 2 * i; k < 2 * i + 2; ++k) {
+        grad_points_2d[k] =
+            float(per_visible * sign(double(b->points[k]) - double(b->joints_2d_true[k])));
+      }
+    }
     laps.to(&times.composite_backward);
+    if (device) {
+      device->backward(index, grad_joints.data(), grad_points_2d.data());
+      laps.to(&times.features_backward);
+      return;
+    }
     std::vector<float> grad_points(b->points.size()), grad_weights(b->weights.size());
     cpu::triangulate_joints_backward(b->instants, b->views, int(J), b->projections.data(),
                                      b->points.data(), b->weights.data(), grad_joints.data(),
                                      grad_points.data(), grad_weights.data());
-    const double per_visible =
-        global.joints_2d > 0 ? config.w_joints_2d / (global.joints_2d * width) : 0.0;
-    for (size_t i = 0; i < b->visible.size(); ++i) {
-      if (!b->visible[i]) continue;
-      for (size_t k = 2 * i; k < 2 * i + 2; ++k) {
-        grad_points[k] +=
-            float(per_visible * sign(double(b->points[k]) - double(b->joints_2d_true[k])));
-      }
-    }
+    for (size_t k = 0; k < grad_points.size(); ++k) grad_points[k] += grad_points_2d[k];
     std::vector<float> grad_maps(BV * cells * C, 0.0f);
     nn::soft_argmax_backward(int(BV), map_height, map_width, int(C), int(J), b->maps.data(),
                              soft_argmax_options(), grad_points.data(), grad_maps.data());
@@ -259,12 +281,8 @@ struct PoseModel::State {
       nn::relu_backward(b->hidden.size(), b->hidden.data(), grad_hidden.data());
       head_hidden.backward(head, head_grads, BV, b->pooled.data(), grad_hidden.data(),
                            grad_pooled.data());
-      for (size_t n = 0; n < BV; ++n) {
-        float* g = &grad_maps[n * cells * C];
-        for (size_t cell = 0; cell < cells; ++cell) {
-          for (size_t k = 0; k < K; ++k) g[cell * C + J + k] = grad_pooled[n * K + k] / cells;
-        }
-      }
+      nn::channel_mean_backward(int(BV), int(cells), int(C), int(J), int(K), grad_pooled.data(),
+                                grad_maps.data());
     }
     laps.to(&times.aggregator_backward);
     backbone.backward(&b->workspace, grad_maps.data(), nullptr);
@@ -274,11 +292,6 @@ struct PoseModel::State {
 
 PoseModel::PoseModel(const TrainConfig& config, int joints) {
   if (joints < 1) throw InvalidArgument("the pose model needs a skeleton of at least one joint");
-  if (runs_on_device(config)) {
-    throw InvalidArgument(
-        "model = pose runs on the CPU for now: set device = cpu (its CUDA step is not written "
-        "yet)");
-  }
   state_ = std::make_unique<State>(config, joints);
 }
 PoseModel::~PoseModel() = default;
@@ -325,7 +338,7 @@ std::vector<ParameterRange> PoseModel::gradient_ready_order() const {
 }
 
 void PoseModel::set_loss_scale(double scale) {
-  if (scale != 1.0) throw InvalidArgument("PoseModel: the CPU step has no loss scale");
+  if (scale != 1.0) throw InvalidArgument("PoseModel: the step is fp32, without a loss scale");
 }
 
 void PoseModel::begin_step(const data::TrainingSample& sample) {
@@ -341,6 +354,7 @@ void PoseModel::begin_step(const std::vector<data::TrainingSample>& samples) {
   s.per_batch = std::min(size_t(s.config.pose_batch), samples.size());
   s.used_batches = 0;
   std::fill(s.parameters.grads().begin(), s.parameters.grads().end(), 0.0f);
+  if (s.device) s.device->load_parameters(s.parameters, true);
 }
 
 LossSums PoseModel::accumulate(RandomKey, int) {
@@ -355,7 +369,7 @@ LossSums PoseModel::accumulate(RandomKey, int) {
   if (s.batches.size() <= s.used_batches) s.batches.emplace_back();
   MicroBatch& b = s.batches[s.used_batches++];
   s.load(&samples[first], std::min(s.per_batch, samples.size() - first), &b);
-  s.forward(&b);
+  s.forward(&b, int(s.used_batches - 1));
   s.laps.start();
   const PoseSums sums = s.sums(b);
   s.laps.to(&s.times.composite_loss);
@@ -366,7 +380,8 @@ StepResult PoseModel::end_step(const LossSums& global,
                                const std::function<void(ParameterRange)>& ready) {
   State& s = *state_;
   const PoseSums whole = PoseSums::from(global);
-  for (size_t i = 0; i < s.used_batches; ++i) s.backward(&s.batches[i], whole);
+  for (size_t i = 0; i < s.used_batches; ++i) s.backward(&s.batches[i], int(i), whole);
+  if (s.device) s.device->add_gradients({0, s.parameters.size()}, s.parameters.grads().data());
   // The heads' gradients are final after the first micro-batch's backward only when there is one;
   // hand both ranges over once every micro-batch is done.
   const std::vector<ParameterRange> order = gradient_ready_order();
@@ -426,10 +441,11 @@ std::vector<PosePrediction> PoseModel::predict(const std::vector<data::TrainingS
   std::vector<PosePrediction> predictions;
   MicroBatch b;
   const size_t J = size_t(s.joints);
+  if (s.device) s.device->load_parameters(s.parameters, false);
   for (size_t first = 0; first < samples.size(); first += size_t(s.config.pose_batch)) {
     const size_t count = std::min(size_t(s.config.pose_batch), samples.size() - first);
     s.load(&samples[first], count, &b);
-    s.forward(&b);
+    s.forward(&b, 0);
     const size_t V = size_t(b.views);
     for (size_t i = 0; i < count; ++i) {
       PosePrediction p;

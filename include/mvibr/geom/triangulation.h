@@ -129,6 +129,17 @@ struct JointViews {
   int weight_stride;
 };
 
+// Joint j of sample b in the batched layouts (projections [B, V, 3, 4], points [B, V, J, 2],
+// weights [B, V, J]); `first` of [b, 0, j] is its view 0's index into weights.
+template <typename T>
+MVIBR_HD JointViews<T> batch_joint_views(int b, int j, int views, int joints, const T* projections,
+                                         const T* points, const T* weights) {
+  const size_t first = size_t(b) * views * joints + size_t(j);
+  return {
+      views, projections + size_t(b) * views * 12, points + 2 * first, 2 * joints, weights + first,
+      joints};
+}
+
 template <typename T>
 MVIBR_HD T dot3(const T* a, const T* b) {
   return a[0] * b[0] + a[1] * b[1] + a[2] * b[2];

@@ -118,6 +118,8 @@ void sigmoid_forward(size_t count, float* x, StreamHandle stream);
 // x *= factor, each element rounded once as the CPU's `x[i] *= factor` (gradient division).
 void scale(size_t count, float factor, float* x, StreamHandle stream);
 void sigmoid_backward(size_t count, const float* y, float* grad, StreamHandle stream);
+// target[i] += values[i], the CPU's add in one rounding per element (kernels/feature_maps.cu).
+void add_into(size_t count, const float* values, float* target, StreamHandle stream);
 
 // ---- LayerNorm (layers.h) over the last dimension, biased variance ----
 

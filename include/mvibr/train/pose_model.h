@@ -57,7 +57,8 @@ nn::ResUNetOptions pose_backbone_options(const TrainConfig& config, int joints);
 class PoseModel final : public TrainableModel {
  public:
   // Builds the backbone (feature_net preset, coarse only, J + confidence_channels outputs) and the
-  // confidence head for J joints on the CPU; device = cuda is refused for now (InvalidArgument).
+  // confidence head for J joints. With device = cuda the network's forward and backward run on
+  // the GPU (fp32; the loss and the optimiser stay on the host, its gradients are the host's).
   PoseModel(const TrainConfig& config, int joints);
   ~PoseModel() override;
   PoseModel(const PoseModel&) = delete;
@@ -76,7 +77,7 @@ class PoseModel final : public TrainableModel {
   size_t samples_per_step() const override;
   size_t loss_sums_size() const override { return 5; }
   std::vector<ParameterRange> gradient_ready_order() const override;
-  void set_loss_scale(double scale) override;  // 1 only: the step is fp32 on the CPU
+  void set_loss_scale(double scale) override;  // 1 only: the step is fp32 on either backend
   // A step of one instant (samples_per_step() is ignored).
   void begin_step(const data::TrainingSample& sample) override;
   // `samples` stay the caller's: alive until end_step.

@@ -1,0 +1,197 @@
+// The pose model's network on a CUDA device (see pose_device.h): the CPU model's forward and
+// backward of a micro-batch with each layer replaced by its device counterpart, on one stream,
+// buffers kept from step to step. Compiled only in a build with the CUDA backend;
+// cuda_unavailable.cpp stands in without.
+#include <memory>
+#include <vector>
+
+#include "mvibr/core/device.h"
+#include "mvibr/core/error.h"
+#include "mvibr/nn/cuda_feature_net.h"
+#include "mvibr/nn/cuda_layers.h"
+#include "mvibr/nn/cuda_pose.h"
+#include "pose_device.h"
+
+namespace mvibr::train {
+namespace {
+
+// The backbone's output is at a quarter of the image's resolution (as pose_model.cpp).
+constexpr int kHeatmapStride = 4;
+
+template <typename T>
+T* upload(DeviceArray<T>* buffer, const T* host, size_t count) {
+  T* device = buffer->reserve(count);
+  if (count) copy_host_to_device(device, host, count * sizeof(T));
+  return device;
+}
+
+// One micro-batch's inputs, activations and gradients.
+struct DeviceBatch {
+  std::unique_ptr<nn::cuda::ResUNet> backbone;
+  int instants = 0, views = 0, map_height = 0, map_width = 0;
+  DeviceArray<float> images, projections, maps, points, pooled, hidden, confidences, weights,
+      joints;
+  DeviceArray<uint8_t> triangulated;
+  DeviceArray<float> grad_joints, grad_points, grad_points_2d, grad_weights, grad_logits,
+      grad_hidden, grad_pooled, grad_maps;
+  size_t maps_views() const { return size_t(instants) * size_t(views); }
+};
+
+class CudaPoseNetwork final : public PoseDeviceNetwork {
+ public:
+  CudaPoseNetwork(const TrainConfig& config, const PoseNetworks& n)
+      : networks_(n),
+        joints_(n.head_out.out()),
+        extra_(config.confidence_channels),
+        hidden_(config.confidence_hidden),
+        use_confidences_(config.use_confidences),
+        soft_argmax_(nn::SoftArgmaxOptions::for_stride(kHeatmapStride, config.heatmap_multiplier)) {
+    if (config.precision != Precision::kFp32) {
+      throw InvalidArgument(
+          "config key 'precision': the pose model's GPU step is fp32 only (set precision = fp32)");
+    }
+  }
+
+  void load_parameters(const nn::ParameterSet& parameters, bool training) override {
+    count_ = parameters.size();
+    upload(&params_, parameters.values().data(), count_);
+    if (training) {
+      grads_.reserve(count_);
+      device_memset_zero(grads_.data(), count_ * sizeof(float));
+    }
+  }
+
+  void add_gradients(ParameterRange range, float* grads) override {
+    if (range.offset + range.count > count_) {
+      throw InvalidArgument("the pose model on the device: a gradient range past the parameters");
+    }
+    context_.synchronize();
+    std::vector<float> device(range.count);
+    if (range.count) {
+      copy_device_to_host(device.data(), grads_.data() + range.offset, range.count * sizeof(float));
+    }
+    for (size_t i = 0; i < range.count; ++i) grads[range.offset + i] += device[i];
+  }
+
+  void forward(int batch, const PoseDeviceInputs& in, const PoseDeviceOutputs& out) override {
+    DeviceBatch& b = batch_at(batch);
+    b.instants = in.instants;
+    b.views = in.views;
+    std::tie(b.map_height, b.map_width) = nn::ResUNet::output_size(in.height, in.width);
+    const size_t BV = b.maps_views(), J = size_t(joints_), K = size_t(extra_);
+    const size_t C = J + K, cells = size_t(b.map_height) * size_t(b.map_width);
+    const StreamHandle stream = context_.stream();
+    const float* images =
+        upload(&b.images, in.images, BV * size_t(in.height) * size_t(in.width) * 3);
+    const float* projections =
+        upload(&b.projections, in.projections, size_t(in.instants) * size_t(in.views) * 12);
+    float* maps = b.maps.reserve(BV * cells * C);
+    b.backbone->forward(context_, int(BV), in.height, in.width, images, params_.data(), maps,
+                        nullptr);
+    float* points = b.points.reserve(BV * J * 2);
+    nn::cuda::soft_argmax_forward(int(BV), b.map_height, b.map_width, int(C), int(J), maps,
+                                  soft_argmax_, points, stream);
+    float* weights = b.weights.reserve(BV * J);
+    if (use_confidences_) {
+      float* pooled = b.pooled.reserve(BV * K);
+      nn::cuda::channel_mean_forward(int(BV), int(cells), int(C), int(J), int(K), maps, pooled,
+                                     stream);
+      float* hidden = b.hidden.reserve(BV * size_t(hidden_));
+      nn::cuda::linear_forward(
+          context_, {BV, extra_, hidden_}, pooled, head(networks_.head_hidden.weight_offset()),
+          head(networks_.head_hidden.bias_offset()), nn::Activation::kRelu, hidden);
+      float* confidences = b.confidences.reserve(BV * J);
+      nn::cuda::linear_forward(
+          context_, {BV, hidden_, joints_}, hidden, head(networks_.head_out.weight_offset()),
+          head(networks_.head_out.bias_offset()), nn::Activation::kNone, confidences);
+      nn::cuda::sigmoid_forward(BV * J, confidences, stream);
+      nn::cuda::triangulation_weights(b.instants, b.views, joints_, confidences, weights, stream);
+    } else {
+      const std::vector<float> ones(BV * J, 1.0f);
+      upload(&b.weights, ones.data(), ones.size());
+    }
+    float* joints = b.joints.reserve(size_t(b.instants) * J * 3);
+    uint8_t* triangulated = b.triangulated.reserve(size_t(b.instants) * J);
+    nn::cuda::triangulate_joints(b.instants, b.views, joints_, projections, points, weights, joints,
+                                 triangulated, stream);
+    context_.synchronize();
+    copy_device_to_host(out.points, points, BV * J * 2 * sizeof(float));
+    copy_device_to_host(out.weights, weights, BV * J * sizeof(float));
+    copy_device_to_host(out.joints, joints, size_t(b.instants) * J * 3 * sizeof(float));
+    copy_device_to_host(out.triangulated, triangulated, size_t(b.instants) * J);
+  }
+
+  void backward(int batch, const float* grad_joints, const float* grad_points_2d) override {
+    DeviceBatch& b = batch_at(batch);
+    const size_t BV = b.maps_views(), J = size_t(joints_), K = size_t(extra_);
+    const size_t C = J + K, cells = size_t(b.map_height) * size_t(b.map_width);
+    const StreamHandle stream = context_.stream();
+    const float* device_grad_joints =
+        upload(&b.grad_joints, grad_joints, size_t(b.instants) * J * 3);
+    float* grad_points = b.grad_points.reserve(BV * J * 2);
+    float* grad_weights = b.grad_weights.reserve(BV * J);
+    nn::cuda::triangulate_joints_backward(b.instants, b.views, joints_, b.projections.data(),
+                                          b.points.data(), b.weights.data(), device_grad_joints,
+                                          grad_points, grad_weights, stream);
+    nn::cuda::add_into(BV * J * 2, upload(&b.grad_points_2d, grad_points_2d, BV * J * 2),
+                       grad_points, stream);
+    float* grad_maps = b.grad_maps.reserve(BV * cells * C);
+    device_memset_zero(grad_maps, BV * cells * C * sizeof(float));
+    nn::cuda::soft_argmax_backward(int(BV), b.map_height, b.map_width, int(C), int(J),
+                                   b.maps.data(), soft_argmax_, grad_points, grad_maps, stream);
+    if (use_confidences_) {
+      float* grad_logits = b.grad_logits.reserve(BV * J);
+      nn::cuda::triangulation_weights_backward(b.instants, b.views, joints_, b.confidences.data(),
+                                               grad_weights, grad_logits, stream);
+      nn::cuda::sigmoid_backward(BV * J, b.confidences.data(), grad_logits, stream);
+      float* grad_hidden = b.grad_hidden.reserve(BV * size_t(hidden_));
+      nn::cuda::linear_backward(context_, {BV, hidden_, joints_}, nn::Activation::kNone, nullptr,
+                                grad_logits, b.hidden.data(),
+                                head(networks_.head_out.weight_offset()), grad_hidden, false,
+                                head_grad(networks_.head_out.weight_offset()),
+                                head_grad(networks_.head_out.bias_offset()));
+      float* grad_pooled = b.grad_pooled.reserve(BV * K);
+      nn::cuda::linear_backward(context_, {BV, extra_, hidden_}, nn::Activation::kRelu,
+                                b.hidden.data(), grad_hidden, b.pooled.data(),
+                                head(networks_.head_hidden.weight_offset()), grad_pooled, false,
+                                head_grad(networks_.head_hidden.weight_offset()),
+                                head_grad(networks_.head_hidden.bias_offset()));
+      nn::cuda::channel_mean_backward(int(BV), int(cells), int(C), int(J), int(K), grad_pooled,
+                                      grad_maps, stream);
+    }
+    b.backbone->backward(context_, params_.data(), grads_.data(), grad_maps, nullptr);
+  }
+
+ private:
+  DeviceBatch& batch_at(int batch) {
+    if (batch < 0) throw InvalidArgument("the pose model on the device: a negative micro-batch");
+    while (batches_.size() <= size_t(batch)) {
+      batches_.emplace_back();
+      batches_.back().backbone = std::make_unique<nn::cuda::ResUNet>(networks_.backbone);
+    }
+    return batches_[size_t(batch)];
+  }
+  // The head's parameters and gradients at an offset within its block.
+  const float* head(size_t offset) const {
+    return params_.data() + networks_.head_block.offset() + offset;
+  }
+  float* head_grad(size_t offset) { return grads_.data() + networks_.head_block.offset() + offset; }
+
+  PoseNetworks networks_;
+  int joints_, extra_, hidden_;
+  bool use_confidences_;
+  nn::SoftArgmaxOptions soft_argmax_;
+  nn::cuda::Context context_;
+  size_t count_ = 0;
+  DeviceArray<float> params_, grads_;
+  std::vector<DeviceBatch> batches_;
+};
+
+}  // namespace
+
+std::unique_ptr<PoseDeviceNetwork> make_pose_device_network(const TrainConfig& config,
+                                                            const PoseNetworks& networks) {
+  return std::make_unique<CudaPoseNetwork>(config, networks);
+}
+
+}  // namespace mvibr::train

@@ -1,0 +1,72 @@
+// The pose model's network on a CUDA device, for the model's step (internal to the train library).
+// - What runs here, per micro-batch, forward and backward: the backbone, soft-argmax, the channel
+//   means, the confidence head, the weights and the triangulation (nn/cuda_pose.h): the network.
+// - What stays on the host: loading the instants, the loss and its gradients with respect to the
+//   joints (O(B J) numbers), the optimiser. Images and projections go in; the 2D points, weights,
+//   3D joints and triangulated flags come back; the joints' gradients go in again. The maps and
+//   activations stay on the device.
+// - Parameters: a device copy of the host's values (load_parameters); gradients accumulate on the
+//   device and add_gradients adds them into the host's, which the trainer all-reduces (as
+//   DynIBaR's device networks do).
+// - Every micro-batch keeps its own activations (a backbone of its own): all of a step's forwards
+//   run before its backwards.
+// - pose_cuda_network.cpp; without CUDA, make_pose_device_network throws.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "mvibr/nn/feature_net.h"
+#include "mvibr/nn/layers.h"
+#include "mvibr/nn/parameters.h"
+#include "mvibr/train/config.h"
+#include "mvibr/train/model.h"
+
+namespace mvibr::train {
+
+// The host networks whose wiring and parameter offsets the device copies.
+struct PoseNetworks {
+  const nn::ResUNet& backbone;
+  const nn::ParameterBlock& head_block;
+  const nn::Linear& head_hidden;
+  const nn::Linear& head_out;
+};
+
+// A micro-batch of B instants of V views: images [BV,H,W,3] in [0,1], projections [B,V,3,4].
+struct PoseDeviceInputs {
+  int instants = 0, views = 0, height = 0, width = 0;
+  const float* images = nullptr;
+  const float* projections = nullptr;
+};
+
+// Host arrays the forward fills: points [BV,J,2] (pixels), weights [B,V,J], joints [B,J,3],
+// triangulated [B,J].
+struct PoseDeviceOutputs {
+  float* points = nullptr;
+  float* weights = nullptr;
+  float* joints = nullptr;
+  uint8_t* triangulated = nullptr;
+};
+
+class PoseDeviceNetwork {
+ public:
+  virtual ~PoseDeviceNetwork() = default;
+
+  // The host's parameter values to the device; with `training`, the device gradients zeroed.
+  virtual void load_parameters(const nn::ParameterSet& parameters, bool training) = 0;
+  // grads[range] += the device's gradients there (host pointer to the whole set's gradients).
+  virtual void add_gradients(ParameterRange range, float* grads) = 0;
+
+  // Micro-batch `batch` forward; its activations stay until its next forward.
+  virtual void forward(int batch, const PoseDeviceInputs& in, const PoseDeviceOutputs& out) = 0;
+  // Its backward from the loss's gradients (host): grad_joints [B,J,3] through the triangulation,
+  // grad_points [BV,J,2] (the 2D term's) added to the points' gradients; parameter gradients
+  // accumulate on the device.
+  virtual void backward(int batch, const float* grad_joints, const float* grad_points) = 0;
+};
+
+// Throws RuntimeFailure in a build without CUDA.
+std::unique_ptr<PoseDeviceNetwork> make_pose_device_network(const TrainConfig& config,
+                                                            const PoseNetworks& networks);
+
+}  // namespace mvibr::train
