@@ -28,6 +28,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The views' side in pixels, and the pictures': upscaled 4x (pose_overlay_scale).
+constexpr int kSide = 48, kScale = 4, kPicture = kSide * kScale;
+
 // Distance from (u, v) to the segment a-b.
 double segment_distance(double u, double v, double au, double av, double bu, double bv) {
   const double du = bu - au, dv = bv - av, length2 = du * du + dv * dv;
@@ -38,11 +41,11 @@ double segment_distance(double u, double v, double au, double av, double bu, dou
 
 class PoseRender : public ::testing::Test {
  protected:
-  // 64x64 views, 4 cameras, 3 sequences of 2 instants, the last held out: 2 test instants.
+  // 48x48 views, 4 cameras, 3 sequences of 2 instants, the last held out: 2 test instants.
   static void SetUpTestSuite() {
     root_ = fs::temp_directory_path() / ("mvibr-pose-render-" + std::to_string(::getpid()));
     data::PoseSceneOptions o;
-    o.width = o.height = 64;
+    o.width = o.height = kSide;
     o.n_sequences = 3;
     o.n_frames = 2;
     o.n_test_sequences = 1;
@@ -102,8 +105,8 @@ TEST_F(PoseRender, DrawsEveryCameraWithBothSkeletonsAndListsEachInstantsMpjpe) {
       EXPECT_EQ(entry["views"][c], view.name);
       const data::Image png =
           data::load_image((fs::path(report.dir) / entry["files"][c].get<std::string>()).string());
-      ASSERT_EQ(png.width, 256);  // 64 upscaled 4x
-      ASSERT_EQ(png.height, 256);
+      ASSERT_EQ(png.width, kPicture);
+      ASSERT_EQ(png.height, kPicture);
       ASSERT_EQ(png.channels, 3);
       EXPECT_EQ(png.pixels,
                 draw_pose_overlay(view, skeleton, p.joints_world, p.triangulated).pixels);
@@ -112,22 +115,20 @@ TEST_F(PoseRender, DrawsEveryCameraWithBothSkeletonsAndListsEachInstantsMpjpe) {
       for (int j = 0; j < data::kPoseJoints; ++j) {
         const Projection<double> q = project_point(
             view.camera,
-            {p.joints_world[3 * j], p.joints_world[3 * j + 1], p.joints_world[3 * j + 2]}, 64, 64);
-        predicted[2 * j] = data::upscaled_coordinate(q.u, 4);
-        predicted[2 * j + 1] = data::upscaled_coordinate(q.v, 4);
+            {p.joints_world[3 * j], p.joints_world[3 * j + 1], p.joints_world[3 * j + 2]}, kSide,
+            kSide);
+        predicted[2 * j] = data::upscaled_coordinate(q.u, kScale);
+        predicted[2 * j + 1] = data::upscaled_coordinate(q.v, kScale);
       }
       // Each true bone's midpoint that no predicted bone or joint covers is the true colour.
       for (int j = 1; j < data::kPoseJoints; ++j) {
         const int parent = skeleton[size_t(j)];
-        const double mu = data::upscaled_coordinate(
-                         (view.pose.joints_image[2 * j] + view.pose.joints_image[2 * parent]) / 2,
-                         4),
-                     mv = data::upscaled_coordinate((view.pose.joints_image[2 * j + 1] +
-                                                     view.pose.joints_image[2 * parent + 1]) /
-                                                        2,
-                                                    4);
+        const float* a = &view.pose.joints_image[2 * j];
+        const float* b = &view.pose.joints_image[2 * parent];
+        const double mu = data::upscaled_coordinate((a[0] + b[0]) / 2.0, kScale);
+        const double mv = data::upscaled_coordinate((a[1] + b[1]) / 2.0, kScale);
         const int u = int(std::lround(mu)), v = int(std::lround(mv));
-        if (u < 0 || v < 0 || u >= 256 || v >= 256) continue;
+        if (u < 0 || v < 0 || u >= kPicture || v >= kPicture) continue;
         bool covered = false;
         for (int k = 1; k < data::kPoseJoints; ++k) {
           const int kp = skeleton[size_t(k)];
@@ -135,7 +136,7 @@ TEST_F(PoseRender, DrawsEveryCameraWithBothSkeletonsAndListsEachInstantsMpjpe) {
                                       predicted[2 * kp], predicted[2 * kp + 1]) <= kJointRadius + 1;
         }
         if (covered) continue;
-        const uint8_t* pixel = &png.pixels[(size_t(v) * 256 + size_t(u)) * 3];
+        const uint8_t* pixel = &png.pixels[(size_t(v) * kPicture + size_t(u)) * 3];
         EXPECT_EQ(pixel[0], green.r) << view.name << " bone " << j;
         EXPECT_EQ(pixel[1], green.g) << view.name << " bone " << j;
         EXPECT_EQ(pixel[2], green.b) << view.name << " bone " << j;
