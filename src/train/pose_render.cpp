@@ -23,23 +23,27 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Draws a skeleton given each joint's picture coordinates [J,2] and which joints to draw.
+// Draws a skeleton given each joint's picture coordinates [J,2] and which joints to draw: first
+// its outline (every shape kOutline wider on each side, dark), then the shapes in `colour`.
 void draw_skeleton(data::Image* image, const std::vector<int>& skeleton,
                    const std::vector<double>& points, const std::vector<uint8_t>& drawn,
                    const std::vector<uint8_t>& visible, data::Rgb colour) {
-  for (size_t j = 0; j < skeleton.size(); ++j) {
-    const int parent = skeleton[j];
-    if (parent < 0 || !drawn[j] || !drawn[size_t(parent)]) continue;
-    data::draw_line(image, points[2 * j], points[2 * j + 1], points[2 * size_t(parent)],
-                    points[2 * size_t(parent) + 1], kBoneWidth, colour);
-  }
-  for (size_t j = 0; j < skeleton.size(); ++j) {
-    if (!drawn[j]) continue;
-    if (visible[j]) {
-      data::draw_disc(image, points[2 * j], points[2 * j + 1], kJointRadius, colour);
-    } else {
-      data::draw_ring(image, points[2 * j], points[2 * j + 1], kJointRadius, kHiddenJointRing,
-                      colour);
+  for (const double grow : {kOutline, 0.0}) {
+    const data::Rgb paint = grow > 0 ? kOutlineColour : colour;
+    for (size_t j = 0; j < skeleton.size(); ++j) {
+      const int parent = skeleton[j];
+      if (parent < 0 || !drawn[j] || !drawn[size_t(parent)]) continue;
+      data::draw_line(image, points[2 * j], points[2 * j + 1], points[2 * size_t(parent)],
+                      points[2 * size_t(parent) + 1], kBoneWidth + 2 * grow, paint);
+    }
+    for (size_t j = 0; j < skeleton.size(); ++j) {
+      if (!drawn[j]) continue;
+      if (visible[j]) {
+        data::draw_disc(image, points[2 * j], points[2 * j + 1], kJointRadius + grow, paint);
+      } else {
+        data::draw_ring(image, points[2 * j], points[2 * j + 1], kJointRadius,
+                        kHiddenJointRing + 2 * grow, paint);
+      }
     }
   }
 }

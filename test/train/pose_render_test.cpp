@@ -132,8 +132,9 @@ TEST_F(PoseRender, DrawsEveryCameraWithBothSkeletonsAndListsEachInstantsMpjpe) {
         bool covered = false;
         for (int k = 1; k < data::kPoseJoints; ++k) {
           const int kp = skeleton[size_t(k)];
-          covered |= segment_distance(u, v, predicted[2 * k], predicted[2 * k + 1],
-                                      predicted[2 * kp], predicted[2 * kp + 1]) <= kJointRadius + 1;
+          covered |=
+              segment_distance(u, v, predicted[2 * k], predicted[2 * k + 1], predicted[2 * kp],
+                               predicted[2 * kp + 1]) <= kJointRadius + kOutline + 1;
         }
         if (covered) continue;
         const uint8_t* pixel = &png.pixels[(size_t(v) * kPicture + size_t(u)) * 3];

@@ -1,7 +1,8 @@
 // Pictures of the pose model's held-out predictions, what `mvibr render` draws for a pose run:
 // every camera view of each instant with the true skeleton and the predicted one over it.
 // - The true skeleton (the view's labels): green bones between each joint and its parent
-//   (Scene::skeleton), visible joints as filled discs, hidden ones as hollow rings.
+//   (Scene::skeleton), visible joints as filled discs, hidden ones as hollow rings; each skeleton
+//   outlined in a dark line, so that it stands out on any background.
 // - The predicted skeleton on top: the predicted 3D joints projected with the view's camera
 //   (geom/projection.h), red bones and discs; joints that did not triangulate or lie behind the
 //   camera are left out with their bones.
@@ -23,8 +24,9 @@ namespace mvibr::train {
 
 constexpr data::Rgb kTrueSkeletonColour{40, 220, 60};
 constexpr data::Rgb kPredictedSkeletonColour{235, 40, 40};
-// Widths and radii in pixels of the upscaled picture.
-constexpr double kBoneWidth = 3, kJointRadius = 3.5, kHiddenJointRing = 1.5;
+constexpr data::Rgb kOutlineColour{20, 20, 20};  // around each skeleton, against any background
+// Widths and radii in pixels of the upscaled picture; the outline is kOutline wide.
+constexpr double kBoneWidth = 3, kJointRadius = 3.5, kHiddenJointRing = 1.5, kOutline = 1;
 
 // The upscale factor of a view width x height: the least that makes its longer side at least 384
 // pixels, at most 4 (1 for views that large).
