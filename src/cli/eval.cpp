@@ -58,8 +58,8 @@ bool parse_run_selection(const std::vector<std::string>& args, const std::string
       "run", po::value(&selection->run_dir), "the run directory `mvibr train` wrote (required)")(
       "split", po::value(&split)->default_value(split), "test | val | train")(
       "max_views", po::value(&selection->max_views)->default_value(0),
-      "the first N views of the split (0: all)")("ckpt", po::value(&selection->checkpoint),
-                                                 "this checkpoint instead of the run's newest");
+      "the first N views of the split (pose runs: instants; 0: all)")(
+      "ckpt", po::value(&selection->checkpoint), "this checkpoint instead of the run's newest");
   std::string path_views, time, instant;
   if (command == "render") {
     options.add_options()("instant", po::value(&instant),
