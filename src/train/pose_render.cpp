@@ -137,6 +137,11 @@ PoseRenderReport render_pose_run(const TrainConfig& config, const std::string& c
     slot[0] = r.mpjpe_mm;
     std::vector<const data::View*> views = {&mine[k].target};
     for (const data::View& v : mine[k].sources) views.push_back(&v);
+    if (views.size() + 1 != row) {
+      throw InvalidArgument("pose render: instant of " + mine[k].target.name + " has " +
+                            std::to_string(views.size()) + " cameras, others " +
+                            std::to_string(row - 1));
+    }
     for (size_t c = 0; c < views.size(); ++c) {
       const data::View& view = *views[c];
       const data::Image picture =
