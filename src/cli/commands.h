@@ -40,6 +40,8 @@ struct RunSelection {
   int frames = 0;
   std::vector<int> path_views;
   std::optional<int> time;
+  // `mvibr render` of a pose run: only this instant of the split (evaluate_pose's order).
+  std::optional<int> instant;
 };
 // Returns false after printing the help when --help is given; bad input is an InvalidArgument.
 bool parse_run_selection(const std::vector<std::string>& args, const std::string& command,

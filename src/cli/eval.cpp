@@ -58,15 +58,18 @@ bool parse_run_selection(const std::vector<std::string>& args, const std::string
       "run", po::value(&selection->run_dir), "the run directory `mvibr train` wrote (required)")(
       "split", po::value(&split)->default_value(split), "test | val | train")(
       "max_views", po::value(&selection->max_views)->default_value(0),
-      "the first N views of the split (0: all)")("ckpt", po::value(&selection->checkpoint),
-                                                 "this checkpoint instead of the run's newest");
-  std::string path_views, time;
+      "the first N views of the split (pose runs: instants; 0: all)")(
+      "ckpt", po::value(&selection->checkpoint), "this checkpoint instead of the run's newest");
+  std::string path_views, time, instant;
   if (command == "render") {
-    options.add_options()("path", po::value(&selection->path),
-                          "render a camera path instead: spiral (LLFF's, around the average "
-                          "camera; forward-facing scenes), orbit (NeRF's, around what the "
-                          "views look at; 360-degree scenes), interpolate (through "
-                          "--path_views) or fixed (one view's camera, over time)")(
+    options.add_options()("instant", po::value(&instant),
+                          "pose runs: only this instant of the split (0, 1, ...; in the order "
+                          "of mvibr eval)")(
+        "path", po::value(&selection->path),
+        "render a camera path instead: spiral (LLFF's, around the average "
+        "camera; forward-facing scenes), orbit (NeRF's, around what the "
+        "views look at; 360-degree scenes), interpolate (through "
+        "--path_views) or fixed (one view's camera, over time)")(
         "frames", po::value(&selection->frames),
         "frames of the path (default: 120; fixed: one per time step)")(
         "path_views", po::value(&path_views),
@@ -89,11 +92,20 @@ bool parse_run_selection(const std::vector<std::string>& args, const std::string
               << (command == "render" ? "       mvibr render --run DIR --path "
                                         "spiral|orbit|interpolate|fixed [--frames N] "
                                         "[--path_views I,J,...] [--time T|sweep] [...]\n"
+                                        "       mvibr render --run POSE_RUN [--instant I | "
+                                        "--max_views N] [...]\n"
                                       : "")
               << "\n"
               << options
               << "\nThe run's config.txt gives the model and the data; train config keys given "
                  "here override it\n(e.g. --datadir, --chunk_size; see mvibr train --help).\n";
+    if (command == "render") {
+      std::cout << "\nA pose run (model = pose) draws every camera of each instant with the true "
+                   "skeleton (green;\nhidden joints hollow) and the predicted one (red, its 3D "
+                   "joints projected), upscaled\nto at least 384 pixels (at most 4x), into "
+                   "DIR/renders/<step>/<view>.png, and lists each\ninstant's MPJPE (mm) and "
+                   "files in DIR/renders/<step>/pose_<split>.json.\n";
+    }
     return false;
   }
   if (selection->run_dir.empty()) throw InvalidArgument("mvibr " + command + " needs --run DIR");
@@ -115,6 +127,14 @@ bool parse_run_selection(const std::vector<std::string>& args, const std::string
     if (!selection->time) {
       throw InvalidArgument("--time must be a time step (0, 1, ...) or sweep, got '" + time + "'");
     }
+  }
+  if (vm.count("instant")) {
+    selection->instant = whole_number(instant);
+    if (!selection->instant) {
+      throw InvalidArgument("--instant must be an instant index (0, 1, ...), got '" + instant +
+                            "'");
+    }
+    if (selection->max_views > 0) throw InvalidArgument("--instant and --max_views contradict");
   }
   if (!path_views.empty()) {
     if (selection->path != "interpolate" && selection->path != "fixed") {

@@ -3,7 +3,9 @@
 // `mvibr eval` mean; with --path, frames of a camera path (data/camera_path.h) in
 // DIR/renders/<step>/path-<kind>/, the frames of a video. On a dynamic scene --time sets the
 // path's time: a step (bullet time) or sweep (a fixed camera over time, a camera and time path).
-// Options as eval's. Under mpirun the ranks share the views or frames.
+// A pose run's held-out instants instead: every camera with the true and the predicted skeleton
+// (train/pose_render.h), --instant one of them. Options as eval's. Under mpirun the ranks share
+// the views, frames or instants.
 #include <cstdio>
 #include <filesystem>
 
@@ -11,6 +13,7 @@
 #include "mvibr/core/error.h"
 #include "mvibr/data/shards.h"
 #include "mvibr/train/evaluate.h"
+#include "mvibr/train/pose_render.h"
 
 namespace fs = std::filesystem;
 
@@ -72,6 +75,26 @@ int render_camera_path(const RunSelection& s, dist::Communicator& world) {
   return 0;
 }
 
+int render_pose(const RunSelection& s, dist::Communicator& world) {
+  if (!s.path.empty()) {
+    throw InvalidArgument("--path is for IBRNet and DynIBaR runs; a pose run draws its instants");
+  }
+  const int first = s.instant.value_or(0), count = s.instant ? 1 : s.max_views;
+  const train::PoseRenderReport report = train::render_pose_run(
+      s.config, s.checkpoint, s.split, first, count, (fs::path(s.run_dir) / "renders").string(),
+      [](const train::PoseInstantRender& r) {
+        std::printf("instant %d %s: mpjpe %.1f mm -> %zu view(s)\n", r.instant,
+                    r.view_names[0].c_str(), r.mpjpe_mm, r.png_files.size());
+        std::fflush(stdout);
+      },
+      &world);
+  if (world.rank() != 0) return 0;
+  std::printf("drew %zu %s instant(s) at step %llu into %s (%s lists them)\n",
+              report.instants.size(), data::split_name(s.split), (unsigned long long)report.step,
+              report.dir.c_str(), report.json.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int run_render(const std::vector<std::string>& args) {
@@ -79,6 +102,8 @@ int run_render(const std::vector<std::string>& args) {
                                           const dist::Topology& topology) {
     RunSelection s;
     if (!parse_run_selection(args, "render", &s)) return 0;
+    if (s.config.model == train::ModelKind::kPose) return render_pose(s, world);
+    if (s.instant) throw InvalidArgument("--instant is for pose runs (model = pose)");
     select_rank_device(s.config, topology);
     if (!s.path.empty()) return render_camera_path(s, world);
     RenderProgressLine progress("view", world.rank(), world.size());

@@ -73,19 +73,6 @@ std::vector<double> filter_valid(const std::vector<double>& image, int height, i
   return out;
 }
 
-std::string file_safe(const std::string& name) {
-  std::string stem = name;
-  const fs::path path(name);
-  std::string ext = path.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(),
-                 [](unsigned char c) { return std::tolower(c); });
-  if (ext == ".png" || ext == ".jpg" || ext == ".jpeg") stem.resize(stem.size() - ext.size());
-  for (char& c : stem) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
-  }
-  return stem;
-}
-
 uint8_t to_byte(double x) {
   return uint8_t(std::lround(std::clamp(x, 0.0, 1.0) * 255.0));
 }
@@ -143,6 +130,19 @@ data::ReaderOptions heldout_reader_options(const TrainConfig& c, data::Split spl
 }
 
 }  // namespace
+
+std::string file_safe(const std::string& name) {
+  std::string stem = name;
+  const fs::path path(name);
+  std::string ext = path.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  if (ext == ".png" || ext == ".jpg" || ext == ".jpeg") stem.resize(stem.size() - ext.size());
+  for (char& c : stem) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+  }
+  return stem;
+}
 
 std::vector<float> pixel_rows(int width, int first_row, int rows) {
   std::vector<float> pixels(size_t(std::max(rows, 0)) * size_t(std::max(width, 0)) * 2);

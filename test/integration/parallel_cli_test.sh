@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # `mpirun -np 2 mvibr train` end to end, render and eval sharing their work between the ranks
-# (the same files as one process writes); stopping a job with `mvibr stop`, signals to the ranks
-# and a request for a step, each with a checkpoint, exit 75 and an exact resume; and the rule that
-# a training job ends, never hangs: ranks given different settings stop at start naming the key; a
-# rank that is stopped (SIGSTOP: alive but silent, which no launcher notices) ends the job through
-# the other rank's watchdog; a rank that is killed ends the job.
+# (the same files as one process writes; a pose run's pictures too); stopping a job with `mvibr
+# stop`, signals to the ranks and a request for a step, each with a checkpoint, exit 75 and an
+# exact resume; and the rule that a training job ends, never hangs: ranks given different settings
+# stop at start naming the key; a rank that is stopped (SIGSTOP: alive but silent, which no
+# launcher notices) ends the job through the other rank's watchdog; a rank that is killed ends the
+# job.
 #   parallel_cli_test.sh MVIBR_BINARY SOURCE_DIR MPIEXEC
 set -euo pipefail
 source "$2/test/integration/lib.sh"
@@ -36,6 +37,20 @@ diff -r "$work/renders-two-ranks/4/path-interpolate" "$work/runs/two/renders/4/p
 "${mpirun[@]}" "$mvibr" eval --run "$work/runs/two" >"$work/eval2.json"
 "$mvibr" eval --run "$work/runs/two" >"$work/eval1.json"
 cmp "$work/eval1.json" "$work/eval2.json" || fail "2 ranks scored the views differently"
+
+echo "== 2 ranks share the instants of a pose run's render (3: one rank draws two)"
+"$mvibr" prep --input synthetic_pose --out "$work/pose-data" --width 32 --height 32 --sequences 2 \
+  --frames 3 --test_sequences 1 >/dev/null
+"$mvibr" train --config "$source_dir/configs/pose_synthetic.txt" --datadir "$work/pose-data" \
+  --basedir "$work/runs" --expname pose --n_iters 1 --pose_batch 1 --confidence_channels 4 \
+  --confidence_hidden 8 >/dev/null
+"${mpirun[@]}" "$mvibr" render --run "$work/runs/pose" | tee "$work/pose2"
+[[ $(grep -c "^instant " "$work/pose2") -eq 3 ]] || fail "expected 3 instant lines over both ranks"
+[[ $(grep -c "^drew 3 test instant" "$work/pose2") -eq 1 ]] || fail "expected one summary (rank 0)"
+mv "$work/runs/pose/renders" "$work/pose-renders-two-ranks"
+"$mvibr" render --run "$work/runs/pose" >/dev/null
+diff -r "$work/pose-renders-two-ranks" "$work/runs/pose/renders" ||
+  fail "2 ranks drew other pictures or another list than 1"
 
 echo "== different settings on the two ranks"
 if "$mpiexec" --oversubscribe -np 1 "$mvibr" train "${small[@]}" --expname bad --n_iters 2 : \

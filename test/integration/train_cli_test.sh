@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End to end through the CLI on the built-in scene: `mvibr prep`, a short `mvibr train` with
 # held-out validation, `mvibr eval` (its JSON read by Python) and `mvibr render` (PNGs read
-# back), and bad input to all three ending in one clear line and a non-zero exit.
+# back; a pose run's skeleton pictures and their list too), and bad input to all three ending in
+# one clear line and a non-zero exit.
 #   train_cli_test.sh MVIBR_BINARY SOURCE_DIR
 set -euo pipefail
 mvibr=$1
@@ -106,6 +107,45 @@ expect_error "--path fixed takes one view in --path_views" "$mvibr" render \
   --run "$work/runs/run" --path fixed --path_views 0,1
 expect_error "unrecognised option '--path'" "$mvibr" eval --run "$work/runs/run" --path spiral
 
+echo "== render a pose run: every camera of each held-out instant, both skeletons drawn"
+"$mvibr" prep --input synthetic_pose --out "$work/pose-data" --width 32 --height 32 --sequences 2 \
+  --frames 2 --test_sequences 1 >/dev/null
+pose=(--config "$source_dir/configs/pose_synthetic.txt" --datadir "$work/pose-data"
+  --basedir "$work/runs" --pose_batch 1 --confidence_channels 4 --confidence_hidden 8)
+"$mvibr" train "${pose[@]}" --expname pose --n_iters 1 >/dev/null
+"$mvibr" render --run "$work/runs/pose" | tee "$work/pose-render"
+[[ $(grep -c "^instant [01] synthetic_pose/s01/f00[01]/c0: mpjpe " "$work/pose-render") -eq 2 ]] ||
+  fail "expected one line per test instant"
+/usr/bin/python3 -c '
+import json, os, struct, sys
+r = json.load(open(os.path.join(sys.argv[1], "pose_test.json")))
+assert r["step"] == 1 and r["upscale"] == 4, r
+assert [i["instant"] for i in r["instants"]] == [0, 1], r
+for i in r["instants"]:
+    assert 0 < i["mpjpe_mm"] < 1e5 and len(i["files"]) == 4, i
+    for name in i["files"]:
+        data = open(os.path.join(sys.argv[1], name), "rb").read()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n", name
+        assert struct.unpack(">IIBB", data[16:26]) == (128, 128, 8, 2), name
+assert len([f for f in os.listdir(sys.argv[1]) if f.endswith(".png")]) == 8
+print("pose render ok")
+' "$work/runs/pose/renders/1"
+"$mvibr" render --run "$work/runs/pose" --instant 1 \
+  --ckpt "$work/runs/pose/checkpoints/ckpt-00000001.h5" >"$work/pose-one"
+[[ $(grep -c "^instant " "$work/pose-one") -eq 1 ]] && grep -q "^instant 1 " "$work/pose-one" ||
+  fail "--instant 1 drew other instants: $(cat "$work/pose-one")"
+[[ $(grep -c '"instant": ' "$work/runs/pose/renders/1/pose_test.json") -eq 1 ]] &&
+  grep -q '"instant": 1,' "$work/runs/pose/renders/1/pose_test.json" ||
+  fail "the list does not name instant 1 alone"
+expect_error "instant 2 is not in the test split, which has instants 0 to 1" "$mvibr" render \
+  --run "$work/runs/pose" --instant 2
+expect_error "--instant and --max_views contradict" "$mvibr" render --run "$work/runs/pose" \
+  --instant 0 --max_views 1
+expect_error "--instant is for pose runs (model = pose)" "$mvibr" render --run "$work/runs/run" \
+  --instant 0
+"$mvibr" train "${pose[@]}" --expname pose_untrained --n_iters 0 >/dev/null
+expect_error "pose_untrained: no checkpoint" "$mvibr" render --run "$work/runs/pose_untrained"
+
 echo "== inspect a checkpoint"
 "$mvibr" inspect "$work/runs/run/checkpoints/ckpt-00000006.h5" | tee "$work/inspect"
 grep -q "^checkpoint at step 6: " "$work/inspect" || fail "inspect: no step"
@@ -137,6 +177,7 @@ echo "== help"
 "$mvibr" eval --help | grep -- "--max_views" >/dev/null || fail "eval --help"
 "$mvibr" render --help | grep -- "--split" >/dev/null || fail "render --help"
 "$mvibr" render --help | grep -- "--path_views" >/dev/null || fail "render --help: no path options"
+"$mvibr" render --help | grep -- "--instant" >/dev/null || fail "render --help: no pose option"
 "$mvibr" train --help | grep -- "--i_img" >/dev/null || fail "train --help"
 
 echo "== bad input"

@@ -79,6 +79,10 @@ struct ViewMetrics {
   std::string rgb_png, depth_png;  // written files, when asked for
 };
 
+// A view's name as a file name: the image extension dropped (.png, .jpg, .jpeg), characters
+// other than [A-Za-z0-9._-] become '_'.
+std::string file_safe(const std::string& name);
+
 // The model evaluation renders with: IBRNet validates and evaluates with deterministic depth
 // samples (det = true), whatever the training config says.
 TrainConfig evaluation_config(const TrainConfig& config);
