@@ -28,7 +28,7 @@ T* upload(DeviceArray<T>* buffer, const T* host, size_t count) {
 // One micro-batch's inputs, activations and gradients.
 struct DeviceBatch {
   std::unique_ptr<nn::cuda::ResUNet> backbone;
-  int instants = 0, views = 0, map_height = 0, map_width = 0;
+  int instants = 0, views = 0, height = 0, width = 0, map_height = 0, map_width = 0;
   DeviceArray<float> images, projections, maps, points, pooled, hidden, confidences, weights,
       joints;
   DeviceArray<uint8_t> triangulated;
@@ -45,6 +45,7 @@ class CudaPoseNetwork final : public PoseDeviceNetwork {
         extra_(config.confidence_channels),
         hidden_(config.confidence_hidden),
         use_confidences_(config.use_confidences),
+        recompute_(config.recompute_backbone),
         soft_argmax_(nn::SoftArgmaxOptions::for_stride(kHeatmapStride, config.heatmap_multiplier)) {
     if (config.precision != Precision::kFp32) {
       throw InvalidArgument(
@@ -86,8 +87,14 @@ class CudaPoseNetwork final : public PoseDeviceNetwork {
     const float* projections =
         upload(&b.projections, in.projections, size_t(in.instants) * size_t(in.views) * 12);
     float* maps = b.maps.reserve(BV * cells * C);
-    b.backbone->forward(context_, int(BV), in.height, in.width, images, params_.data(), maps,
-                        nullptr);
+    b.height = in.height;
+    b.width = in.width;
+    if (recompute_) {
+      for (int i = 0; i < b.instants; ++i) backbone_instant(b, i);
+    } else {
+      b.backbone->forward(context_, int(BV), in.height, in.width, images, params_.data(), maps,
+                          nullptr);
+    }
     float* points = b.points.reserve(BV * J * 2);
     nn::cuda::soft_argmax_forward(int(BV), b.map_height, b.map_width, int(C), int(J), maps,
                                   soft_argmax_, points, stream);
@@ -159,17 +166,47 @@ class CudaPoseNetwork final : public PoseDeviceNetwork {
       nn::cuda::channel_mean_backward(int(BV), int(cells), int(C), int(J), int(K), grad_pooled,
                                       grad_maps, stream);
     }
-    b.backbone->backward(context_, params_.data(), grads_.data(), grad_maps, nullptr);
+    if (recompute_) {
+      // Each instant's activations again (the same maps, rewritten), then its backward.
+      const size_t instant_maps = size_t(b.views) * cells * C;
+      for (int i = 0; i < b.instants; ++i) {
+        backbone_instant(b, i);
+        recompute_backbone_->backward(context_, params_.data(), grads_.data(),
+                                      grad_maps + size_t(i) * instant_maps, nullptr);
+      }
+    } else {
+      b.backbone->backward(context_, params_.data(), grads_.data(), grad_maps, nullptr);
+    }
+  }
+
+  size_t activation_bytes() const override {
+    size_t bytes = recompute_backbone_ ? recompute_backbone_->workspace_bytes() : 0;
+    for (const DeviceBatch& b : batches_) bytes += b.backbone ? b.backbone->workspace_bytes() : 0;
+    return bytes;
   }
 
  private:
   DeviceBatch& batch_at(int batch) {
     if (batch < 0) throw InvalidArgument("the pose model on the device: a negative micro-batch");
+    if (recompute_ && !recompute_backbone_) {
+      recompute_backbone_ = std::make_unique<nn::cuda::ResUNet>(networks_.backbone);
+    }
     while (batches_.size() <= size_t(batch)) {
       batches_.emplace_back();
-      batches_.back().backbone = std::make_unique<nn::cuda::ResUNet>(networks_.backbone);
+      if (!recompute_) {
+        batches_.back().backbone = std::make_unique<nn::cuda::ResUNet>(networks_.backbone);
+      }
     }
     return batches_[size_t(batch)];
+  }
+
+  // The shared backbone over instant i's views of `b` (into its maps).
+  void backbone_instant(DeviceBatch& b, int i) {
+    const size_t V = size_t(b.views), image = size_t(b.height) * size_t(b.width) * 3;
+    const size_t map = size_t(b.map_height) * size_t(b.map_width) * size_t(joints_ + extra_);
+    recompute_backbone_->forward(context_, b.views, b.height, b.width,
+                                 b.images.data() + size_t(i) * V * image, params_.data(),
+                                 b.maps.data() + size_t(i) * V * map, nullptr);
   }
   // The head's parameters and gradients at an offset within its block.
   const float* head(size_t offset) const {
@@ -179,7 +216,8 @@ class CudaPoseNetwork final : public PoseDeviceNetwork {
 
   PoseNetworks networks_;
   int joints_, extra_, hidden_;
-  bool use_confidences_;
+  bool use_confidences_, recompute_;
+  std::unique_ptr<nn::cuda::ResUNet> recompute_backbone_;  // recompute_: every instant's
   nn::SoftArgmaxOptions soft_argmax_;
   nn::cuda::Context context_;
   size_t count_ = 0;

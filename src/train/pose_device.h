@@ -9,10 +9,12 @@
 //   device and add_gradients adds them into the host's, which the trainer all-reduces (as
 //   DynIBaR's device networks do).
 // - Every micro-batch keeps its own activations (a backbone of its own): all of a step's forwards
-//   run before its backwards.
+//   run before its backwards. With recompute_backbone one backbone serves every instant, and the
+//   backward runs each instant's forward again before its backward.
 // - pose_cuda_network.cpp; without CUDA, make_pose_device_network throws.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -63,6 +65,8 @@ class PoseDeviceNetwork {
   // grad_points [BV,J,2] (the 2D term's) added to the points' gradients; parameter gradients
   // accumulate on the device.
   virtual void backward(int batch, const float* grad_joints, const float* grad_points) = 0;
+  // Device bytes the backbones' workspaces hold.
+  virtual size_t activation_bytes() const = 0;
 };
 
 // Throws RuntimeFailure in a build without CUDA.

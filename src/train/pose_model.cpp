@@ -74,6 +74,8 @@ struct PoseModel::State {
   nn::Adam adam;
   std::unique_ptr<PoseDeviceNetwork> device;  // device = cuda: the network runs there
   std::vector<MicroBatch> batches;
+  // recompute_backbone: the one workspace every instant's backbone pass goes through.
+  nn::ResUNet::Workspace recompute_workspace;
   size_t used_batches = 0;
   // Between begin_step and end_step: the caller's samples (or one_sample, a step of one), and
   // how many a micro-batch takes.
@@ -156,6 +158,14 @@ struct PoseModel::State {
     }
   }
 
+  // The backbone over instant i's views of `b` (into its maps) through `workspace`.
+  void backbone_instant(MicroBatch& b, int i, nn::ResUNet::Workspace* workspace) {
+    const size_t V = size_t(b.views), image = size_t(height) * size_t(width) * 3;
+    const size_t map = size_t(map_height) * size_t(map_width) * size_t(channels());
+    backbone.forward(b.views, height, width, b.images.data() + size_t(i) * V * image, workspace,
+                     b.maps.data() + size_t(i) * V * map, nullptr);
+  }
+
   // The backbone, the heads and the triangulation of loaded micro-batch `index`.
   void forward(MicroBatch* b, int index) {
     const size_t BV = size_t(b->instants) * size_t(b->views), J = size_t(joints);
@@ -174,8 +184,12 @@ struct PoseModel::State {
       return;
     }
     b->maps.resize(BV * cells * C);
-    backbone.forward(int(BV), height, width, b->images.data(), &b->workspace, b->maps.data(),
-                     nullptr);
+    if (config.recompute_backbone) {
+      for (int i = 0; i < b->instants; ++i) backbone_instant(*b, i, &recompute_workspace);
+    } else {
+      backbone.forward(int(BV), height, width, b->images.data(), &b->workspace, b->maps.data(),
+                       nullptr);
+    }
     laps.to(&times.features_forward);
     b->points.resize(BV * J * 2);
     nn::soft_argmax_forward(int(BV), map_height, map_width, int(C), int(J), b->maps.data(),
@@ -285,7 +299,17 @@ struct PoseModel::State {
                                 grad_maps.data());
     }
     laps.to(&times.aggregator_backward);
-    backbone.backward(&b->workspace, grad_maps.data(), nullptr);
+    if (config.recompute_backbone) {
+      // Each instant's activations again (the same maps, rewritten), then its backward.
+      const size_t instant_maps = size_t(b->views) * cells * C;
+      for (int i = 0; i < b->instants; ++i) {
+        backbone_instant(*b, i, &recompute_workspace);
+        backbone.backward(&recompute_workspace, grad_maps.data() + size_t(i) * instant_maps,
+                          nullptr);
+      }
+    } else {
+      backbone.backward(&b->workspace, grad_maps.data(), nullptr);
+    }
     laps.to(&times.features_backward);
   }
 };
@@ -401,6 +425,14 @@ StepResult PoseModel::end_step(const LossSums& global,
   result.psnr = std::nan("");  // no colour
   result.times = s.times;
   return result;
+}
+
+size_t PoseModel::activation_bytes() const {
+  const State& s = *state_;
+  if (s.device) return s.device->activation_bytes();
+  size_t bytes = s.recompute_workspace.bytes();
+  for (const MicroBatch& b : s.batches) bytes += b.workspace.bytes();
+  return bytes;
 }
 
 float* PoseModel::gradients() {

@@ -59,10 +59,12 @@ class GpuPoseStep : public ::testing::Test {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   }
 
-  static TrainConfig config(Device device, bool use_confidences, int pose_batch) {
+  static TrainConfig config(Device device, bool use_confidences, int pose_batch,
+                            bool recompute = false) {
     TrainConfig c = testing::small_pose_config(root_, "gpu", 1, pose_batch);
     c.device = device;
     c.use_confidences = use_confidences;
+    c.recompute_backbone = recompute;
     c.accumulation_steps = 2 / pose_batch;
     return c;
   }
@@ -94,13 +96,22 @@ double relative(double actual, double expected) {
 TEST_F(GpuPoseStep, MatchesTheCpuStep) {
   const std::vector<data::TrainingSample> samples = instants();
   ASSERT_EQ(samples.size(), 2u);
-  for (const auto& [use_confidences, micro_batches] :
-       {std::pair{true, 1}, std::pair{true, 2}, std::pair{false, 1}}) {
+  struct Case {
+    bool use_confidences;
+    int micro_batches;
+    bool recompute;  // the GPU side recomputes its backbone's activations; the CPU stores them
+  };
+  for (const Case& c :
+       {Case{true, 1, false}, Case{true, 2, false}, Case{false, 1, false}, Case{true, 1, true}}) {
+    const bool use_confidences = c.use_confidences;
+    const int micro_batches = c.micro_batches;
     SCOPED_TRACE(std::string(use_confidences ? "confidences" : "equal weights") + ", " +
-                 std::to_string(micro_batches) + " micro-batches");
+                 std::to_string(micro_batches) + " micro-batches" +
+                 (c.recompute ? ", recomputing" : ""));
     const int pose_batch = 2 / micro_batches;
     PoseModel cpu(config(Device::kCpu, use_confidences, pose_batch), data::kPoseJoints);
-    PoseModel gpu(config(Device::kCuda, use_confidences, pose_batch), data::kPoseJoints);
+    PoseModel gpu(config(Device::kCuda, use_confidences, pose_batch, c.recompute),
+                  data::kPoseJoints);
     cpu.initialize(5);
     gpu.initialize(5);
     EXPECT_FALSE(gpu.on_device());  // its gradients are the host's: all-reduced by MPI
@@ -147,9 +158,12 @@ TEST_F(GpuPoseStep, MatchesTheCpuStep) {
       EXPECT_LE(error, 2e-4) << info.name;
       worst = std::max(worst, error);
     }
-    std::printf("  %s, %d micro-batches: loss %.1e, worst gradient %.1e\n",
-                use_confidences ? "confidences" : "equal weights", micro_batches,
-                relative(actual.loss, expected.loss), worst);
+    std::printf(
+        "  %s, %d micro-batches%s: loss %.1e, worst gradient %.1e; %.2f MB of device "
+        "activations\n",
+        use_confidences ? "confidences" : "equal weights", micro_batches,
+        c.recompute ? ", recomputing" : "", relative(actual.loss, expected.loss), worst,
+        double(gpu.activation_bytes()) / 1e6);
 
     const std::vector<PosePrediction> want = cpu.predict(samples), got = gpu.predict(samples);
     ASSERT_EQ(got.size(), want.size());

@@ -89,6 +89,29 @@ TEST_F(PoseTraining, MicroBatchesOfBTrainAsOneBatchOfTwoB) {
             0.0f);
 }
 
+// recompute_backbone: the backward runs each instant's backbone forward again instead of keeping
+// the micro-batch's activations. The same loss and gradients, to summation order (each instant's
+// weight gradients are summed apart), with one instant's activations kept instead of two.
+TEST_F(PoseTraining, RecomputingTheBackboneGivesTheStoredGradients) {
+  const std::vector<data::TrainingSample> samples =
+      pose_instants((root_ / "data").string(), data::Split::kTrain, 2);
+  ASSERT_EQ(samples.size(), 2u);
+  const TrainConfig stored_config = testing::small_pose_config(root_, "stored", 1, 2);
+  TrainConfig recompute_config = stored_config;
+  recompute_config.recompute_backbone = true;
+  PoseModel stored(stored_config, data::kPoseJoints);
+  PoseModel recomputed(recompute_config, data::kPoseJoints);
+  stored.initialize(3);
+  recomputed.initialize(3);
+  const StepResult a = stored.train_step(samples), b = recomputed.train_step(samples);
+  EXPECT_LE(std::abs(a.loss - b.loss), 1e-6 * std::abs(a.loss));
+  EXPECT_LE(normwise_relative_error(recomputed.parameters().grads(), stored.parameters().grads()),
+            1e-5);
+  EXPECT_LT(double(recomputed.activation_bytes()), 0.6 * double(stored.activation_bytes()));
+  std::printf("  backbone activations: %.2f MB stored, %.2f MB recomputing\n",
+              double(stored.activation_bytes()) / 1e6, double(recomputed.activation_bytes()) / 1e6);
+}
+
 // A short run on the built-in pose set (1000 steps of 4 instants, 32 training instants of 8
 // bodies, 30 s on 2 cores): the held-out sequences' MPJPE falls below the mean training pose's,
 // which knows no image (here 240 against 289 mm). configs/pose_synthetic.txt, with 6x the data at
@@ -100,6 +123,7 @@ TEST_F(PoseTraining, AShortRunBeatsTheMeanPose) {
   config.confidence_channels = 16;
   config.i_img = 1000;
   config.lrate_feature = config.lrate_mlp = 1e-3;
+  config.conv_algorithm = nn::ConvAlgorithm::kWinograd;  // as configs/pose_synthetic.txt
   const TrainSummary summary = train(config, log);
   const PoseEvalReport trained =
       evaluate_pose_run(config, summary.last_checkpoint, data::Split::kTest, 0);

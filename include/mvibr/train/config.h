@@ -93,12 +93,14 @@ struct TrainConfig {
   // The pose model (model = pose; train/pose_model.h): instants per micro-batch, the backbone's
   // extra channels that feed the confidence head and its hidden width, the soft-argmax's
   // multiplier (learnable triangulation's heatmap_multiplier), the 2D term's weight, and whether
-  // the triangulation weighs views by confidence (else every view alike).
+  // the triangulation weighs views by confidence (else every view alike), and whether the
+  // backbone's activations are recomputed in the backward, an instant at a time.
   int pose_batch = 4;
   int confidence_channels = 16, confidence_hidden = 32;
   double heatmap_multiplier = 100;
   double w_joints_2d = 1;
   bool use_confidences = true;
+  bool recompute_backbone = false;
   // Data parallelism. A step's global batch is N_rand x accumulation_steps x ranks rays: each
   // rank takes its own target view and accumulates accumulation_steps micro-steps of N_rand of
   // its rays before the update (memory for N_rand rays, the batch of all of them).

@@ -100,6 +100,10 @@ class PoseModel final : public TrainableModel {
               const std::function<void(int, int)>& on_chunk = {},
               RenderedParts* parts = nullptr) override;
 
+  // Bytes the backbone's workspaces hold for the backward (host memory, or device memory with
+  // device = cuda): every micro-batch's, or with recompute_backbone one instant's.
+  size_t activation_bytes() const;
+
   // The prediction for each instant, without gradients.
   std::vector<PosePrediction> predict(const std::vector<data::TrainingSample>& samples);
   // begin_step, accumulate and end_step over `samples` as one micro-batch with its own sums: one
