@@ -68,14 +68,19 @@ TEST_F(PoseTraining, StoppedAndResumedRunsReachTheSameParameters) {
 }
 
 // The trainer adds every rank's and micro-step's loss sums, then each backward divides by the
-// global counts: two micro-batches of one instant give the gradients of one batch of two.
-TEST_F(PoseTraining, MicroBatchesOfBTrainAsOneBatchOfTwoB) {
-  const std::vector<data::TrainingSample> samples =
-      pose_instants((root_ / "data").string(), data::Split::kTrain, 2);
+// global counts: two micro-batches of one instant give the gradients of one batch of two, with
+// cross-view fusion (both paths' sums) too.
+void check_micro_batches(const fs::path& root, bool fusion) {
+  SCOPED_TRACE(fusion ? "with fusion" : "without fusion");
+  const std::string data_dir = (root / "data").string();
+  const std::vector<data::TrainingSample> samples = pose_instants(data_dir, data::Split::kTrain, 2);
   ASSERT_EQ(samples.size(), 2u);
-  TrainConfig split_config = testing::small_pose_config(root_, "split", 1, 1);
+  TrainConfig split_config = testing::small_pose_config(root, "split", 1, 1);
   split_config.accumulation_steps = 2;
-  PoseModel split(split_config, data::kPoseJoints), whole(split_config, data::kPoseJoints);
+  split_config.cross_view_fusion = fusion;
+  const PoseRig rig = pose_rig(data::read_scene_index(data_dir).scene);
+  PoseModel split(split_config, data::kPoseJoints, rig),
+      whole(split_config, data::kPoseJoints, rig);
   split.initialize(3);
   whole.initialize(3);
   split.begin_step(samples);
@@ -90,6 +95,11 @@ TEST_F(PoseTraining, MicroBatchesOfBTrainAsOneBatchOfTwoB) {
   EXPECT_LE(error, 1e-5) << "summation order alone";
   EXPECT_GT(*std::max_element(whole.parameters().grads().begin(), whole.parameters().grads().end()),
             0.0f);
+}
+
+TEST_F(PoseTraining, MicroBatchesOfBTrainAsOneBatchOfTwoB) {
+  check_micro_batches(root_, false);
+  check_micro_batches(root_, true);
 }
 
 // A model with cross-view fusion scores itself with and without it, and the scores without it are
