@@ -213,11 +213,15 @@ void write_eval_report(const RunSelection& s, const train::EvalReport& report) {
   std::cout << out.dump(2) << "\n";
 }
 
-// The pose model's scores as JSON on standard output and in DIR/eval-<step>[-<split>].json.
+// The pose model's scores as JSON on standard output and in DIR/eval-<step>[-<split>].json; with
+// cross-view fusion, the same scores of the raw heatmaps in "without_fusion".
 void write_pose_report(const RunSelection& s, const train::PoseEvalReport& r) {
-  nlohmann::json pck = nlohmann::json::array();
-  for (double p : r.pck_per_camera) pck.push_back(number(p));
-  const nlohmann::json out = {
+  const auto numbers = [](const std::vector<double>& values) {
+    nlohmann::json list = nlohmann::json::array();
+    for (double v : values) list.push_back(number(v));
+    return list;
+  };
+  nlohmann::json out = {
       {"step", r.step},
       {"split", data::split_name(s.split)},
       {"checkpoint", s.checkpoint},
@@ -231,7 +235,14 @@ void write_pose_report(const RunSelection& s, const train::PoseEvalReport& r) {
       {"baseline_mpjpe_relative_mm", number(r.baseline_mpjpe_relative_mm)},
       {"pck_threshold_px", r.pck_threshold_px},
       {"pck", number(r.pck)},
-      {"pck_per_camera", pck}};
+      {"pck_per_camera", numbers(r.pck_per_camera)},
+      {"cross_view_fusion", r.cross_view_fusion}};
+  if (r.cross_view_fusion) {
+    out["without_fusion"] = {{"mpjpe_mm", number(r.mpjpe_without_fusion_mm)},
+                             {"mpjpe_relative_mm", number(r.mpjpe_relative_without_fusion_mm)},
+                             {"pck", number(r.pck_without_fusion)},
+                             {"pck_per_camera", numbers(r.pck_per_camera_without_fusion)}};
+  }
   std::string file = "eval-" + std::to_string(r.step);
   if (s.split != data::Split::kTest) file += std::string("-") + data::split_name(s.split);
   write_file_atomically((fs::path(s.run_dir) / (file + ".json")).string(), out.dump(2) + "\n");

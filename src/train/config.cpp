@@ -363,6 +363,9 @@ const std::vector<Key>& keys() {
        {[](const C& c) { return c.w_joints_2d >= 0; }, "must be >= 0"}},
       {"use_confidences", "pose", &C::use_confidences,
        "weigh each view's equations by its learned confidence (else all alike)"},
+      {"cross_view_fusion", "pose", &C::cross_view_fusion,
+       "fuse each view's heatmaps with learned maps of the other views' (Qiu et al. 2019); the "
+       "loss then also trains the raw heatmaps"},
       {"recompute_backbone", "pose", &C::recompute_backbone,
        "gradient checkpointing: keep no backbone activations, run each instant's forward again "
        "in the backward (one instant's activations in memory, one more forward)"},

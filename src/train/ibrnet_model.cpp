@@ -56,7 +56,8 @@ std::unique_ptr<TrainableModel> make_model(const TrainConfig& config) {
           "synthetic_pose); " +
           config.datadir + " has no skeleton");
     }
-    return std::make_unique<PoseModel>(config, int(index.scene.skeleton.size()));
+    return std::make_unique<PoseModel>(config, int(index.scene.skeleton.size()),
+                                       pose_rig(index.scene));
   }
   return std::make_unique<IbrnetModel>(config);
 }

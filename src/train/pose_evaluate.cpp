@@ -28,8 +28,8 @@ double joint_distance(const double* a, const double* b, size_t j, bool relative)
   return std::sqrt(squared);
 }
 
-// The sums the ranks add: instants, joints, six error sums, then per camera visible joints and
-// those within the PCK threshold.
+// The sums the ranks add: instants, joints, eight error sums, then per camera visible joints and
+// those within the PCK threshold, with and without fusion.
 enum Sum {
   kInstants,
   kJoints,
@@ -39,8 +39,27 @@ enum Sum {
   kErrorRelativeEqual,
   kBaseline,
   kBaselineRelative,
+  kErrorRaw,
+  kErrorRelativeRaw,
   kCameraSums
 };
+constexpr size_t kSumsPerCamera = 3;  // visible, within, within without fusion
+
+// Counts the visible joints of `joints_image` [V,J,2] within `threshold` of the labels into each
+// camera's sum number `slot` (1: the model's joints, 2: without fusion).
+void add_pck(const std::vector<const data::View*>& views, const std::vector<float>& joints_image,
+             double threshold, size_t slot, std::vector<double>* sums) {
+  const size_t J = views[0]->pose.visible.size();
+  for (size_t c = 0; c < views.size(); ++c) {
+    const data::PoseLabels& labels = views[c]->pose;
+    for (size_t j = 0; j < J; ++j) {
+      if (!labels.visible[j]) continue;
+      const double du = double(joints_image[(c * J + j) * 2]) - labels.joints_image[2 * j];
+      const double dv = double(joints_image[(c * J + j) * 2 + 1]) - labels.joints_image[2 * j + 1];
+      if (std::hypot(du, dv) <= threshold) (*sums)[kCameraSums + kSumsPerCamera * c + slot] += 1;
+    }
+  }
+}
 
 }  // namespace
 
@@ -81,7 +100,8 @@ PoseEvalReport evaluate_pose(PoseModel& model, const std::vector<data::TrainingS
     comm->all_reduce(&most, 1, dist::ReduceOp::kMax);
     cameras = size_t(most);
   }
-  std::vector<double> sums(kCameraSums + 2 * cameras, 0.0);
+  const bool fusion = model.cross_view_fusion();
+  std::vector<double> sums(kCameraSums + kSumsPerCamera * cameras, 0.0);
   const std::vector<PosePrediction> predictions = model.predict(samples);
   double width = 0;
   for (size_t i = 0; i < samples.size(); ++i) {
@@ -109,8 +129,11 @@ PoseEvalReport evaluate_pose(PoseModel& model, const std::vector<data::TrainingS
     const std::vector<double> equal_joints(equal.begin(), equal.end());
     const double* truth = sample.target.pose.joints_world.data();
     sums[kInstants] += 1;
+    const auto counted = [&](size_t j) {
+      return p.triangulated[j] && equal_ok[j] && (!fusion || p.raw_triangulated[j]);
+    };
     for (size_t j = 0; j < J; ++j) {
-      if (!p.triangulated[j] || !p.triangulated[0] || !equal_ok[j] || !equal_ok[0]) continue;
+      if (!counted(j) || !counted(0)) continue;
       sums[kJoints] += 1;
       sums[kError] += joint_distance(p.joints_world.data(), truth, j, false);
       sums[kErrorRelative] += joint_distance(p.joints_world.data(), truth, j, true);
@@ -119,19 +142,18 @@ PoseEvalReport evaluate_pose(PoseModel& model, const std::vector<data::TrainingS
       sums[kBaseline] += joint_distance(baseline.absolute.data(), truth, j, false);
       // The mean relative pose placed at the true root: the relative distance of that.
       sums[kBaselineRelative] += joint_distance(baseline.relative.data(), truth, j, true);
-    }
-    const double threshold = kPckFraction * width;
-    for (size_t c = 0; c < cameras; ++c) {
-      const data::PoseLabels& labels = views[c]->pose;
-      for (size_t j = 0; j < J; ++j) {
-        if (!labels.visible[j]) continue;
-        const double du = double(p.joints_image[(c * J + j) * 2]) - labels.joints_image[2 * j];
-        const double dv =
-            double(p.joints_image[(c * J + j) * 2 + 1]) - labels.joints_image[2 * j + 1];
-        sums[kCameraSums + 2 * c] += 1;
-        if (std::hypot(du, dv) <= threshold) sums[kCameraSums + 2 * c + 1] += 1;
+      if (fusion) {
+        sums[kErrorRaw] += joint_distance(p.raw_joints_world.data(), truth, j, false);
+        sums[kErrorRelativeRaw] += joint_distance(p.raw_joints_world.data(), truth, j, true);
       }
     }
+    for (size_t c = 0; c < cameras; ++c) {
+      const std::vector<uint8_t>& visible = views[c]->pose.visible;
+      sums[kCameraSums + kSumsPerCamera * c] +=
+          double(std::count_if(visible.begin(), visible.end(), [](uint8_t v) { return v != 0; }));
+    }
+    add_pck(views, p.joints_image, kPckFraction * width, 1, &sums);
+    if (fusion) add_pck(views, p.raw_joints_image, kPckFraction * width, 2, &sums);
   }
   if (comm != nullptr && comm->size() > 1) {
     comm->all_reduce(sums.data(), sums.size(), dist::ReduceOp::kSum);
@@ -148,14 +170,24 @@ PoseEvalReport evaluate_pose(PoseModel& model, const std::vector<data::TrainingS
   r.baseline_mpjpe_mm = sums[kBaseline] * per_joint;
   r.baseline_mpjpe_relative_mm = sums[kBaselineRelative] * per_joint;
   r.pck_threshold_px = kPckFraction * width;
-  double visible = 0, within = 0;
+  double visible = 0, within = 0, within_raw = 0;
   for (size_t c = 0; c < cameras; ++c) {
-    const double v = sums[kCameraSums + 2 * c], w = sums[kCameraSums + 2 * c + 1];
-    r.pck_per_camera.push_back(v > 0 ? w / v : NAN);
-    visible += v;
-    within += w;
+    const double* camera = &sums[kCameraSums + kSumsPerCamera * c];
+    r.pck_per_camera.push_back(camera[0] > 0 ? camera[1] / camera[0] : NAN);
+    if (fusion) {
+      r.pck_per_camera_without_fusion.push_back(camera[0] > 0 ? camera[2] / camera[0] : NAN);
+    }
+    visible += camera[0];
+    within += camera[1];
+    within_raw += camera[2];
   }
   r.pck = visible > 0 ? within / visible : NAN;
+  if (fusion) {
+    r.cross_view_fusion = true;
+    r.mpjpe_without_fusion_mm = sums[kErrorRaw] * per_joint;
+    r.mpjpe_relative_without_fusion_mm = sums[kErrorRelativeRaw] * per_joint;
+    r.pck_without_fusion = visible > 0 ? within_raw / visible : NAN;
+  }
   return r;
 }
 
@@ -186,7 +218,7 @@ PoseEvalReport evaluate_pose_run(const TrainConfig& config, const std::string& c
   if (index.scene.skeleton.empty()) {
     throw InvalidArgument(config.datadir + ": not a pose data set (no skeleton)");
   }
-  PoseModel model(config, int(index.scene.skeleton.size()));
+  PoseModel model(config, int(index.scene.skeleton.size()), pose_rig(index.scene));
   const uint64_t step = load_weights(checkpoint, &model.parameters());
   const int rank = comm != nullptr ? comm->rank() : 0, ranks = comm != nullptr ? comm->size() : 1;
   const std::vector<data::TrainingSample> mine =

@@ -1,19 +1,21 @@
-// The multi-view pose model (see pose_model.h): the backbone, the two heads, the triangulation
-// and the loss, forward per micro-batch and backward at end_step, when the global loss sums are
-// known. With device = cuda the network runs on the GPU (pose_device.h) and the loss, its
-// gradients with respect to the joints and the optimiser stay here. Phases are charged as
-// features (the backbone; on the GPU the whole network), aggregator (the heads and the
-// triangulation) and composite (the loss) forward and backward.
+// The multi-view pose model (see pose_model.h): the backbone, the two heads, the cross-view
+// fusion, the triangulation and the loss, forward per micro-batch and backward at end_step, when
+// the global loss sums are known. With device = cuda the network runs on the GPU
+// (pose_device.h) and the loss, its gradients with respect to the joints and the optimiser stay
+// here. Phases are charged as features (the backbone; on the GPU the whole network), aggregator
+// (the heads, the fusion and the triangulation) and composite (the loss) forward and backward.
 #include "mvibr/train/pose_model.h"
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "mvibr/core/error.h"
 #include "mvibr/data/shards.h"
 #include "mvibr/geom/triangulation.h"
 #include "mvibr/nn/channel_mean.h"
+#include "mvibr/nn/cross_view_fusion.h"
 #include "mvibr/nn/feature_net.h"
 #include "mvibr/nn/layers.h"
 #include "mvibr/nn/optimizer.h"
@@ -31,11 +33,37 @@ nn::ResUNetOptions pose_backbone_options(const TrainConfig& c, int joints) {
   return o;
 }
 
-PoseSums PoseSums::from(const LossSums& sums) {
-  if (sums.size() != 5) {
-    throw InvalidArgument("pose loss sums: " + std::to_string(sums.size()) + " values, expected 5");
+LossSums PoseSums::values(bool fusion) const {
+  LossSums sums = {joints_3d_l1, joints_3d, joints_2d_l1, joints_2d, joint_error};
+  if (fusion) {
+    sums.insert(sums.end(), {raw_joints_3d_l1, raw_joints_3d, raw_joints_2d_l1, raw_joint_error});
   }
-  return {sums[0], sums[1], sums[2], sums[3], sums[4]};
+  return sums;
+}
+
+PoseSums PoseSums::from(const LossSums& sums) {
+  if (sums.size() != 5 && sums.size() != 9) {
+    throw InvalidArgument("pose loss sums: " + std::to_string(sums.size()) +
+                          " values, expected 5 (9 with fusion)");
+  }
+  PoseSums s{sums[0], sums[1], sums[2], sums[3], sums[4]};
+  if (sums.size() == 9) {
+    s.raw_joints_3d_l1 = sums[5];
+    s.raw_joints_3d = sums[6];
+    s.raw_joints_2d_l1 = sums[7];
+    s.raw_joint_error = sums[8];
+  }
+  return s;
+}
+
+PoseRig pose_rig(const data::Scene& scene) {
+  for (size_t i = 0; i < scene.views.size(); ++i) {
+    const data::View& v = scene.views[i];
+    if (v.target) {
+      return {int(scene.neighbours[i].size()) + 1, v.camera.width, v.camera.height};
+    }
+  }
+  throw InvalidArgument("pose data set " + scene.name + " has no instant (no target view)");
 }
 
 namespace {
@@ -54,13 +82,35 @@ struct MicroBatch {
   std::vector<uint8_t> visible;       // [BV,J]
   nn::ResUNet::Workspace workspace;
   std::vector<float> maps;            // [BV,Hf,Wf,J+K]
-  std::vector<float> points;          // [BV,J,2] pixels
+  std::vector<float> points;          // [BV,J,2] pixels (with fusion, of the fused heatmaps)
   std::vector<float> pooled, hidden;  // [BV,K], [BV,hidden] after ReLU
   std::vector<float> confidences;     // [BV,J] after the sigmoid
   std::vector<float> weights;         // [B,V,J] normalised over views
   std::vector<float> joints;          // [B,J,3]
   std::vector<uint8_t> triangulated;  // [B,J]
+  // With fusion: the J heatmaps as rows of cells [V,B,J,Hf Wf], their fusion, and the raw path:
+  // the raw heatmaps' 2D joints [BV,J,2] and their triangulation [B,J,3], [B,J].
+  std::vector<float> heatmap_rows, fused_rows;
+  std::vector<float> raw_points, raw_joints;
+  std::vector<uint8_t> raw_triangulated;
 };
+
+// One path's loss sums: from its 2D joints, 3D joints and which of them triangulated.
+struct PathSums {
+  double joints_3d_l1 = 0, joints_3d = 0, joints_2d_l1 = 0, joints_2d = 0, joint_error = 0;
+};
+
+// [B,V,J,2] and [V,B,J,2] into each other: `from` has `outer` x `inner` blocks of J points, `to`
+// takes them transposed.
+void transpose_points(size_t outer, size_t inner, size_t joints, const float* from, float* to) {
+  const size_t block = 2 * joints;
+  for (size_t o = 0; o < outer; ++o) {
+    for (size_t i = 0; i < inner; ++i) {
+      std::copy(from + (o * inner + i) * block, from + (o * inner + i + 1) * block,
+                to + (i * outer + o) * block);
+    }
+  }
+}
 
 }  // namespace
 
@@ -71,6 +121,9 @@ struct PoseModel::State {
   nn::ResUNet backbone;
   nn::ParameterBlock head_block;
   nn::Linear head_hidden, head_out;
+  PoseRig rig;
+  nn::ParameterBlock fusion_block;
+  std::optional<nn::CrossViewFusion> fusion;
   nn::Adam adam;
   std::unique_ptr<PoseDeviceNetwork> device;  // device = cuda: the network runs there
   std::vector<MicroBatch> batches;
@@ -87,18 +140,43 @@ struct PoseModel::State {
   PhaseLaps laps;
   double step_mpjpe_mm = std::nan("");  // of the last step's instants
 
-  State(const TrainConfig& c, int j)
+  State(const TrainConfig& c, int j, const PoseRig& r)
       : config(c),
         joints(j),
         backbone(pose_backbone_options(c, j), &parameters, "backbone."),
         head_block(parameters, "confidence.", nn::ParameterGroup::kMlp),
         head_hidden(head_block, "0", c.confidence_channels, c.confidence_hidden),
         head_out(head_block, "2", c.confidence_hidden, j),
+        rig(r),
+        fusion_block(parameters, "fusion.", nn::ParameterGroup::kMlp),
+        fusion(make_fusion(c, r, fusion_block)),
         adam(parameters, nn::AdamOptions{}) {
+    if (rig.width > 0 && rig.height > 0) {
+      height = rig.height;
+      width = rig.width;
+      std::tie(map_height, map_width) = nn::ResUNet::output_size(height, width);
+    }
     if (runs_on_device(c)) {
+      if (fusion) {
+        throw InvalidArgument(
+            "cross_view_fusion runs on the CPU only for now: set device = cpu or "
+            "cross_view_fusion = false");
+      }
       device =
           make_pose_device_network(c, PoseNetworks{backbone, head_block, head_hidden, head_out});
     }
+  }
+
+  static std::optional<nn::CrossViewFusion> make_fusion(const TrainConfig& c, const PoseRig& rig,
+                                                        nn::ParameterBlock& block) {
+    if (!c.cross_view_fusion) return std::nullopt;
+    if (rig.cameras < 2 || rig.width < 1 || rig.height < 1) {
+      throw InvalidArgument(
+          "cross_view_fusion needs the data set's camera rig: two or more cameras and their "
+          "image size");
+    }
+    const auto [map_height, map_width] = nn::ResUNet::output_size(rig.height, rig.width);
+    return nn::CrossViewFusion(block, rig.cameras, map_height * map_width);
   }
 
   int channels() const { return joints + config.confidence_channels; }
@@ -107,11 +185,15 @@ struct PoseModel::State {
   }
 
   // The instants' images, cameras and labels into `b`, checking that they agree in size,
-  // cameras and joints.
+  // cameras and joints (and with fusion, with the rig).
   void load(const data::TrainingSample* samples, size_t count, MicroBatch* b) {
     b->instants = int(count);
     b->views = int(samples[0].sources.size()) + 1;
     const data::View& first = samples[0].target;
+    if (fusion && b->views != rig.cameras) {
+      throw InvalidArgument("pose sample of " + first.name + " has " + std::to_string(b->views) +
+                            " cameras, the fusion's rig " + std::to_string(rig.cameras));
+    }
     if (height == 0) {
       height = first.camera.height;
       width = first.camera.width;
@@ -158,6 +240,38 @@ struct PoseModel::State {
     }
   }
 
+  // f(m, r) for every heatmap cell: m its index in the maps [BV,Hf,Wf,C], r in the heatmap rows
+  // [V,B,J,Hf Wf].
+  template <typename Visit>
+  void for_each_heatmap_cell(const MicroBatch& b, Visit f) const {
+    const size_t B = size_t(b.instants), V = size_t(b.views), J = size_t(joints);
+    const size_t C = size_t(channels()), cells = size_t(map_height) * size_t(map_width);
+    for (size_t i = 0; i < B; ++i) {
+      for (size_t v = 0; v < V; ++v) {
+        for (size_t j = 0; j < J; ++j) {
+          const size_t map = (i * V + v) * cells * C + j, row = ((v * B + i) * J + j) * cells;
+          for (size_t cell = 0; cell < cells; ++cell) f(map + cell * C, row + cell);
+        }
+      }
+    }
+  }
+
+  // The fusion of the raw heatmaps and the fused heatmaps' 2D joints into b->points.
+  void fuse(MicroBatch* b) {
+    const int BJ = b->instants * joints, cells = map_height * map_width;
+    const size_t rows = size_t(b->views) * size_t(BJ) * size_t(cells);
+    b->heatmap_rows.resize(rows);
+    b->fused_rows.resize(rows);
+    for_each_heatmap_cell(*b, [&](size_t m, size_t r) { b->heatmap_rows[r] = b->maps[m]; });
+    fusion->forward(fusion_block.values(), b->views, BJ, cells, b->heatmap_rows.data(),
+                    b->fused_rows.data());
+    std::vector<float> points(b->points.size());  // [V,B,J,2]
+    nn::soft_argmax_forward(b->views * BJ, map_height, map_width, 1, 1, b->fused_rows.data(),
+                            soft_argmax_options(), points.data());
+    transpose_points(size_t(b->views), size_t(b->instants), size_t(joints), points.data(),
+                     b->points.data());
+  }
+
   // The backbone over instant i's views of `b` (into its maps) through `workspace`.
   void backbone_instant(MicroBatch& b, int i, nn::ResUNet::Workspace* workspace) {
     const size_t V = size_t(b.views), image = size_t(height) * size_t(width) * 3;
@@ -166,7 +280,7 @@ struct PoseModel::State {
                      b.maps.data() + size_t(i) * V * map, nullptr);
   }
 
-  // The backbone, the heads and the triangulation of loaded micro-batch `index`.
+  // The backbone, the heads, the fusion and the triangulation of loaded micro-batch `index`.
   void forward(MicroBatch* b, int index) {
     const size_t BV = size_t(b->instants) * size_t(b->views), J = size_t(joints);
     const size_t K = size_t(config.confidence_channels), C = size_t(channels());
@@ -192,8 +306,11 @@ struct PoseModel::State {
     }
     laps.to(&times.features_forward);
     b->points.resize(BV * J * 2);
+    std::vector<float>& raw_points = fusion ? b->raw_points : b->points;
+    raw_points.resize(BV * J * 2);
     nn::soft_argmax_forward(int(BV), map_height, map_width, int(C), int(J), b->maps.data(),
-                            soft_argmax_options(), b->points.data());
+                            soft_argmax_options(), raw_points.data());
+    if (fusion) fuse(b);
     b->weights.resize(BV * J);
     if (config.use_confidences) {
       // The confidence head: the mean of each extra channel over the map, then the MLP.
@@ -215,17 +332,27 @@ struct PoseModel::State {
     b->triangulated.resize(size_t(b->instants) * J);
     cpu::triangulate_joints(b->instants, b->views, int(J), b->projections.data(), b->points.data(),
                             b->weights.data(), b->joints.data(), b->triangulated.data());
+    if (fusion) {
+      b->raw_joints.resize(b->joints.size());
+      b->raw_triangulated.resize(b->triangulated.size());
+      cpu::triangulate_joints(b->instants, b->views, int(J), b->projections.data(),
+                              b->raw_points.data(), b->weights.data(), b->raw_joints.data(),
+                              b->raw_triangulated.data());
+    }
     laps.to(&times.aggregator_forward);
   }
 
-  PoseSums sums(const MicroBatch& b) const {
-    PoseSums s;
+  // One path's sums: its 2D joints [BV,J,2], 3D joints [B,J,3] and which triangulated [B,J].
+  PathSums path_sums(const MicroBatch& b, const std::vector<float>& points,
+                     const std::vector<float>& joints_3d,
+                     const std::vector<uint8_t>& triangulated) const {
+    PathSums s;
     const size_t J = size_t(joints);
     for (size_t i = 0; i < size_t(b.instants) * J; ++i) {
-      if (!b.triangulated[i]) continue;
+      if (!triangulated[i]) continue;
       double squared = 0;
       for (size_t k = 3 * i; k < 3 * i + 3; ++k) {
-        const double d = double(b.joints[k]) - b.joints_true[k];
+        const double d = double(joints_3d[k]) - b.joints_true[k];
         s.joints_3d_l1 += std::abs(d);
         squared += d * d;
       }
@@ -235,53 +362,120 @@ struct PoseModel::State {
     for (size_t i = 0; i < b.visible.size(); ++i) {
       if (!b.visible[i]) continue;
       for (size_t k = 2 * i; k < 2 * i + 2; ++k) {
-        s.joints_2d_l1 += std::abs(double(b.points[k]) - double(b.joints_2d_true[k])) / width;
+        s.joints_2d_l1 += std::abs(double(points[k]) - double(b.joints_2d_true[k])) / width;
       }
       s.joints_2d += 1;
     }
     return s;
   }
 
-  // The gradients of loss = 3D L1 / joints_3d + w_joints_2d * 2D L1 / joints_2d (the global
-  // counts) through the micro-batch into the parameters.
+  PoseSums sums(const MicroBatch& b) const {
+    const PathSums main = path_sums(b, b.points, b.joints, b.triangulated);
+    PoseSums s{main.joints_3d_l1, main.joints_3d, main.joints_2d_l1, main.joints_2d,
+               main.joint_error};
+    if (fusion) {
+      const PathSums raw = path_sums(b, b.raw_points, b.raw_joints, b.raw_triangulated);
+      s.raw_joints_3d_l1 = raw.joints_3d_l1;
+      s.raw_joints_3d = raw.joints_3d;
+      s.raw_joints_2d_l1 = raw.joints_2d_l1;
+      s.raw_joint_error = raw.joint_error;
+    }
+    return s;
+  }
+
+  // One path's part of the loss, 3D L1 / joints_3d + w_joints_2d * 2D L1 / joints_2d (the global
+  // counts): its gradients with respect to the 3D joints [B,J,3] and, the 2D term's, the 2D
+  // joints [BV,J,2] (both overwritten).
+  void path_loss_gradients(const MicroBatch& b, const std::vector<float>& points,
+                           const std::vector<float>& joints_3d,
+                           const std::vector<uint8_t>& triangulated, double global_joints_3d,
+                           double global_joints_2d, std::vector<float>* grad_joints,
+                           std::vector<float>* grad_points_2d) const {
+    const auto sign = [](double d) { return double((d > 0) - (d < 0)); };
+    grad_joints->assign(joints_3d.size(), 0.0f);
+    const double per_joint = global_joints_3d > 0 ? 1.0 / global_joints_3d : 0.0;
+    for (size_t i = 0; i < triangulated.size(); ++i) {
+      if (!triangulated[i]) continue;
+      for (size_t k = 3 * i; k < 3 * i + 3; ++k) {
+        (*grad_joints)[k] = float(per_joint * sign(double(joints_3d[k]) - b.joints_true[k]));
+      }
+    }
+    grad_points_2d->assign(points.size(), 0.0f);
+    const double per_visible =
+        global_joints_2d > 0 ? config.w_joints_2d / (global_joints_2d * width) : 0.0;
+    for (size_t i = 0; i < b.visible.size(); ++i) {
+      if (!b.visible[i]) continue;
+      for (size_t k = 2 * i; k < 2 * i + 2; ++k) {
+        (*grad_points_2d)[k] =
+            float(per_visible * sign(double(points[k]) - double(b.joints_2d_true[k])));
+      }
+    }
+  }
+
+  // One path's loss back to its 2D joints and the triangulation weights (both overwritten).
+  void path_backward(const MicroBatch& b, const std::vector<float>& points,
+                     const std::vector<float>& joints_3d, const std::vector<uint8_t>& triangulated,
+                     double global_joints_3d, double global_joints_2d, float* grad_points,
+                     float* grad_weights) {
+    laps.to(&times.aggregator_backward);  // what the backward did before this path
+    std::vector<float> grad_joints, grad_points_2d;
+    path_loss_gradients(b, points, joints_3d, triangulated, global_joints_3d, global_joints_2d,
+                        &grad_joints, &grad_points_2d);
+    laps.to(&times.composite_backward);
+    cpu::triangulate_joints_backward(b.instants, b.views, joints, b.projections.data(),
+                                     points.data(), b.weights.data(), grad_joints.data(),
+                                     grad_points, grad_weights);
+    for (size_t k = 0; k < grad_points_2d.size(); ++k) grad_points[k] += grad_points_2d[k];
+  }
+
+  // The fused path's 2D joint gradients [BV,J,2] back through the soft-argmax and the fusion,
+  // added into the maps' gradients.
+  void fuse_backward(const MicroBatch& b, const float* grad_points, float* grad_maps) {
+    const int BJ = b.instants * joints, cells = map_height * map_width;
+    std::vector<float> grad_rows_points(b.points.size());  // [V,B,J,2]
+    transpose_points(size_t(b.instants), size_t(b.views), size_t(joints), grad_points,
+                     grad_rows_points.data());
+    std::vector<float> grad_fused(b.fused_rows.size()), grad_rows(b.heatmap_rows.size());
+    nn::soft_argmax_backward(b.views * BJ, map_height, map_width, 1, 1, b.fused_rows.data(),
+                             soft_argmax_options(), grad_rows_points.data(), grad_fused.data());
+    fusion->backward(fusion_block.values(), fusion_block.grads(), b.views, BJ, cells,
+                     b.heatmap_rows.data(), grad_fused.data(), grad_rows.data());
+    for_each_heatmap_cell(b, [&](size_t m, size_t r) { grad_maps[m] += grad_rows[r]; });
+  }
+
+  // The gradients of the loss (pose_model.h; with fusion, both paths') through the micro-batch
+  // into the parameters.
   void backward(MicroBatch* b, int index, const PoseSums& global) {
     const size_t BV = size_t(b->instants) * size_t(b->views), J = size_t(joints);
     const size_t K = size_t(config.confidence_channels), C = size_t(channels());
     const size_t cells = size_t(map_height) * size_t(map_width);
-    const auto sign = [](double d) { return double((d > 0) - (d < 0)); };
     laps.start();
-    std::vector<float> grad_joints(b->joints.size(), 0.0f);
-    const double per_joint = global.joints_3d > 0 ? 1.0 / global.joints_3d : 0.0;
-    for (size_t i = 0; i < size_t(b->instants) * J; ++i) {
-      if (!b->triangulated[i]) continue;
-      for (size_t k = 3 * i; k < 3 * i + 3; ++k) {
-        grad_joints[k] = float(per_joint * sign(double(b->joints[k]) - b->joints_true[k]));
-      }
-    }
-    const double per_visible =
-        global.joints_2d > 0 ? config.w_joints_2d / (global.joints_2d * width) : 0.0;
-    std::vector<float> grad_points_2d(b->points.size(), 0.0f);
-    for (size_t i = 0; i < b->visible.size(); ++i) {
-      if (!b->visible[i]) continue;
-      for (size_t k = 2 * i; k < 2 * i + 2; ++k) {
-        grad_points_2d[k] =
-            float(per_visible * sign(double(b->points[k]) - double(b->joints_2d_true[k])));
-      }
-    }
-    laps.to(&times.composite_backward);
     if (device) {
+      std::vector<float> grad_joints, grad_points_2d;
+      path_loss_gradients(*b, b->points, b->joints, b->triangulated, global.joints_3d,
+                          global.joints_2d, &grad_joints, &grad_points_2d);
+      laps.to(&times.composite_backward);
       device->backward(index, grad_joints.data(), grad_points_2d.data());
       laps.to(&times.features_backward);
       return;
     }
     std::vector<float> grad_points(b->points.size()), grad_weights(b->weights.size());
-    cpu::triangulate_joints_backward(b->instants, b->views, int(J), b->projections.data(),
-                                     b->points.data(), b->weights.data(), grad_joints.data(),
-                                     grad_points.data(), grad_weights.data());
-    for (size_t k = 0; k < grad_points.size(); ++k) grad_points[k] += grad_points_2d[k];
+    path_backward(*b, b->points, b->joints, b->triangulated, global.joints_3d, global.joints_2d,
+                  grad_points.data(), grad_weights.data());
     std::vector<float> grad_maps(BV * cells * C, 0.0f);
-    nn::soft_argmax_backward(int(BV), map_height, map_width, int(C), int(J), b->maps.data(),
-                             soft_argmax_options(), grad_points.data(), grad_maps.data());
+    if (fusion) {
+      std::vector<float> grad_raw_points(b->raw_points.size()),
+          grad_raw_weights(grad_weights.size());
+      path_backward(*b, b->raw_points, b->raw_joints, b->raw_triangulated, global.raw_joints_3d,
+                    global.joints_2d, grad_raw_points.data(), grad_raw_weights.data());
+      for (size_t i = 0; i < grad_weights.size(); ++i) grad_weights[i] += grad_raw_weights[i];
+      nn::soft_argmax_backward(int(BV), map_height, map_width, int(C), int(J), b->maps.data(),
+                               soft_argmax_options(), grad_raw_points.data(), grad_maps.data());
+      fuse_backward(*b, grad_points.data(), grad_maps.data());
+    } else {
+      nn::soft_argmax_backward(int(BV), map_height, map_width, int(C), int(J), b->maps.data(),
+                               soft_argmax_options(), grad_points.data(), grad_maps.data());
+    }
     if (config.use_confidences) {
       std::vector<float> grad_logits(BV * J);
       cpu::triangulation_weights_backward(b->instants, b->views, int(J), b->confidences.data(),
@@ -314,9 +508,9 @@ struct PoseModel::State {
   }
 };
 
-PoseModel::PoseModel(const TrainConfig& config, int joints) {
+PoseModel::PoseModel(const TrainConfig& config, int joints, const PoseRig& rig) {
   if (joints < 1) throw InvalidArgument("the pose model needs a skeleton of at least one joint");
-  state_ = std::make_unique<State>(config, joints);
+  state_ = std::make_unique<State>(config, joints, rig);
 }
 PoseModel::~PoseModel() = default;
 
@@ -342,6 +536,7 @@ void PoseModel::initialize(uint64_t seed) {
   s.backbone.initialize(init);
   s.head_hidden.init_default(s.head_block.values(), init);
   s.head_out.init_default(s.head_block.values(), init);
+  if (s.fusion) s.fusion->initialize(s.fusion_block.values(), init);
 }
 
 uint64_t PoseModel::updates() const {
@@ -357,8 +552,17 @@ size_t PoseModel::samples_per_step() const {
 
 std::vector<ParameterRange> PoseModel::gradient_ready_order() const {
   const State& s = *state_;
+  // The heads and the fusion, registered after the backbone, then the backbone.
   const size_t head = s.head_block.offset();
-  return {{head, s.head_block.size()}, {0, head}};
+  return {{head, s.parameters.size() - head}, {0, head}};
+}
+
+bool PoseModel::cross_view_fusion() const {
+  return state_->fusion.has_value();
+}
+
+size_t PoseModel::loss_sums_size() const {
+  return state_->fusion ? 9 : 5;
 }
 
 void PoseModel::set_loss_scale(double scale) {
@@ -397,7 +601,7 @@ LossSums PoseModel::accumulate(RandomKey, int) {
   s.laps.start();
   const PoseSums sums = s.sums(b);
   s.laps.to(&s.times.composite_loss);
-  return sums.values();
+  return sums.values(bool(s.fusion));
 }
 
 StepResult PoseModel::end_step(const LossSums& global,
@@ -406,21 +610,29 @@ StepResult PoseModel::end_step(const LossSums& global,
   const PoseSums whole = PoseSums::from(global);
   for (size_t i = 0; i < s.used_batches; ++i) s.backward(&s.batches[i], int(i), whole);
   if (s.device) s.device->add_gradients({0, s.parameters.size()}, s.parameters.grads().data());
-  // The heads' gradients are final after the first micro-batch's backward only when there is one;
-  // hand both ranges over once every micro-batch is done.
+  // The heads' and the fusion's gradients are final after the first micro-batch's backward only
+  // when there is one; hand both ranges over once every micro-batch is done.
   const std::vector<ParameterRange> order = gradient_ready_order();
   if (ready) {
     for (const ParameterRange& range : order) ready(range);
   }
   s.step_samples = nullptr;
   StepResult result;
-  const double loss_3d = whole.joints_3d > 0 ? whole.joints_3d_l1 / whole.joints_3d : 0.0;
-  const double loss_2d = whole.joints_2d > 0 ? whole.joints_2d_l1 / whole.joints_2d : 0.0;
+  const auto mean = [](double sum, double count) { return count > 0 ? sum / count : 0.0; };
+  const double loss_3d = mean(whole.joints_3d_l1, whole.joints_3d);
+  const double loss_2d = mean(whole.joints_2d_l1, whole.joints_2d);
   result.loss = loss_3d + s.config.w_joints_2d * loss_2d;
   result.valid_rays = int(whole.joints_3d);
-  const double mpjpe_mm = whole.joints_3d > 0 ? 1000 * whole.joint_error / whole.joints_3d : 0.0;
+  const double mpjpe_mm = 1000 * mean(whole.joint_error, whole.joints_3d);
   result.terms = {{"loss/joints_3d", "joints_3d", loss_3d},
                   {"loss/joints_2d", "joints_2d", loss_2d}};
+  if (s.fusion) {
+    const double raw_3d = mean(whole.raw_joints_3d_l1, whole.raw_joints_3d);
+    const double raw_2d = mean(whole.raw_joints_2d_l1, whole.joints_2d);
+    result.loss += raw_3d + s.config.w_joints_2d * raw_2d;
+    result.terms.push_back({"loss/raw_joints_3d", "raw_joints_3d", raw_3d});
+    result.terms.push_back({"loss/raw_joints_2d", "raw_joints_2d", raw_2d});
+  }
   s.step_mpjpe_mm = mpjpe_mm;
   result.psnr = std::nan("");  // no colour
   result.times = s.times;
@@ -489,6 +701,14 @@ std::vector<PosePrediction> PoseModel::predict(const std::vector<data::TrainingS
                            b.weights.begin() + long((i + 1) * V * J));
       p.triangulated.assign(b.triangulated.begin() + long(i * J),
                             b.triangulated.begin() + long((i + 1) * J));
+      if (s.fusion) {
+        p.raw_joints_world.assign(b.raw_joints.begin() + long(i * J * 3),
+                                  b.raw_joints.begin() + long((i + 1) * J * 3));
+        p.raw_joints_image.assign(b.raw_points.begin() + long(i * V * J * 2),
+                                  b.raw_points.begin() + long((i + 1) * V * J * 2));
+        p.raw_triangulated.assign(b.raw_triangulated.begin() + long(i * J),
+                                  b.raw_triangulated.begin() + long((i + 1) * J));
+      }
       predictions.push_back(std::move(p));
     }
   }

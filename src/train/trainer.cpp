@@ -677,10 +677,26 @@ void TrainingRun::validate_pose(uint64_t done) {
                 (unsigned long long)done, config_.n_iters, r.instants, r.mpjpe_mm,
                 r.mpjpe_relative_mm, r.baseline_mpjpe_mm, r.baseline_mpjpe_relative_mm, r.pck);
   progress_->print(line);
-  metrics_->write(done,
-                  {{"heldout/mpjpe_mm", "heldout_mpjpe_mm", r.mpjpe_mm},
-                   {"heldout/mpjpe_relative_mm", "heldout_mpjpe_relative_mm", r.mpjpe_relative_mm},
-                   {"heldout/pck", "heldout_pck", r.pck}});
+  std::vector<Scalar> scores = {
+      {"heldout/mpjpe_mm", "heldout_mpjpe_mm", r.mpjpe_mm},
+      {"heldout/mpjpe_relative_mm", "heldout_mpjpe_relative_mm", r.mpjpe_relative_mm},
+      {"heldout/pck", "heldout_pck", r.pck}};
+  if (r.cross_view_fusion) {
+    std::snprintf(line, sizeof(line),
+                  "step %llu/%d  held-out without fusion  mpjpe %.1f mm (root-relative %.1f)  "
+                  "pck %.3f\n",
+                  (unsigned long long)done, config_.n_iters, r.mpjpe_without_fusion_mm,
+                  r.mpjpe_relative_without_fusion_mm, r.pck_without_fusion);
+    progress_->print(line);
+    scores.push_back({"heldout/mpjpe_without_fusion_mm", "heldout_mpjpe_without_fusion_mm",
+                      r.mpjpe_without_fusion_mm});
+    scores.push_back({"heldout/mpjpe_relative_without_fusion_mm",
+                      "heldout_mpjpe_relative_without_fusion_mm",
+                      r.mpjpe_relative_without_fusion_mm});
+    scores.push_back(
+        {"heldout/pck_without_fusion", "heldout_pck_without_fusion", r.pck_without_fusion});
+  }
+  metrics_->write(done, scores);
 }
 
 // Every i_weights steps, at the end, and when asked to stop.

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """PyTorch float64 reference of the pose model's geometric layers: the oracle for mvibr's
 soft-argmax (include/mvibr/nn/soft_argmax.h), triangulation weights and triangulation
-(include/mvibr/geom/triangulation.h).
+(include/mvibr/geom/triangulation.h), and cross-view fusion
+(include/mvibr/nn/cross_view_fusion.h).
 
-Written here from the published semantics (karfly/learnable-triangulation-pytorch):
+Written here from the published semantics (karfly/learnable-triangulation-pytorch, and for the
+fusion microsoft/multiview-human-pose-estimation-pytorch):
 - op.integrate_tensor_2d on heatmaps * heatmap_multiplier: softmax over the H W cells, expected
   column and row; here on mvibr's channels-last layout [N, H, W, C] with the first J channels
   the heatmaps, and mapped to pixels as u = scale_x x + offset_x, v = scale_y y + offset_y;
@@ -16,6 +18,10 @@ Written here from the published semantics (karfly/learnable-triangulation-pytorc
   once against the published function (200 joints, 4-camera rings at 3-5 m, 1000 px images):
   exact points, both within 2.4e-15 m of the truth and 3.7e-15 m of each other; 2 px of noise,
   both up to 1.4e-2 m off and 6.2e-5 m apart.
+- microsoft/multiview-human-pose-estimation-pytorch's Aggregation: each target view in turn, the
+  other views in their order, each through the next ChannelWiseFC (heatmap rows [N C, H W] times
+  a [H W, H W] weight), mixed with the target's own heatmap by fixed weights (0.4 own, the rest
+  0.6 / (V - 1) each; the published 0.2 for its 4 views).
 Every gradient by autograd. Used by test/unit/pose_layers_test.cpp, which writes each case into
 a folder:
 
@@ -31,7 +37,15 @@ a folder:
 
 and this script writes ref_points_2d.npy, ref_grad_heatmaps.npy (all C channels),
 ref_weights.npy, ref_grad_confidences.npy, ref_joints.npy, ref_grad_points.npy and
-ref_grad_weights.npy next to them.
+ref_grad_weights.npy next to them. A fusion case (test/unit/cross_view_fusion_test.cpp) has
+{"layer": "cross_view_fusion"} in case.json and
+
+    fusion_heatmaps.npy  [V, R, P]      rows of heatmap pixels per view
+    fusion_weights.npy   [V (V - 1), P, P]
+    grad_fused.npy       [V, R, P]
+
+for which this script writes ref_fused.npy, ref_grad_fusion_heatmaps.npy and
+ref_grad_fusion_weights.npy.
 
     pose_layers_reference.py CASES_DIR      (every sub-folder holding a case.json)
 """
@@ -70,6 +84,22 @@ def triangulate(projections, points, weights):
     return torch.linalg.solve(m, r.unsqueeze(-1)).squeeze(-1)
 
 
+def cross_view_fusion(heatmaps, weights):
+    """[V, R, P] heatmap rows, [V (V - 1), P, P] pair weights -> the fused [V, R, P]."""
+    views = heatmaps.shape[0]
+    other = 0.6 / (views - 1)
+    fused, index = [], 0
+    for target in range(views):
+        mixed = 0.4 * heatmaps[target]
+        for source in range(views):
+            if source == target:
+                continue
+            mixed = mixed + other * torch.matmul(heatmaps[source], weights[index])
+            index += 1
+        fused.append(mixed)
+    return torch.stack(fused)
+
+
 def load(case, name, grad=False):
     return torch.tensor(np.load(case / f"{name}.npy"), requires_grad=grad)
 
@@ -79,8 +109,21 @@ def save(case, name, tensor):
                                                           dtype=np.float64))
 
 
+def run_fusion(case):
+    heatmaps = load(case, "fusion_heatmaps", grad=True)
+    weights = load(case, "fusion_weights", grad=True)
+    fused = cross_view_fusion(heatmaps, weights)
+    (fused * load(case, "grad_fused")).sum().backward()
+    save(case, "fused", fused)
+    save(case, "grad_fusion_heatmaps", heatmaps.grad)
+    save(case, "grad_fusion_weights", weights.grad)
+
+
 def run(case):
     spec = json.loads((case / "case.json").read_text())
+    if spec.get("layer") == "cross_view_fusion":
+        run_fusion(case)
+        return
 
     heatmaps = load(case, "heatmaps", grad=True)
     points_2d = soft_argmax(heatmaps, spec)

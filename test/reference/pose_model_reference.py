@@ -4,13 +4,16 @@
 
 Composed from this folder's references, not written again: feature_net_reference.py (the
 ResUNet backbone) and pose_layers_reference.py (soft-argmax, the confidence weights, the
-normal-equation triangulation); the confidence head (mean over the map, Linear, ReLU, Linear,
-sigmoid, as learnable triangulation's GlobalAveragePoolingHead ends) and the loss are written
-here. Autograd differentiates the composition, in float64. Used by test/train/pose_model_test.cpp
-(and by bench/pose_torch_ddp.py, in float32 under DDP), which writes each case into a folder:
+normal-equation triangulation, the cross-view fusion); the confidence head (mean over the map,
+Linear, ReLU, Linear, sigmoid, as learnable triangulation's GlobalAveragePoolingHead ends) and the
+loss are written here. With cross_view_fusion the 3D joints come from the fused heatmaps and the
+loss is the fused path's plus the raw path's (as the published training sums JointsMSE on both).
+Autograd differentiates the composition, in float64. Used by test/train/pose_model_test.cpp (and
+by bench/pose_torch_ddp.py, in float32 under DDP), which writes each case into a folder:
 
     case.json          {"widths", "blocks", "joints", "confidence_channels", "multiplier",
-                        "stride", "w_joints_2d", "use_confidences", "instants", "views"}
+                        "stride", "w_joints_2d", "use_confidences", "cross_view_fusion",
+                        "instants", "views"}
     checkpoint.h5      an mvibr checkpoint: the parameters as "model/<state_dict name>"
     images.npy         [B V, H, W, 3] every instant's cameras in order, 0..255
     projections.npy    [B, V, 3, 4]
@@ -18,8 +21,9 @@ here. Autograd differentiates the composition, in float64. Used by test/train/po
     joints_2d.npy      [B V, J, 2] the true 2D joints; visible.npy [B V, J] 0 or 1
     mask_<conv>.npy    the fp32 side's ReLU masks in the backbone (relu_on_our_side)
 
-and this script writes ref_loss.npy ([loss, 3D term, 2D term]), ref_joints.npy [B, J, 3] and
-ref_grad.<name>.npy for every parameter of the checkpoint.
+and this script writes ref_loss.npy ([loss, 3D term, 2D term], then with fusion the raw path's
+3D and 2D terms), ref_joints.npy [B, J, 3] and ref_grad.<name>.npy for every parameter of the
+checkpoint.
 
     pose_model_reference.py CASES_DIR      (every sub-folder holding a case.json)
 """
@@ -37,18 +41,40 @@ import render_ops_reference as render_ops
 torch.set_default_dtype(torch.float64)
 
 
+def fused_heatmaps(cfg, params, maps):
+    """The cross-view fusion of the J heatmaps of maps [B V, Hf, Wf, J + K]: [B V, Hf, Wf, J]."""
+    B, V, J = cfg["instants"], cfg["views"], cfg["joints"]
+    _, h, w, _ = maps.shape
+    rows = maps[..., :J].reshape(B, V, h * w, J).permute(1, 0, 3, 2).reshape(V, B * J, h * w)
+    weights = torch.stack([params[f"fusion.{k}.weight"] for k in range(V * (V - 1))])
+    fused = pose_layers.cross_view_fusion(rows, weights).reshape(V, B, J, h, w)
+    return fused.permute(1, 0, 3, 4, 2).reshape(B * V, h, w, J)
+
+
+def path_loss(cfg, inputs, points, weights):
+    """One path's 3D and 2D terms and 3D joints, from its 2D joints [B V, J, 2]."""
+    B, V, J = cfg["instants"], cfg["views"], cfg["joints"]
+    joints = pose_layers.triangulate(inputs["projections"], points.reshape(B, V, J, 2), weights)
+    loss_3d = (joints - inputs["joints"]).abs().sum() / (B * J)
+    visible = inputs["visible"][..., None]
+    width = inputs["images"].shape[2]
+    loss_2d = ((points - inputs["joints_2d"]).abs() * visible).sum() / width / visible.sum()
+    return loss_3d, loss_2d, joints
+
+
 def step(cfg, params, inputs, relu, norm=feature_net.instance_norm):
-    """The loss, its 3D and 2D terms and the 3D joints of one step. relu and norm: the
-    backbone's (feature_net_reference.resunet_forward)."""
+    """The loss, its terms (3D and 2D; with fusion the fused path's, then the raw path's) and
+    the 3D joints of one step. relu and norm: the backbone's
+    (feature_net_reference.resunet_forward)."""
     B, V, J = cfg["instants"], cfg["views"], cfg["joints"]
     images = inputs["images"] / 255.0
     out = feature_net.resunet_forward(lambda name: params["backbone." + name], images,
                                       cfg["widths"], cfg["blocks"], relu, norm)
     maps = out.permute(0, 2, 3, 1)  # [B V, Hf, Wf, J + K]
     stride = cfg["stride"]
-    points = pose_layers.soft_argmax(maps, {
-        "joints": J, "multiplier": cfg["multiplier"], "scale_x": stride,
-        "offset_x": (stride - 1) / 2, "scale_y": stride, "offset_y": (stride - 1) / 2})
+    spec = {"joints": J, "multiplier": cfg["multiplier"], "scale_x": stride,
+            "offset_x": (stride - 1) / 2, "scale_y": stride, "offset_y": (stride - 1) / 2}
+    points = pose_layers.soft_argmax(maps, spec)
     if cfg["use_confidences"]:
         pooled = maps[..., J:].mean(dim=(1, 2))
         hidden = F.relu(F.linear(pooled, params["confidence.0.weight"],
@@ -58,12 +84,14 @@ def step(cfg, params, inputs, relu, norm=feature_net.instance_norm):
         weights = pose_layers.triangulation_weights(confidences.reshape(B, V, J))
     else:
         weights = torch.ones(B, V, J)
-    joints = pose_layers.triangulate(inputs["projections"], points.reshape(B, V, J, 2), weights)
-    loss_3d = (joints - inputs["joints"]).abs().sum() / (B * J)
-    visible = inputs["visible"][..., None]
-    width = inputs["images"].shape[2]
-    loss_2d = ((points - inputs["joints_2d"]).abs() * visible).sum() / width / visible.sum()
-    return loss_3d + cfg["w_joints_2d"] * loss_2d, loss_3d, loss_2d, joints
+    if not cfg.get("cross_view_fusion", False):
+        loss_3d, loss_2d, joints = path_loss(cfg, inputs, points, weights)
+        return loss_3d + cfg["w_joints_2d"] * loss_2d, [loss_3d, loss_2d], joints
+    fused_points = pose_layers.soft_argmax(fused_heatmaps(cfg, params, maps), spec)
+    loss_3d, loss_2d, joints = path_loss(cfg, inputs, fused_points, weights)
+    raw_3d, raw_2d, _ = path_loss(cfg, inputs, points, weights)
+    loss = loss_3d + cfg["w_joints_2d"] * loss_2d + raw_3d + cfg["w_joints_2d"] * raw_2d
+    return loss, [loss_3d, loss_2d, raw_3d, raw_2d], joints
 
 
 def run_case(case):
@@ -75,12 +103,12 @@ def run_case(case):
               for name in ["images", "projections", "joints", "joints_2d", "visible"]}
     masks = {path.stem[len("mask_"):]: torch.from_numpy(np.load(path))
              for path in case.glob("mask_*.npy")}
-    loss, loss_3d, loss_2d, joints = step(
+    loss, terms, joints = step(
         cfg, params, inputs,
         lambda y, name: feature_net.relu_on_our_side(masks[name], y, name))
     names = sorted(params)
     grads = torch.autograd.grad(loss, [params[name] for name in names], allow_unused=True)
-    np.save(case / "ref_loss.npy", np.array([loss.item(), loss_3d.item(), loss_2d.item()]))
+    np.save(case / "ref_loss.npy", np.array([loss.item()] + [term.item() for term in terms]))
     np.save(case / "ref_joints.npy", joints.detach().numpy())
     for name, grad in zip(names, grads):
         value = torch.zeros_like(params[name]) if grad is None else grad

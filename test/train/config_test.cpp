@@ -180,6 +180,7 @@ const std::map<std::string, std::string> kOtherValues = {
     {"heatmap_multiplier", "50"},
     {"w_joints_2d", "0.5"},
     {"use_confidences", "0"},
+    {"cross_view_fusion", "1"},
     {"recompute_backbone", "1"},
     {"accumulation_steps", "3"},
     {"lr_scaling", "sqrt"},

@@ -4,10 +4,12 @@
 // name) and the same instants. Each layer is checked on its own elsewhere (pose_layers_test,
 // feature_net_test); this checks their composition: the heatmap and confidence channels, the
 // pooling, the weights' normalisation over views, the two loss terms and where their gradients
-// meet. Bounds as normwise relative errors: the loss and its terms within 1e-5, the joints within
-// 1e-5, every parameter's gradient within 1e-4 (the project's fp32 bounds) at a multiplier of 10,
-// ten times those at the published 100 (check_step says why). Also: the data set's own 2D labels
-// triangulate back to its 3D joints, and samples that disagree are clear errors.
+// meet, and with cross-view fusion the heatmaps' way into and out of the fusion, the two paths'
+// terms and the fusion weights' gradients. Bounds as normwise relative errors: the loss and its
+// terms within 1e-5, the joints within 1e-5, every parameter's gradient within 1e-4 (the project's
+// fp32 bounds) at a multiplier of 10, ten times those at the published 100 (check_step says why).
+// Also: the data set's own 2D labels triangulate back to its 3D joints, and samples that disagree
+// are clear errors.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -60,7 +62,7 @@ data::TrainingSample instant(const data::Scene& scene, int k) {
   return s;
 }
 
-TrainConfig pose_config(bool use_confidences, double multiplier = 10) {
+TrainConfig pose_config(bool use_confidences, double multiplier = 10, bool fusion = false) {
   TrainConfig c;
   c.model = ModelKind::kPose;
   c.device = Device::kCpu;
@@ -71,6 +73,7 @@ TrainConfig pose_config(bool use_confidences, double multiplier = 10) {
   c.w_joints_2d = 0.5;
   c.use_confidences = use_confidences;
   c.heatmap_multiplier = multiplier;
+  c.cross_view_fusion = fusion;
   return c;
 }
 
@@ -105,6 +108,7 @@ void write_case(const TrainConfig& c, const PoseModel& model,
                                {"stride", 4},
                                {"w_joints_2d", c.w_joints_2d},
                                {"use_confidences", c.use_confidences},
+                               {"cross_view_fusion", c.cross_view_fusion},
                                {"instants", B},
                                {"views", V}};
   std::ofstream(dir / "case.json") << spec.dump();
@@ -175,13 +179,14 @@ double normwise(const std::vector<float>& ours, const std::vector<double>& ref, 
 // the joints and gradients are bounded by 1e-5 and 1e-4 at 10, and by `bound` (10x both) at
 // learnable triangulation's 100.
 void check_step(bool use_confidences, double multiplier, const std::string& name,
+                bool fusion = false,
                 nn::ConvAlgorithm conv_algorithm = nn::ConvAlgorithm::kDirect) {
   const double bound = multiplier > 10 ? 10 : 1;
   const data::Scene scene = small_pose_scene();
   const std::vector<data::TrainingSample> samples = {instant(scene, 0), instant(scene, 3)};
-  TrainConfig config = pose_config(use_confidences, multiplier);
+  TrainConfig config = pose_config(use_confidences, multiplier, fusion);
   config.conv_algorithm = conv_algorithm;
-  PoseModel model(config, data::kPoseJoints);
+  PoseModel model(config, data::kPoseJoints, pose_rig(scene));
   model.initialize(5);
   const fs::path root =
       fs::temp_directory_path() / ("mvibr-pose-parity-" + std::to_string(::getpid()));
@@ -201,6 +206,11 @@ void check_step(bool use_confidences, double multiplier, const std::string& name
   EXPECT_LE(relative(ours.loss, ref_loss.data[0]), 1e-5) << ours.loss << " vs " << ref_loss.data[0];
   EXPECT_LE(relative(ours.term("joints_3d"), ref_loss.data[1]), 1e-5);
   EXPECT_LE(relative(ours.term("joints_2d"), ref_loss.data[2]), 1e-5);
+  ASSERT_EQ(ref_loss.data.size(), fusion ? 5u : 3u);
+  if (fusion) {
+    EXPECT_LE(relative(ours.term("raw_joints_3d"), ref_loss.data[3]), 1e-5);
+    EXPECT_LE(relative(ours.term("raw_joints_2d"), ref_loss.data[4]), 1e-5);
+  }
   std::vector<float> joints;
   for (const PosePrediction& p : predicted) {
     joints.insert(joints.end(), p.joints_world.begin(), p.joints_world.end());
@@ -270,7 +280,13 @@ TEST(PoseModel, StepWithEqualWeightsMatchesPyTorch) {
 
 // As configs/pose_synthetic.txt runs it: the published multiplier and Winograd convolutions.
 TEST(PoseModel, StepAtThePublishedMultiplierWithWinogradMatchesPyTorch) {
-  check_step(true, 100, "multiplier_100_winograd", nn::ConvAlgorithm::kWinograd);
+  check_step(true, 100, "multiplier_100_winograd", false, nn::ConvAlgorithm::kWinograd);
+}
+
+// With fusion: the fused path's joints and both paths' terms, and every gradient, the fusion
+// weights' among them.
+TEST(PoseModel, StepWithCrossViewFusionMatchesPyTorch) {
+  check_step(true, 10, "fusion", true);
 }
 
 TEST(PoseModel, TheDataSetsOwnLabelsTriangulateBackToItsJoints) {
@@ -323,6 +339,20 @@ TEST(PoseModel, InstantsThatDisagreeAreClearErrors) {
   TrainConfig cuda = config;
   cuda.device = Device::kCuda;
   EXPECT_THROW(PoseModel(cuda, data::kPoseJoints), InvalidArgument);
+  // Fusion is built for a rig: it needs one, and holds every instant to it.
+  const TrainConfig fusion = pose_config(true, 10, true);
+  EXPECT_THROW(PoseModel(fusion, data::kPoseJoints), InvalidArgument);
+  PoseModel fused(fusion, data::kPoseJoints, pose_rig(scene));
+  fused.initialize(1);
+  samples = {instant(scene, 0)};
+  samples[0].sources.pop_back();
+  try {
+    fused.train_step(samples);
+    ADD_FAILURE() << "an instant of 2 cameras went through a fusion for 3";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("has 2 cameras, the fusion's rig 3"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -1,16 +1,19 @@
 // The pose model through the training loop: it learns (held-out MPJPE below the mean pose's after
 // a short run), a run stopped and resumed on AdamW's warm-up-then-cosine schedule reaches the
-// uninterrupted run's parameters bit for bit, and micro-batches of B instants train as one batch
-// of 2B (the trainer treats ranks and micro-steps alike; train_parallel_test runs 2 ranks).
+// uninterrupted run's parameters bit for bit, micro-batches of B instants train as one batch
+// of 2B (the trainer treats ranks and micro-steps alike; train_parallel_test runs 2 ranks), and a
+// model with cross-view fusion scores itself with and without it.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <sstream>
 #include <vector>
 
 #include "mvibr/core/relative_error.h"
+#include "mvibr/data/shards.h"
 #include "mvibr/train/checkpoint.h"
 #include "mvibr/train/pose_evaluate.h"
 #include "mvibr/train/pose_model.h"
@@ -65,14 +68,19 @@ TEST_F(PoseTraining, StoppedAndResumedRunsReachTheSameParameters) {
 }
 
 // The trainer adds every rank's and micro-step's loss sums, then each backward divides by the
-// global counts: two micro-batches of one instant give the gradients of one batch of two.
-TEST_F(PoseTraining, MicroBatchesOfBTrainAsOneBatchOfTwoB) {
-  const std::vector<data::TrainingSample> samples =
-      pose_instants((root_ / "data").string(), data::Split::kTrain, 2);
+// global counts: two micro-batches of one instant give the gradients of one batch of two, with
+// cross-view fusion (both paths' sums) too.
+void check_micro_batches(const fs::path& root, bool fusion) {
+  SCOPED_TRACE(fusion ? "with fusion" : "without fusion");
+  const std::string data_dir = (root / "data").string();
+  const std::vector<data::TrainingSample> samples = pose_instants(data_dir, data::Split::kTrain, 2);
   ASSERT_EQ(samples.size(), 2u);
-  TrainConfig split_config = testing::small_pose_config(root_, "split", 1, 1);
+  TrainConfig split_config = testing::small_pose_config(root, "split", 1, 1);
   split_config.accumulation_steps = 2;
-  PoseModel split(split_config, data::kPoseJoints), whole(split_config, data::kPoseJoints);
+  split_config.cross_view_fusion = fusion;
+  const PoseRig rig = pose_rig(data::read_scene_index(data_dir).scene);
+  PoseModel split(split_config, data::kPoseJoints, rig),
+      whole(split_config, data::kPoseJoints, rig);
   split.initialize(3);
   whole.initialize(3);
   split.begin_step(samples);
@@ -87,6 +95,45 @@ TEST_F(PoseTraining, MicroBatchesOfBTrainAsOneBatchOfTwoB) {
   EXPECT_LE(error, 1e-5) << "summation order alone";
   EXPECT_GT(*std::max_element(whole.parameters().grads().begin(), whole.parameters().grads().end()),
             0.0f);
+}
+
+TEST_F(PoseTraining, MicroBatchesOfBTrainAsOneBatchOfTwoB) {
+  check_micro_batches(root_, false);
+  check_micro_batches(root_, true);
+}
+
+// A model with cross-view fusion scores itself with and without it, and the scores without it are
+// those of the same backbone and heads in a model with fusion off.
+TEST_F(PoseTraining, FusionModelsScoreWithAndWithoutFusion) {
+  const std::string data_dir = (root_ / "data").string();
+  TrainConfig config = testing::small_pose_config(root_, "fusion", 1, 2);
+  config.cross_view_fusion = true;
+  PoseModel fused(config, data::kPoseJoints, pose_rig(data::read_scene_index(data_dir).scene));
+  fused.initialize(4);
+  TrainConfig plain_config = config;
+  plain_config.cross_view_fusion = false;
+  PoseModel plain(plain_config, data::kPoseJoints);
+  for (const nn::ParameterInfo& info : plain.parameters().infos()) {
+    const float* values = fused.parameters().value(fused.parameters().find(info.name));
+    std::copy(values, values + info.size,
+              plain.parameters().value(plain.parameters().find(info.name)));
+  }
+  EXPECT_GT(fused.parameters().size(), plain.parameters().size());
+  const std::vector<data::TrainingSample> instants = pose_instants(data_dir, data::Split::kTest, 2);
+  const MeanPose baseline = mean_training_pose(data_dir);
+  const PoseEvalReport with = evaluate_pose(fused, instants, baseline);
+  const PoseEvalReport without = evaluate_pose(plain, instants, baseline);
+  ASSERT_TRUE(with.cross_view_fusion);
+  EXPECT_FALSE(without.cross_view_fusion);
+  EXPECT_TRUE(std::isnan(without.mpjpe_without_fusion_mm));
+  EXPECT_EQ(with.joints, without.joints);
+  EXPECT_EQ(with.mpjpe_without_fusion_mm, without.mpjpe_mm);
+  EXPECT_EQ(with.mpjpe_relative_without_fusion_mm, without.mpjpe_relative_mm);
+  EXPECT_EQ(with.pck_without_fusion, without.pck);
+  EXPECT_EQ(with.pck_per_camera_without_fusion, without.pck_per_camera);
+  EXPECT_NE(with.mpjpe_mm, with.mpjpe_without_fusion_mm);
+  std::printf("  initialised: mpjpe %.1f mm with fusion, %.1f without\n", with.mpjpe_mm,
+              with.mpjpe_without_fusion_mm);
 }
 
 // recompute_backbone: the backward runs each instant's backbone forward again instead of keeping

@@ -92,14 +92,16 @@ struct TrainConfig {
   double w_reg = 0.05, w_skew_entropy = 5e-4, w_distortion = 1e-3;
   // The pose model (model = pose; train/pose_model.h): instants per micro-batch, the backbone's
   // extra channels that feed the confidence head and its hidden width, the soft-argmax's
-  // multiplier (learnable triangulation's heatmap_multiplier), the 2D term's weight, and whether
-  // the triangulation weighs views by confidence (else every view alike), and whether the
-  // backbone's activations are recomputed in the backward, an instant at a time.
+  // multiplier (learnable triangulation's heatmap_multiplier), the 2D term's weight, whether
+  // the triangulation weighs views by confidence (else every view alike), whether each view's
+  // heatmaps are fused with the other views' (nn/cross_view_fusion.h) before the soft-argmax,
+  // and whether the backbone's activations are recomputed in the backward, an instant at a time.
   int pose_batch = 4;
   int confidence_channels = 16, confidence_hidden = 32;
   double heatmap_multiplier = 100;
   double w_joints_2d = 1;
   bool use_confidences = true;
+  bool cross_view_fusion = false;
   bool recompute_backbone = false;
   // Data parallelism. A step's global batch is N_rand x accumulation_steps x ranks rays: each
   // rank takes its own target view and accumulates accumulation_steps micro-steps of N_rand of

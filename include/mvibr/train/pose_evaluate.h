@@ -1,10 +1,13 @@
 // Held-out evaluation of the pose model, the numbers multi-view pose papers report: MPJPE in mm
 // (absolute, and root-relative: both skeletons moved so that the root joint is at the origin), 2D
 // PCK per camera, with the learned confidences and with every view weighted alike, beside the mean
-// training pose as a baseline. `mvibr eval` runs evaluate_pose_run; the training loop scores
-// a few held-out instants with evaluate_pose every i_img steps.
+// training pose as a baseline; for a model with cross-view fusion, with it and without it (the raw
+// heatmaps' 2D joints through the same confidences and triangulation). `mvibr eval` runs
+// evaluate_pose_run; the training loop scores a few held-out instants with evaluate_pose every
+// i_img steps.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -36,6 +39,12 @@ struct PoseEvalReport {
   double pck_threshold_px = 0;
   std::vector<double> pck_per_camera;  // fraction of each camera's visible joints within it
   double pck = 0;                      // over every camera
+  // With cross-view fusion, the scores above are of the fused heatmaps, these of the raw ones
+  // (NaN and empty without fusion); every MPJPE counts the joints both paths triangulated.
+  bool cross_view_fusion = false;
+  double mpjpe_without_fusion_mm = NAN, mpjpe_relative_without_fusion_mm = NAN;
+  std::vector<double> pck_per_camera_without_fusion;
+  double pck_without_fusion = NAN;
 };
 
 // Scores `model` on `samples` (every camera of each instant) against `baseline`; with `comm`,

@@ -8,10 +8,18 @@
 // - Confidence-weighted DLT by normal equations (geom/triangulation.h) gives the 3D joints.
 // - Loss: the mean L1 distance of the 3D joints (metres, summed over x, y, z) plus w_joints_2d
 //   times the mean L1 of the visible 2D joints in image widths.
+// - cross_view_fusion: each view's J heatmaps are fused with learned maps of the other views'
+//   (nn/cross_view_fusion.h; one weight per ordered camera pair, so the model is built for the
+//   data set's rig, PoseRig) before the soft-argmax, and the 3D joints are triangulated from the
+//   fused heatmaps' 2D joints. As the published training puts JointsMSE on both the fused and
+//   the raw heatmaps, summed with equal weight, the loss here is the sum of the loss above on
+//   the fused path and the same loss on the raw path (the raw heatmaps' 2D joints through the
+//   same confidences and triangulation): the backbone keeps heatmaps that are good alone, and
+//   "without fusion" stays a meaningful score.
 // - A micro-batch is pose_batch instants; a rank's step takes accumulation_steps of them, so
 //   samples_per_step() is their product. Parameters: "backbone.<ResUNet state_dict name>"
-//   (ParameterGroup kFeature, lrate_feature) and "confidence.{0,2}.{weight,bias}" (kMlp,
-//   lrate_mlp).
+//   (ParameterGroup kFeature, lrate_feature), "confidence.{0,2}.{weight,bias}" and, with fusion,
+//   "fusion.<pair>.weight" [Hf Wf, Hf Wf] (kMlp, lrate_mlp).
 #pragma once
 
 #include <cstddef>
@@ -21,6 +29,7 @@
 #include <vector>
 
 #include "mvibr/data/prefetch_reader.h"
+#include "mvibr/data/scene.h"
 #include "mvibr/nn/feature_net.h"
 #include "mvibr/train/config.h"
 #include "mvibr/train/model.h"
@@ -34,21 +43,31 @@ struct PoseSums {
   double joints_2d_l1 = 0;  // sum over visible joints of |x - x*|_1 / image width
   double joints_2d = 0;     // visible (view, joint) pairs
   double joint_error = 0;   // sum of |X - X*|_2 over triangulated joints (MPJPE's numerator)
+  // With cross-view fusion the sums above are the fused path's and these the raw path's (its
+  // visible 2D joints are the same ones).
+  double raw_joints_3d_l1 = 0, raw_joints_3d = 0, raw_joints_2d_l1 = 0, raw_joint_error = 0;
 
-  LossSums values() const {
-    return {joints_3d_l1, joints_3d, joints_2d_l1, joints_2d, joint_error};
-  }
-  static PoseSums from(const LossSums& sums);
+  LossSums values(bool fusion) const;          // 5 values, 9 with fusion
+  static PoseSums from(const LossSums& sums);  // 5 or 9 values
 };
 
 // What the model predicts for one instant: the 3D joints [J,3] (world, metres), each view's 2D
 // joints [V,J,2] (pixels) and confidences [V,J] (after normalisation over views), and which joints
-// triangulated [J].
+// triangulated [J]; with fusion these are the fused heatmaps', and the raw_ ones the same of the
+// raw heatmaps (empty without fusion).
 struct PosePrediction {
-  std::vector<double> joints_world;
-  std::vector<float> joints_image, confidences;
-  std::vector<uint8_t> triangulated;
+  std::vector<double> joints_world, raw_joints_world;
+  std::vector<float> joints_image, confidences, raw_joints_image;
+  std::vector<uint8_t> triangulated, raw_triangulated;
 };
+
+// The camera rig a pose data set fixes: cameras per instant (camera 0 the target, the others in
+// order) and their image size. A model with fusion is built for it; without, all zero is fine
+// (the sizes come from the first instants).
+struct PoseRig {
+  int cameras = 0, width = 0, height = 0;
+};
+PoseRig pose_rig(const data::Scene& scene);  // of its first instant
 
 // The backbone the config asks for: the feature_net preset, one output of J heatmaps followed by
 // confidence_channels for the confidence head.
@@ -56,10 +75,12 @@ nn::ResUNetOptions pose_backbone_options(const TrainConfig& config, int joints);
 
 class PoseModel final : public TrainableModel {
  public:
-  // Builds the backbone (feature_net preset, coarse only, J + confidence_channels outputs) and the
-  // confidence head for J joints. With device = cuda the network's forward and backward run on
-  // the GPU (fp32; the loss and the optimiser stay on the host, its gradients are the host's).
-  PoseModel(const TrainConfig& config, int joints);
+  // Builds the backbone (feature_net preset, coarse only, J + confidence_channels outputs), the
+  // confidence head for J joints and, with cross_view_fusion, the fusion for `rig` (which it then
+  // needs, and holds every instant to). With device = cuda the network's forward and backward run
+  // on the GPU (fp32; the loss and the optimiser stay on the host, its gradients are the host's;
+  // the fusion is CPU only: InvalidArgument).
+  PoseModel(const TrainConfig& config, int joints, const PoseRig& rig = {});
   ~PoseModel() override;
   PoseModel(const PoseModel&) = delete;
   PoseModel& operator=(const PoseModel&) = delete;
@@ -75,7 +96,7 @@ class PoseModel final : public TrainableModel {
   bool on_device() const override { return false; }
 
   size_t samples_per_step() const override;
-  size_t loss_sums_size() const override { return 5; }
+  size_t loss_sums_size() const override;  // 5, 9 with fusion
   std::vector<ParameterRange> gradient_ready_order() const override;
   void set_loss_scale(double scale) override;  // 1 only: the step is fp32 on either backend
   // A step of one instant (samples_per_step() is ignored).
@@ -99,6 +120,8 @@ class PoseModel final : public TrainableModel {
               std::vector<float>* rgb, std::vector<float>* depth,
               const std::function<void(int, int)>& on_chunk = {},
               RenderedParts* parts = nullptr) override;
+
+  bool cross_view_fusion() const;
 
   // Bytes the backbone's workspaces hold for the backward (host memory, or device memory with
   // device = cuda): every micro-batch's, or with recompute_backbone one instant's.
