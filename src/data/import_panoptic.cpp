@@ -152,7 +152,7 @@ std::vector<HdCamera> read_calibration(const std::string& path) {
 
 // calibration_<folder>.json, else the folder's only calibration_*.json; empty when none.
 std::string find_calibration(const fs::path& folder) {
-  const fs::path named = folder / ("calibration_" + folder.filename().string() + ".json");
+  const fs::path named = folder / ("calibration_" + directory_name(folder.string()) + ".json");
   if (fs::is_regular_file(named)) return named.string();
   std::vector<std::string> found;
   for (const fs::directory_entry& entry : fs::directory_iterator(folder)) {
@@ -190,11 +190,7 @@ std::vector<Sequence> find_sequences(const std::string& source) {
   }
   std::vector<Sequence> sequences;
   for (const fs::path& folder : folders) {
-    const std::string name = folder.filename().string();
-    sequences.push_back({folder,
-                         name.empty() ? folder.parent_path().filename().string() : name,
-                         find_calibration(folder),
-                         {}});
+    sequences.push_back({folder, directory_name(folder.string()), find_calibration(folder), {}});
   }
   return sequences;
 }
@@ -429,8 +425,7 @@ Scene import_panoptic(const std::string& source, const PanopticOptions& options)
                                 sequences[0].cameras[0].camera.height, options);
 
   Scene scene;
-  scene.name = sequences.size() == 1 ? sequences[0].name : fs::path(source).filename().string();
-  if (scene.name.empty()) scene.name = "panoptic";
+  scene.name = sequences.size() == 1 ? sequences[0].name : directory_name(source);
   scene.source_format = "panoptic";
   scene.depth_bounds_from =
       "twice the farthest camera's distance from the origin (the pose model "
