@@ -197,10 +197,13 @@ const bool built_in_pose = input == "synthetic_pose" || format == "synthetic_pos
 const bool built_in = built_in_pose || input == "synthetic" || format == "synthetic";
 if (from_panoptic) {
   if (panoptic_source.empty()) throw InvalidArgument("--input panoptic needs --source DIR");
-  if (!test_ids.empty() || import.downsample > 1 || import.strict) {
-    throw InvalidArgument(
-        "--test_ids, --factor and --strict are not for --input panoptic (--test_sequences, "
-        "--width)");
+  for (const char* other : {"test_ids", "factor", "strict", "images", "llffhold", "max_views",
+                            "near", "far", "background"}) {
+    if (vm.count(other) && !vm[other].defaulted()) {
+      throw InvalidArgument("--" + std::string(other) +
+                            " is not for --input panoptic (--test_sequences, --width, "
+                            "--max_frames)");
+    }
   }
   at_least("frame_step", panoptic.frame_step, 1);
   at_least("max_frames", panoptic.max_frames, 0);

@@ -210,6 +210,9 @@ std::vector<HdCamera> choose_cameras(const Sequence& sequence, const PanopticOpt
     }
   }
   for (const std::string& name : options.cameras) {
+    if (std::count(options.cameras.begin(), options.cameras.end(), name) > 1) {
+      throw InvalidArgument("--cameras names " + name + " twice");
+    }
     const auto found =
         std::find_if(all.begin(), all.end(), [&](const HdCamera& hd) { return hd.name == name; });
     if (found == all.end()) {

@@ -348,6 +348,8 @@ TEST(Panoptic, BadInputIsOneLineNamingTheFile) {
   expect(o, "calibration_160422_a.json: no hd camera '00_09' (--cameras)");
   o.cameras = {"00_00", "01_01"};
   expect(o, "no hd camera '01_01'");
+  o.cameras = {"00_01", "00_00", "00_01"};
+  expect(o, "--cameras names 00_01 twice");
   o = {};
   o.width = 100, o.height = 100;
   expect(o, "--width 100 --height 100: not the aspect of the 320x240 images (100x75 keeps it)");
