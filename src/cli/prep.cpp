@@ -64,9 +64,8 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
   general.add_options()("help,h", "print this help")(
       "config", po::value(&config), "read `key = value` lines from this file (command line wins)")(
       "input", po::value(&input)->default_value(input),
-      "scene to prepare: 'synthetic' or 'synthetic_pose' (built in), 'panoptic' (CMU Panoptic "
-      "captures in --source), a folder or a file")("out", po::value(&out),
-                                                   "output folder (required)")(
+      "'synthetic', 'synthetic_pose' (built in), 'panoptic' (with --source), a folder or a file")(
+      "out", po::value(&out), "output folder (required)")(
       "shards", po::value(&prep.n_shards)->default_value(1), "number of shards")(
       "format", po::value(&format)->default_value(format),
       "auto | synthetic | synthetic_pose | blender | llff | colmap | dnerf | dynibar")(
