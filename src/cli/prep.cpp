@@ -16,6 +16,7 @@
 #include "mvibr/data/dynibar_folder.h"
 #include "mvibr/data/importers.h"
 #include "mvibr/data/neighbours.h"
+#include "mvibr/data/panoptic.h"
 #include "mvibr/data/pose_scene.h"
 #include "mvibr/data/shards.h"
 #include "mvibr/data/synthetic_scene.h"
@@ -23,6 +24,33 @@
 namespace po = boost::program_options;
 
 namespace mvibr::cli {
+namespace {
+
+// --cameras of synthetic_pose: a number.
+int camera_count(const std::string& text) {
+  if (text.empty() || text.size() > 4 ||
+      text.find_first_not_of("0123456789") != std::string::npos) {
+    throw InvalidArgument("--cameras: synthetic_pose takes a number of cameras, got '" + text +
+                          "'");
+  }
+  return std::stoi(text);
+}
+
+// --cameras of panoptic: comma-separated names (empty: all).
+std::vector<std::string> split_camera_names(const std::string& text) {
+  std::vector<std::string> names;
+  if (text.empty()) return names;
+  size_t start = 0;
+  for (size_t comma = text.find(',');; comma = text.find(',', start)) {
+    names.push_back(text.substr(start, comma - start));
+    if (names.back().empty()) throw InvalidArgument("--cameras: an empty name in '" + text + "'");
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return names;
+}
+
+}  // namespace
 
 int run_prep(const std::vector<std::string>& args, const std::string& command_line) {
   std::string input = "synthetic", out, format = "auto", background = "white", config, test_ids,
@@ -36,7 +64,7 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
   general.add_options()("help,h", "print this help")(
       "config", po::value(&config), "read `key = value` lines from this file (command line wins)")(
       "input", po::value(&input)->default_value(input),
-      "scene to prepare: 'synthetic' or 'synthetic_pose' (built in), a folder or a file")(
+      "'synthetic', 'synthetic_pose' (built in), 'panoptic' (with --source), a folder or a file")(
       "out", po::value(&out), "output folder (required)")(
       "shards", po::value(&prep.n_shards)->default_value(1), "number of shards")(
       "format", po::value(&format)->default_value(format),
@@ -64,18 +92,34 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
       "test_every", po::value(&synthetic.n_test_every)->default_value(synthetic.n_test_every),
       "every N-th camera is a test view (0: none)");
   data::PoseSceneOptions pose;
+  std::string cameras;
   po::options_description posed(
       "built-in pose data set (--input synthetic_pose; --width, "
       "--height and --seed as above, default 128x128)");
-  posed.add_options()("cameras", po::value(&pose.n_cameras)->default_value(pose.n_cameras),
-                      "cameras in the ring")(
+  posed.add_options()("cameras", po::value(&cameras),
+                      "cameras in the ring (4); panoptic: hd camera names, e.g. 00_03,00_12 "
+                      "(every hd camera with images)")(
       "sequences", po::value(&pose.n_sequences)->default_value(pose.n_sequences),
       "sequences (one body and its motion each)")(
       "frames", po::value(&pose.n_frames)->default_value(pose.n_frames), "frames per sequence")(
       "test_sequences", po::value(&pose.n_test_sequences)->default_value(pose.n_test_sequences),
-      "the last N sequences are the test split")(
+      "the last N sequences are the test split (panoptic: 1 where there are 2 or more)")(
       "pillars", po::value(&pose.n_pillars)->default_value(pose.n_pillars),
       "occluding pillars per sequence");
+  data::PanopticOptions panoptic;
+  std::string panoptic_source;
+  po::options_description captured(
+      "CMU Panoptic captures (--input panoptic; also --cameras, --test_sequences, --width and "
+      "--height: full size by default, the aspect kept)");
+  captured.add_options()("source", po::value(&panoptic_source),
+                         "a folder of sequence folders, or one sequence folder (with "
+                         "calibration_<seq>.json, hdPose3d_stage1_coco19/, hdImgs/)")(
+      "frame_step", po::value(&panoptic.frame_step)->default_value(panoptic.frame_step),
+      "every k-th frame that has a 3D body file")(
+      "max_frames", po::value(&panoptic.max_frames)->default_value(panoptic.max_frames),
+      "frames kept per sequence (0: all)")(
+      "body", po::value(&panoptic.body)->default_value(panoptic.body),
+      "the body id to import (-1: each frame's first body; frames without it are skipped)");
   po::options_description imported("imported scenes");
   imported.add_options()("background", po::value(&background)->default_value(background),
                          "white | black, behind transparent pixels")(
@@ -95,7 +139,7 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
       "max_views", po::value(&import.max_views_per_split)->default_value(0),
       "keep the first N views of each split (0: all)");
   po::options_description all;
-  all.add(general).add(generated).add(posed).add(imported);
+  all.add(general).add(generated).add(posed).add(captured).add(imported);
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(all).run(), vm);
   if (vm.count("help")) {
@@ -147,9 +191,37 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
   std::fprintf(stderr, "reading images: %zu of %zu\n", read, total);
 };
 
+const bool from_panoptic = input == "panoptic";
 const bool built_in_pose = input == "synthetic_pose" || format == "synthetic_pose";
 const bool built_in = built_in_pose || input == "synthetic" || format == "synthetic";
-if (!built_in) {
+if (from_panoptic) {
+  if (panoptic_source.empty()) throw InvalidArgument("--input panoptic needs --source DIR");
+  for (const char* other : {"test_ids", "factor", "strict", "images", "llffhold", "max_views",
+                            "near", "far", "background"}) {
+    if (vm.count(other) && !vm[other].defaulted()) {
+      throw InvalidArgument("--" + std::string(other) +
+                            " is not for --input panoptic (--test_sequences, --width, "
+                            "--max_frames)");
+    }
+  }
+  at_least("frame_step", panoptic.frame_step, 1);
+  at_least("max_frames", panoptic.max_frames, 0);
+  at_least("body", panoptic.body, -1);
+  if (!vm["width"].defaulted()) panoptic.width = synthetic.width;
+  if (!vm["height"].defaulted()) panoptic.height = synthetic.height;
+  if (!vm["test_sequences"].defaulted()) {
+    at_least("test_sequences", pose.n_test_sequences, 0);
+    panoptic.test_sequences = pose.n_test_sequences;
+  }
+  panoptic.cameras = split_camera_names(cameras);
+} else if (vm.count("source") || !vm["frame_step"].defaulted() || !vm["max_frames"].defaulted() ||
+           !vm["body"].defaulted()) {
+  throw InvalidArgument("--source, --frame_step, --max_frames and --body are for --input panoptic");
+} else if (!cameras.empty()) {
+  if (!built_in_pose) throw InvalidArgument("--cameras is for synthetic_pose and panoptic");
+  pose.n_cameras = camera_count(cameras);
+}
+if (!built_in && !from_panoptic) {
   if (!vm["height"].defaulted()) {
     throw InvalidArgument(
         "--height is for the built-in scene; an imported one keeps its aspect "
@@ -164,7 +236,7 @@ if (!built_in) {
 } else if (!test_ids.empty() || import.downsample > 1 || import.strict) {
   throw InvalidArgument("--test_ids, --factor and --strict are for imported scenes");
 }
-if (!built_in && !std::filesystem::exists(input)) {
+if (!built_in && !from_panoptic && !std::filesystem::exists(input)) {
   throw InvalidArgument(input + ": no such file or folder (--input)");
 }
 const auto start = std::chrono::steady_clock::now();
@@ -173,9 +245,10 @@ if (built_in_pose) {
   if (!vm["height"].defaulted()) pose.height = synthetic.height;
   pose.seed = synthetic.seed;
 }
-data::Scene scene = built_in_pose ? data::make_pose_scene(pose)
-                    : built_in    ? data::make_synthetic_scene(synthetic)
-                                  : data::import_scene(format, input, import);
+data::Scene scene = from_panoptic   ? data::import_panoptic(panoptic_source, panoptic)
+                    : built_in_pose ? data::make_pose_scene(pose)
+                    : built_in      ? data::make_synthetic_scene(synthetic)
+                                    : data::import_scene(format, input, import);
 if (scene.neighbours.empty()) data::select_neighbours(&scene, neighbours);
 if (!dynibar_folder.empty()) data::write_dynibar_folder(scene, dynibar_folder);
 const data::PrepReport report = data::write_prepared_scene(scene, out, prep);

@@ -53,6 +53,53 @@ for s in range(2):
                 sys.exit("%s: %s differs after the round trip" % (name, n))
 PY
 
+echo "== a CMU Panoptic capture (two sequences, three hd cameras, a body a frame), written here"
+/usr/bin/python3 - "$work/panoptic" <<'PY'
+import json, math, os, sys
+from PIL import Image
+root = sys.argv[1]
+for s, sequence in enumerate(["seq_a", "seq_b"]):
+    cameras = []
+    for c in range(3):
+        a = 2 * math.pi * c / 3
+        # Looking at the origin from 300 cm away, the image's y down the world's -z.
+        R = [[-math.sin(a), math.cos(a), 0], [0, 0, -1], [-math.cos(a), -math.sin(a), 0]]
+        cameras.append({"name": "00_%02d" % c, "type": "hd", "resolution": [32, 24],
+                        "K": [[30, 0, 15.5], [0, 30, 11.5], [0, 0, 1]],
+                        "distCoef": [-0.2, 0.05, 0, 0, 0], "R": R, "t": [[0], [0], [300]]})
+    folder = os.path.join(root, sequence)
+    os.makedirs(os.path.join(folder, "hdPose3d_stage1_coco19"))
+    with open(os.path.join(folder, "calibration_%s.json" % sequence), "w") as f:
+        json.dump({"cameras": cameras}, f)
+    for frame in range(3):
+        joints = []
+        for j in range(19):
+            joints += [20 * math.sin(j + frame + s), 20 * math.cos(3 * j), 5 * j - 45, 0.8]
+        bodies = [] if frame == 1 else [{"id": 0, "joints19": joints}]
+        with open(os.path.join(folder, "hdPose3d_stage1_coco19",
+                               "body3DScene_%08d.json" % frame), "w") as f:
+            json.dump({"bodies": bodies}, f)
+        for camera in cameras:
+            os.makedirs(os.path.join(folder, "hdImgs", camera["name"]), exist_ok=True)
+            Image.new("RGB", (32, 24), (40, 90 + 40 * frame, 30 * s)).save(os.path.join(
+                folder, "hdImgs", camera["name"], "%s_%08d.jpg" % (camera["name"], frame)))
+PY
+"$mvibr" prep --input panoptic --source "$work/panoptic" --out "$work/panoptic-data" |
+  tee "$work/panoptic.out"
+grep -q "(panoptic): 12 views of 32x24 (train 6, val 0, test 6)" "$work/panoptic.out" ||
+  fail "panoptic import"
+grep -q "^warning: panoptic: 2 of 6 frames read had no body" "$work/panoptic.out" ||
+  fail "skipped frames not counted"
+"$mvibr" inspect "$work/panoptic-data" | tee "$work/panoptic.inspect"
+grep -q "skeleton: 19 joints: BodyCenter Neck<BodyCenter Nose<Neck lShoulder<Neck" \
+  "$work/panoptic.inspect" || fail "inspect does not show coco19"
+grep -q "checked .* frames in 1 shard(s): ok" "$work/panoptic.inspect" || fail "inspect panoptic"
+expect_error "calibration_seq_a.json: no hd camera '00_07' (--cameras)" "$mvibr" prep --input panoptic \
+  --source "$work/panoptic" --cameras 00_00,00_07 --out "$work/bad-panoptic"
+expect_error "--source, --frame_step, --max_frames and --body are for --input panoptic" \
+  "$mvibr" prep --out "$work/bad-panoptic" --frame_step 2
+[[ ! -e $work/bad-panoptic ]] || fail "a refused panoptic import wrote its output folder"
+
 echo "== bad input"
 expect_error "no such" "$mvibr" prep --input "$work/does-not-exist" --out "$work/bad1"
 [[ ! -e "$work/bad1/scene.h5" ]] || fail "bad prep left scene.h5"
