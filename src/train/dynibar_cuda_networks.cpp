@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cuda_precision.h"
+#include "device_parameters.h"
 #include "dynibar_device.h"
 #include "mvibr/core/device.h"
 #include "mvibr/core/error.h"
@@ -89,22 +90,11 @@ class CudaDynibarNetworks final : public DynibarDeviceNetworks {
   }
 
   void load_parameters(const nn::ParameterSet& parameters, bool training) override {
-    count_ = parameters.size();
-    upload(&params_, parameters.values().data(), count_);
-    if (training) {
-      grads_.reserve(count_);
-      device_memset_zero(grads_.data(), count_ * sizeof(float));
-    }
+    parameters_.load(parameters, training);
   }
 
   void add_gradients(ParameterRange range, float* grads) override {
-    if (range.offset + range.count > count_) {
-      throw InvalidArgument("DynIBaR on the device: a gradient range past the parameters");
-    }
-    context_.synchronize();
-    std::vector<float> device(range.count);
-    download(device.data(), grads_.data() + range.offset, range.count, 1 / scale_);
-    for (size_t i = 0; i < range.count; ++i) grads[range.offset + i] += device[i];
+    parameters_.add_gradients(context_, range, grads, "DynIBaR", scale_);
   }
 
   void set_gradient_scale(double scale) override { scale_ = scale; }
@@ -124,8 +114,8 @@ class CudaDynibarNetworks final : public DynibarDeviceNetworks {
     DeviceSet& set = sets_[size_t(which)];
     const size_t maps = size_t(set.n_views) * set.map_size(channels_);
     (which == DynibarSet::kStatic ? feature_net_st_ : feature_net_)
-        .forward(context_, set.n_views, set.height, set.width, set.images.data(), params_.data(),
-                 set.maps.reserve(maps), nullptr);
+        .forward(context_, set.n_views, set.height, set.width, set.images.data(),
+                 parameters_.values(), set.maps.reserve(maps), nullptr);
     set.has_maps = true;
     if (training) {
       set.grad_maps.reserve(maps);
@@ -138,7 +128,8 @@ class CudaDynibarNetworks final : public DynibarDeviceNetworks {
       DeviceSet& set = sets_[size_t(which)];
       if (!set.has_maps) continue;
       (which == DynibarSet::kStatic ? feature_net_st_ : feature_net_)
-          .backward(context_, params_.data(), grads_.data(), set.grad_maps.data(), nullptr);
+          .backward(context_, parameters_.values(), parameters_.grads(), set.grad_maps.data(),
+                    nullptr);
     }
   }
 
@@ -186,7 +177,7 @@ class CudaDynibarNetworks final : public DynibarDeviceNetworks {
     if (!br.net) {
       br.net = std::make_unique<nn::cuda::IbrnetAggregator>(is_static ? net_st_ : net_dy_);
     }
-    const float* params = params_.data() + (is_static ? st_offset_ : dy_offset_);
+    const float* params = parameters_.values() + (is_static ? st_offset_ : dy_offset_);
     float* device_rgb = br.rgb.reserve(samples * 3);
     float* device_sigma = br.sigma.reserve(samples);
     if (training) {
@@ -212,7 +203,7 @@ class CudaDynibarNetworks final : public DynibarDeviceNetworks {
     const SourceViews<float> views = source_views(br);
     const size_t width = 3 + size_t(views.feature_channels);
     const size_t offset = is_static ? st_offset_ : dy_offset_;
-    br.net->backward(context_, params_.data() + offset, grads_.data() + offset,
+    br.net->backward(context_, parameters_.values() + offset, parameters_.grads() + offset,
                      upload_scaled(&br.grad_rgb, grad_rgb, samples * 3, scale_, &scaled_),
                      upload_scaled(&br.grad_sigma, grad_sigma, samples, scale_, &scaled_),
                      br.grad_rgb_features.reserve(rows * width),
@@ -235,7 +226,7 @@ class CudaDynibarNetworks final : public DynibarDeviceNetworks {
     nn::MotionMlpCalls<float> calls;
     calls.forward = [this, m, outputs](size_t n, const float* xyzt, float* coefficients) {
       motion_mlp_.forward(
-          context_, params_.data() + motion_offset_, n, upload(&m->xyzt, xyzt, n * 4),
+          context_, parameters_.values() + motion_offset_, n, upload(&m->xyzt, xyzt, n * 4),
           m->saved.reserve(motion_mlp_.saved_size(n)), m->coefficients.reserve(n * outputs));
       context_.synchronize();
       download(coefficients, m->coefficients.data(), n * outputs);
@@ -243,7 +234,7 @@ class CudaDynibarNetworks final : public DynibarDeviceNetworks {
     calls.backward = [this, m, outputs](size_t n, const float* grad_coefficients,
                                         float* grad_xyzt) {
       motion_mlp_.backward(
-          context_, params_.data() + motion_offset_, grads_.data() + motion_offset_, n,
+          context_, parameters_.values() + motion_offset_, parameters_.grads() + motion_offset_, n,
           m->saved.data(),
           upload_scaled(&m->grad_coefficients, grad_coefficients, n * outputs, scale_, &scaled_),
           grad_xyzt ? m->grad_xyzt.reserve(n * 4) : nullptr,
@@ -291,10 +282,10 @@ class CudaDynibarNetworks final : public DynibarDeviceNetworks {
   const nn::IbrnetAggregator& net_st_;
   const nn::IbrnetAggregator& net_dy_;
   nn::cuda::MotionMlp motion_mlp_;
-  size_t motion_offset_, st_offset_, dy_offset_, count_ = 0;
+  size_t motion_offset_, st_offset_, dy_offset_;
   double scale_ = 1;
   std::vector<float> scaled_;
-  DeviceArray<float> params_, grads_;
+  DeviceParameters parameters_;
   std::array<DeviceSet, 2> sets_;
   std::vector<std::array<DeviceBranch, kDynibarBranches>> branches_;
   std::vector<std::array<DeviceMotion, 2>> motions_;

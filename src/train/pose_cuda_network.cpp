@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "device_parameters.h"
 #include "mvibr/core/device.h"
 #include "mvibr/core/error.h"
 #include "mvibr/nn/cuda_feature_net.h"
@@ -54,24 +55,11 @@ class CudaPoseNetwork final : public PoseDeviceNetwork {
   }
 
   void load_parameters(const nn::ParameterSet& parameters, bool training) override {
-    count_ = parameters.size();
-    upload(&params_, parameters.values().data(), count_);
-    if (training) {
-      grads_.reserve(count_);
-      device_memset_zero(grads_.data(), count_ * sizeof(float));
-    }
+    parameters_.load(parameters, training);
   }
 
   void add_gradients(ParameterRange range, float* grads) override {
-    if (range.offset + range.count > count_) {
-      throw InvalidArgument("the pose model on the device: a gradient range past the parameters");
-    }
-    context_.synchronize();
-    std::vector<float> device(range.count);
-    if (range.count) {
-      copy_device_to_host(device.data(), grads_.data() + range.offset, range.count * sizeof(float));
-    }
-    for (size_t i = 0; i < range.count; ++i) grads[range.offset + i] += device[i];
+    parameters_.add_gradients(context_, range, grads, "the pose model");
   }
 
   void forward(int batch, const PoseDeviceInputs& in, const PoseDeviceOutputs& out) override {
@@ -92,8 +80,8 @@ class CudaPoseNetwork final : public PoseDeviceNetwork {
     if (recompute_) {
       for (int i = 0; i < b.instants; ++i) backbone_instant(b, i);
     } else {
-      b.backbone->forward(context_, int(BV), in.height, in.width, images, params_.data(), maps,
-                          nullptr);
+      b.backbone->forward(context_, int(BV), in.height, in.width, images, parameters_.values(),
+                          maps, nullptr);
     }
     float* points = b.points.reserve(BV * J * 2);
     nn::cuda::soft_argmax_forward(int(BV), b.map_height, b.map_width, int(C), int(J), maps,
@@ -171,11 +159,11 @@ class CudaPoseNetwork final : public PoseDeviceNetwork {
       const size_t instant_maps = size_t(b.views) * cells * C;
       for (int i = 0; i < b.instants; ++i) {
         backbone_instant(b, i);
-        recompute_backbone_->backward(context_, params_.data(), grads_.data(),
+        recompute_backbone_->backward(context_, parameters_.values(), parameters_.grads(),
                                       grad_maps + size_t(i) * instant_maps, nullptr);
       }
     } else {
-      b.backbone->backward(context_, params_.data(), grads_.data(), grad_maps, nullptr);
+      b.backbone->backward(context_, parameters_.values(), parameters_.grads(), grad_maps, nullptr);
     }
   }
 
@@ -205,14 +193,16 @@ class CudaPoseNetwork final : public PoseDeviceNetwork {
     const size_t V = size_t(b.views), image = size_t(b.height) * size_t(b.width) * 3;
     const size_t map = size_t(b.map_height) * size_t(b.map_width) * size_t(joints_ + extra_);
     recompute_backbone_->forward(context_, b.views, b.height, b.width,
-                                 b.images.data() + size_t(i) * V * image, params_.data(),
+                                 b.images.data() + size_t(i) * V * image, parameters_.values(),
                                  b.maps.data() + size_t(i) * V * map, nullptr);
   }
   // The head's parameters and gradients at an offset within its block.
   const float* head(size_t offset) const {
-    return params_.data() + networks_.head_block.offset() + offset;
+    return parameters_.values() + networks_.head_block.offset() + offset;
   }
-  float* head_grad(size_t offset) { return grads_.data() + networks_.head_block.offset() + offset; }
+  float* head_grad(size_t offset) {
+    return parameters_.grads() + networks_.head_block.offset() + offset;
+  }
 
   PoseNetworks networks_;
   int joints_, extra_, hidden_;
@@ -220,8 +210,7 @@ class CudaPoseNetwork final : public PoseDeviceNetwork {
   std::unique_ptr<nn::cuda::ResUNet> recompute_backbone_;  // recompute_: every instant's
   nn::SoftArgmaxOptions soft_argmax_;
   nn::cuda::Context context_;
-  size_t count_ = 0;
-  DeviceArray<float> params_, grads_;
+  DeviceParameters parameters_;
   std::vector<DeviceBatch> batches_;
 };
 

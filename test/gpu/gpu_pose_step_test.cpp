@@ -41,16 +41,7 @@ class GpuPoseStep : public ::testing::Test {
   static void SetUpTestSuite() {
     if (cuda_device_count() == 0) return;
     root_ = fs::temp_directory_path() / ("mvibr-gpu-pose-" + std::to_string(::getpid()));
-    data::PoseSceneOptions o;
-    o.width = o.height = 48;
-    o.n_cameras = 4;
-    o.n_sequences = 2;
-    o.n_frames = 2;
-    o.n_test_sequences = 1;
-    o.samples_per_side = 1;
-    o.seed = 3;
-    data::write_prepared_scene(data::make_pose_scene(o), (root_ / "data").string(),
-                               {1, 0, "gpu_pose_step_test"});
+    testing::write_pose_data(root_, 48, 2, 2, 1, 3, 1, "gpu_pose_step_test");
   }
   static void TearDownTestSuite() {
     if (!root_.empty()) fs::remove_all(root_);

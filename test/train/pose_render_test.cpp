@@ -44,15 +44,7 @@ class PoseRender : public ::testing::Test {
   // 48x48 views, 4 cameras, 3 sequences of 2 instants, the last held out: 2 test instants.
   static void SetUpTestSuite() {
     root_ = fs::temp_directory_path() / ("mvibr-pose-render-" + std::to_string(::getpid()));
-    data::PoseSceneOptions o;
-    o.width = o.height = kSide;
-    o.n_sequences = 3;
-    o.n_frames = 2;
-    o.n_test_sequences = 1;
-    o.samples_per_side = 1;
-    o.seed = 5;
-    data::write_prepared_scene(data::make_pose_scene(o), (root_ / "data").string(),
-                               {1, 0, "pose_render_test"});
+    testing::write_pose_data(root_, kSide, 3, 2, 1, 5, 1, "pose_render_test");
     config_ = testing::small_pose_config(root_, "render", 2, 1);
     std::ostringstream log;
     checkpoint_ = train(config_, log).last_checkpoint;

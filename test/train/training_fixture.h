@@ -117,21 +117,29 @@ inline TrainConfig small_dynibar_config(const std::filesystem::path& root, const
   return c;
 }
 
-// The built-in pose data set at 96x96: 4 cameras, 10 sequences of 4 instants, the last 2 held
-// out (enough bodies and scenes for a short run to generalise), prepared into root/data in
-// `shards` shards.
-inline void prepare_small_pose_data(const std::filesystem::path& root, int shards,
-                                    const std::string& command) {
+// The built-in pose data set of side x side views from 4 cameras (one ray per pixel):
+// `sequences` of `frames` instants, the last `test_sequences` held out, prepared into root/data
+// in `shards` shards.
+inline void write_pose_data(const std::filesystem::path& root, int side, int sequences, int frames,
+                            int test_sequences, uint64_t seed, int shards,
+                            const std::string& command) {
   data::PoseSceneOptions o;
-  o.width = o.height = 96;
+  o.width = o.height = side;
   o.n_cameras = 4;
-  o.n_sequences = 10;
-  o.n_frames = 4;
-  o.n_test_sequences = 2;
+  o.n_sequences = sequences;
+  o.n_frames = frames;
+  o.n_test_sequences = test_sequences;
   o.samples_per_side = 1;
-  o.seed = 2;
+  o.seed = seed;
   data::write_prepared_scene(data::make_pose_scene(o), (root / "data").string(),
                              {shards, 0, command});
+}
+
+// At 96x96: 10 sequences of 4 instants, the last 2 held out (enough bodies and scenes for a
+// short run to generalise).
+inline void prepare_small_pose_data(const std::filesystem::path& root, int shards,
+                                    const std::string& command) {
+  write_pose_data(root, 96, 10, 4, 2, 2, shards, command);
 }
 
 // The pose model with the small backbone on that data, `pose_batch` instants a micro-batch.
