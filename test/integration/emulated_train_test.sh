@@ -10,7 +10,9 @@
 #   (measured 2e-8 and 5e-7). Not its parameters: the motion head starts at zero, so the rest of
 #   the motion MLP starts with no gradient and Adam turns the rounding of its near-zero
 #   gradients into steps of either sign (6e-4 of the largest parameter after 3 steps);
-# - the pose model, its network on the device, at 2 ranks: the same bounds as DynIBaR's;
+# - the pose model, its network on the device, at 2 ranks: the same bounds as DynIBaR's
+#   (measured 8e-7 and 2e-6; at rates of 1e-4 Adam's steps grew the rounding to 8e-5 by step 3,
+#   so it trains at 1e-5);
 # - a rank that is stopped (SIGSTOP) ends the NCCL job through the other's watchdog, which aborts
 #   the NCCL communicator first, whether the reductions overlap the backward pass or run inline.
 #   emulated_train_test.sh MVIBR MVIBR_EMULATED SOURCE_DIR MPIEXEC
@@ -85,7 +87,7 @@ echo "== the pose model: its network on the emulated device against the CPU step
   --sequences 2 --frames 2 --test_sequences 1 >/dev/null
 pose=(--model pose --datadir "$work/pose" --basedir "$work/runs" --feature_net small
   --confidence_channels 4 --confidence_hidden 8 --heatmap_multiplier 10 --pose_batch 1
-  --i_print 1 --i_img 100 --lrate_feature 1e-4)
+  --i_print 1 --i_img 100 --lrate_feature 1e-5 --lrate_mlp 1e-5)
 "$mpiexec" -np 2 --oversubscribe "$cpu_mvibr" train "${pose[@]}" --device cpu \
   --expname pose-cpu --n_iters 3 >"$work/pose-cpu.out"
 "$mpiexec" -np 2 --oversubscribe "$gpu_mvibr" train "${pose[@]}" --device cuda \
