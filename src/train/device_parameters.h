@@ -21,10 +21,7 @@ class DeviceParameters {
   // The host's values to the device; with `training`, the device gradients zeroed.
   void load(const nn::ParameterSet& parameters, bool training) {
     count_ = parameters.size();
-    if (count_) {
-      copy_host_to_device(values_.reserve(count_), parameters.values().data(),
-                          count_ * sizeof(float));
-    }
+    values_.upload(parameters.values().data(), count_);
     if (training) device_memset_zero(grads_.reserve(count_), count_ * sizeof(float));
   }
 

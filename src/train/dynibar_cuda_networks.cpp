@@ -20,14 +20,6 @@
 namespace mvibr::train {
 namespace {
 
-// `count` host values into a device buffer kept for the purpose; returns it.
-template <typename T>
-T* upload(DeviceArray<T>* buffer, const T* host, size_t count) {
-  T* device = buffer->reserve(count);
-  if (count) copy_host_to_device(device, host, count * sizeof(T));
-  return device;
-}
-
 // Reads `count` values back into `host` (nothing when null), each times `factor`.
 void download(float* host, const float* device, size_t count, double factor = 1) {
   if (!host || !count) return;
@@ -36,14 +28,14 @@ void download(float* host, const float* device, size_t count, double factor = 1)
   for (size_t i = 0; i < count; ++i) host[i] = float(double(host[i]) * factor);
 }
 
-// As upload, each value times `factor` (fp16's loss scale for the gradients a backward starts
+// As DeviceArray::upload, each value times `factor` (fp16's loss scale for the gradients a backward starts
 // from); `scaled` holds the host's scaled copy.
 float* upload_scaled(DeviceArray<float>* buffer, const float* host, size_t count, double factor,
                      std::vector<float>* scaled) {
-  if (factor == 1) return upload(buffer, host, count);
+  if (factor == 1) return buffer->upload(host, count);
   scaled->resize(count);
   for (size_t i = 0; i < count; ++i) (*scaled)[i] = float(double(host[i]) * factor);
-  return upload(buffer, scaled->data(), count);
+  return buffer->upload(scaled->data(), count);
 }
 
 // A set's images and feature maps, and the maps' gradients.
@@ -106,7 +98,7 @@ class CudaDynibarNetworks final : public DynibarDeviceNetworks {
     set.height = height;
     set.width = width;
     std::tie(set.map_height, set.map_width) = nn::ResUNet::output_size(height, width, true);
-    upload(&set.images, images, size_t(n_views) * set.image_size());
+    set.images.upload(images, size_t(n_views) * set.image_size());
     set.has_maps = false;
   }
 
@@ -144,9 +136,9 @@ class CudaDynibarNetworks final : public DynibarDeviceNetworks {
     br.first_view = in.first_view;
     const size_t samples = size_t(in.n_rays) * size_t(in.n_samples);
     const size_t rows = samples * size_t(in.n_views);
-    upload(&br.cameras, in.cameras, size_t(in.n_views));
-    upload(&br.points, in.points, samples * 3);
-    upload(&br.moved, in.moved, rows * 3);
+    br.cameras.upload(in.cameras, size_t(in.n_views));
+    br.points.upload(in.points, samples * 3);
+    br.moved.upload(in.moved, rows * 3);
     const SourceViews<float> views = source_views(br);
     const size_t width = 3 + size_t(views.feature_channels);
     cuda::gather_moved_samples(
@@ -162,17 +154,17 @@ class CudaDynibarNetworks final : public DynibarDeviceNetworks {
     nn::AggregatorInputs<float> net_in;
     net_in.rgb_features = br.rgb_features.data();
     net_in.ray_diff = br.ray_diff.data();
-    net_in.xyz = upload(&br.xyz, in.network.xyz, samples * 3);
+    net_in.xyz = br.xyz.upload(in.network.xyz, samples * 3);
     if (is_static) {
       cuda::mask_unseen_colours(rows, int(width), br.rgb_features.data(), br.mask.data(),
                                 br.network_mask.reserve(rows), context_.stream());
       net_in.mask = br.network_mask.data();
-      net_in.src_rays = upload(&br.src_rays, in.network.src_rays, rows * 6);
-      net_in.target_rays = upload(&br.target_rays, in.network.target_rays, size_t(in.n_rays) * 6);
+      net_in.src_rays = br.src_rays.upload(in.network.src_rays, rows * 6);
+      net_in.target_rays = br.target_rays.upload(in.network.target_rays, size_t(in.n_rays) * 6);
     } else {
       net_in.mask = br.mask.data();
-      net_in.time = upload(&br.time, in.network.time, size_t(in.n_rays));
-      net_in.view_dir = upload(&br.view_dir, in.network.view_dir, size_t(in.n_rays) * 3);
+      net_in.time = br.time.upload(in.network.time, size_t(in.n_rays));
+      net_in.view_dir = br.view_dir.upload(in.network.view_dir, size_t(in.n_rays) * 3);
     }
     if (!br.net) {
       br.net = std::make_unique<nn::cuda::IbrnetAggregator>(is_static ? net_st_ : net_dy_);
@@ -225,9 +217,9 @@ class CudaDynibarNetworks final : public DynibarDeviceNetworks {
     const size_t outputs = size_t(motion_mlp_.outputs());
     nn::MotionMlpCalls<float> calls;
     calls.forward = [this, m, outputs](size_t n, const float* xyzt, float* coefficients) {
-      motion_mlp_.forward(
-          context_, parameters_.values() + motion_offset_, n, upload(&m->xyzt, xyzt, n * 4),
-          m->saved.reserve(motion_mlp_.saved_size(n)), m->coefficients.reserve(n * outputs));
+      motion_mlp_.forward(context_, parameters_.values() + motion_offset_, n,
+                          m->xyzt.upload(xyzt, n * 4), m->saved.reserve(motion_mlp_.saved_size(n)),
+                          m->coefficients.reserve(n * outputs));
       context_.synchronize();
       download(coefficients, m->coefficients.data(), n * outputs);
     };

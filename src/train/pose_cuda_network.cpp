@@ -11,20 +11,11 @@
 #include "mvibr/nn/cuda_feature_net.h"
 #include "mvibr/nn/cuda_layers.h"
 #include "mvibr/nn/cuda_pose.h"
+#include "mvibr/train/pose_model.h"
 #include "pose_device.h"
 
 namespace mvibr::train {
 namespace {
-
-// The backbone's output is at a quarter of the image's resolution (as pose_model.cpp).
-constexpr int kHeatmapStride = 4;
-
-template <typename T>
-T* upload(DeviceArray<T>* buffer, const T* host, size_t count) {
-  T* device = buffer->reserve(count);
-  if (count) copy_host_to_device(device, host, count * sizeof(T));
-  return device;
-}
 
 // One micro-batch's inputs, activations and gradients.
 struct DeviceBatch {
@@ -47,7 +38,7 @@ class CudaPoseNetwork final : public PoseDeviceNetwork {
         hidden_(config.confidence_hidden),
         use_confidences_(config.use_confidences),
         recompute_(config.recompute_backbone),
-        soft_argmax_(nn::SoftArgmaxOptions::for_stride(kHeatmapStride, config.heatmap_multiplier)) {
+        soft_argmax_(pose_soft_argmax_options(config)) {
     if (config.precision != Precision::kFp32) {
       throw InvalidArgument(
           "config key 'precision': the pose model's GPU step is fp32 only (set precision = fp32)");
@@ -70,10 +61,9 @@ class CudaPoseNetwork final : public PoseDeviceNetwork {
     const size_t BV = b.maps_views(), J = size_t(joints_), K = size_t(extra_);
     const size_t C = J + K, cells = size_t(b.map_height) * size_t(b.map_width);
     const StreamHandle stream = context_.stream();
-    const float* images =
-        upload(&b.images, in.images, BV * size_t(in.height) * size_t(in.width) * 3);
+    const float* images = b.images.upload(in.images, BV * size_t(in.height) * size_t(in.width) * 3);
     const float* projections =
-        upload(&b.projections, in.projections, size_t(in.instants) * size_t(in.views) * 12);
+        b.projections.upload(in.projections, size_t(in.instants) * size_t(in.views) * 12);
     float* maps = b.maps.reserve(BV * cells * C);
     b.height = in.height;
     b.width = in.width;
@@ -103,7 +93,7 @@ class CudaPoseNetwork final : public PoseDeviceNetwork {
       nn::cuda::triangulation_weights(b.instants, b.views, joints_, confidences, weights, stream);
     } else {
       const std::vector<float> ones(BV * J, 1.0f);
-      upload(&b.weights, ones.data(), ones.size());
+      b.weights.upload(ones.data(), ones.size());
     }
     float* joints = b.joints.reserve(size_t(b.instants) * J * 3);
     uint8_t* triangulated = b.triangulated.reserve(size_t(b.instants) * J);
@@ -121,15 +111,14 @@ class CudaPoseNetwork final : public PoseDeviceNetwork {
     const size_t BV = b.maps_views(), J = size_t(joints_), K = size_t(extra_);
     const size_t C = J + K, cells = size_t(b.map_height) * size_t(b.map_width);
     const StreamHandle stream = context_.stream();
-    const float* device_grad_joints =
-        upload(&b.grad_joints, grad_joints, size_t(b.instants) * J * 3);
+    const float* device_grad_joints = b.grad_joints.upload(grad_joints, size_t(b.instants) * J * 3);
     float* grad_points = b.grad_points.reserve(BV * J * 2);
     float* grad_weights = b.grad_weights.reserve(BV * J);
     nn::cuda::triangulate_joints_backward(b.instants, b.views, joints_, b.projections.data(),
                                           b.points.data(), b.weights.data(), device_grad_joints,
                                           grad_points, grad_weights, stream);
-    nn::cuda::add_into(BV * J * 2, upload(&b.grad_points_2d, grad_points_2d, BV * J * 2),
-                       grad_points, stream);
+    nn::cuda::add_into(BV * J * 2, b.grad_points_2d.upload(grad_points_2d, BV * J * 2), grad_points,
+                       stream);
     float* grad_maps = b.grad_maps.reserve(BV * cells * C);
     device_memset_zero(grad_maps, BV * cells * C * sizeof(float));
     nn::cuda::soft_argmax_backward(int(BV), b.map_height, b.map_width, int(C), int(J),

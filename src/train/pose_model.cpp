@@ -41,6 +41,10 @@ LossSums PoseSums::values(bool fusion) const {
   return sums;
 }
 
+nn::SoftArgmaxOptions pose_soft_argmax_options(const TrainConfig& config) {
+  return nn::SoftArgmaxOptions::for_stride(4, config.heatmap_multiplier);
+}
+
 PoseSums PoseSums::from(const LossSums& sums) {
   if (sums.size() != 5 && sums.size() != 9) {
     throw InvalidArgument("pose loss sums: " + std::to_string(sums.size()) +
@@ -67,10 +71,6 @@ PoseRig pose_rig(const data::Scene& scene) {
 }
 
 namespace {
-
-// The backbone's output has a quarter of the image's resolution: cell (x, y) covers the 4x4
-// pixels around (4x + 1.5, 4y + 1.5).
-constexpr int kHeatmapStride = 4;
 
 // A micro-batch: its instants' inputs and everything the backward needs.
 struct MicroBatch {
@@ -180,9 +180,7 @@ struct PoseModel::State {
   }
 
   int channels() const { return joints + config.confidence_channels; }
-  nn::SoftArgmaxOptions soft_argmax_options() const {
-    return nn::SoftArgmaxOptions::for_stride(kHeatmapStride, config.heatmap_multiplier);
-  }
+  nn::SoftArgmaxOptions soft_argmax_options() const { return pose_soft_argmax_options(config); }
 
   // The instants' images, cameras and labels into `b`, checking that they agree in size,
   // cameras and joints (and with fusion, with the rig).

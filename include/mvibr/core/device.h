@@ -66,6 +66,12 @@ class DeviceArray {
     }
     return data_;
   }
+  // `count` host values into the array's first elements, reserving them; returns the array.
+  T* upload(const T* host, size_t count) {
+    T* device = reserve(count);
+    if (count) copy_host_to_device(device, host, count * sizeof(T));
+    return device;
+  }
 
  private:
   T* data_ = nullptr;

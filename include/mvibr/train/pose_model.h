@@ -31,6 +31,7 @@
 #include "mvibr/data/prefetch_reader.h"
 #include "mvibr/data/scene.h"
 #include "mvibr/nn/feature_net.h"
+#include "mvibr/nn/soft_argmax.h"
 #include "mvibr/train/config.h"
 #include "mvibr/train/model.h"
 
@@ -72,6 +73,9 @@ PoseRig pose_rig(const data::Scene& scene);  // of its first instant
 // The backbone the config asks for: the feature_net preset, one output of J heatmaps followed by
 // confidence_channels for the confidence head.
 nn::ResUNetOptions pose_backbone_options(const TrainConfig& config, int joints);
+// The soft-argmax on its output: a quarter of the image's resolution, cell (x, y) covering the
+// 4x4 pixels around (4x + 1.5, 4y + 1.5), and the config's heatmap_multiplier.
+nn::SoftArgmaxOptions pose_soft_argmax_options(const TrainConfig& config);
 
 class PoseModel final : public TrainableModel {
  public:
