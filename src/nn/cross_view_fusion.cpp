@@ -77,7 +77,7 @@ void CrossViewFusion::forward(const T* params, int views, int rows, int pixels, 
     scaled_copy(map, kOwnWeight, heatmaps + size_t(t) * map, out);
     for (int s = 0; s < views; ++s) {
       if (s == t) continue;
-      const T* weight = params + weights_ + size_t(pair(t, s)) * P * P;
+      const T* weight = params + weight_offset(pair(t, s));
       gemm_add(false, false, R, P, P, other_weight(), heatmaps + size_t(s) * map, weight, out);
     }
   }
@@ -93,7 +93,7 @@ void CrossViewFusion::backward(const T* params, T* grads, int views, int rows, i
     scaled_copy(map, kOwnWeight, grad_fused + size_t(s) * map, grad_source);
     for (int t = 0; t < views; ++t) {
       if (t == s) continue;
-      const size_t weight = weights_ + size_t(pair(t, s)) * P * P;
+      const size_t weight = weight_offset(pair(t, s));
       const T* grad_target = grad_fused + size_t(t) * map;
       gemm_add(false, true, R, P, P, other_weight(), grad_target, params + weight, grad_source);
       gemm_add(true, false, P, P, R, other_weight(), heatmaps + size_t(s) * map, grad_target,

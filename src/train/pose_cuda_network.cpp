@@ -26,6 +26,11 @@ struct DeviceBatch {
   DeviceArray<uint8_t> triangulated;
   DeviceArray<float> grad_joints, grad_points, grad_points_2d, grad_weights, grad_logits,
       grad_hidden, grad_pooled, grad_maps;
+  // With fusion: the fused heatmaps [BV,Hf,Wf,J] (points, joints and triangulated are theirs),
+  // the raw path's and their gradients.
+  DeviceArray<float> fused, raw_points, raw_joints, grad_fused, grad_raw_joints, grad_raw_points,
+      grad_raw_points_2d, grad_raw_weights;
+  DeviceArray<uint8_t> raw_triangulated;
   size_t maps_views() const { return size_t(instants) * size_t(views); }
 };
 
@@ -38,6 +43,7 @@ class CudaPoseNetwork final : public PoseDeviceNetwork {
         hidden_(config.confidence_hidden),
         use_confidences_(config.use_confidences),
         recompute_(config.recompute_backbone),
+        fusion_(n.fusion),
         soft_argmax_(pose_soft_argmax_options(config)) {
     if (config.precision != Precision::kFp32) {
       throw InvalidArgument(
@@ -74,8 +80,16 @@ class CudaPoseNetwork final : public PoseDeviceNetwork {
                           maps, nullptr);
     }
     float* points = b.points.reserve(BV * J * 2);
+    float* raw_points = fusion_ ? b.raw_points.reserve(BV * J * 2) : points;
     nn::cuda::soft_argmax_forward(int(BV), b.map_height, b.map_width, int(C), int(J), maps,
-                                  soft_argmax_, points, stream);
+                                  soft_argmax_, raw_points, stream);
+    if (fusion_) {
+      float* fused = b.fused.reserve(BV * cells * J);
+      nn::cuda::cross_view_fusion_forward(context_, *fusion_, fusion_values(), b.instants, int(C),
+                                          joints_, maps, fused);
+      nn::cuda::soft_argmax_forward(int(BV), b.map_height, b.map_width, joints_, joints_, fused,
+                                    soft_argmax_, points, stream);
+    }
     float* weights = b.weights.reserve(BV * J);
     if (use_confidences_) {
       float* pooled = b.pooled.reserve(BV * K);
@@ -99,30 +113,59 @@ class CudaPoseNetwork final : public PoseDeviceNetwork {
     uint8_t* triangulated = b.triangulated.reserve(size_t(b.instants) * J);
     nn::cuda::triangulate_joints(b.instants, b.views, joints_, projections, points, weights, joints,
                                  triangulated, stream);
+    if (fusion_) {
+      nn::cuda::triangulate_joints(b.instants, b.views, joints_, projections, raw_points, weights,
+                                   b.raw_joints.reserve(size_t(b.instants) * J * 3),
+                                   b.raw_triangulated.reserve(size_t(b.instants) * J), stream);
+    }
     context_.synchronize();
     copy_device_to_host(out.points, points, BV * J * 2 * sizeof(float));
     copy_device_to_host(out.weights, weights, BV * J * sizeof(float));
     copy_device_to_host(out.joints, joints, size_t(b.instants) * J * 3 * sizeof(float));
     copy_device_to_host(out.triangulated, triangulated, size_t(b.instants) * J);
+    if (fusion_) {
+      copy_device_to_host(out.raw_points, raw_points, BV * J * 2 * sizeof(float));
+      copy_device_to_host(out.raw_joints, b.raw_joints.data(),
+                          size_t(b.instants) * J * 3 * sizeof(float));
+      copy_device_to_host(out.raw_triangulated, b.raw_triangulated.data(), size_t(b.instants) * J);
+    }
   }
 
-  void backward(int batch, const float* grad_joints, const float* grad_points_2d) override {
+  void backward(int batch, const PoseDeviceGradients& grads) override {
     DeviceBatch& b = batch_at(batch);
     const size_t BV = b.maps_views(), J = size_t(joints_), K = size_t(extra_);
     const size_t C = J + K, cells = size_t(b.map_height) * size_t(b.map_width);
     const StreamHandle stream = context_.stream();
-    const float* device_grad_joints = b.grad_joints.upload(grad_joints, size_t(b.instants) * J * 3);
     float* grad_points = b.grad_points.reserve(BV * J * 2);
     float* grad_weights = b.grad_weights.reserve(BV * J);
-    nn::cuda::triangulate_joints_backward(b.instants, b.views, joints_, b.projections.data(),
-                                          b.points.data(), b.weights.data(), device_grad_joints,
-                                          grad_points, grad_weights, stream);
-    nn::cuda::add_into(BV * J * 2, b.grad_points_2d.upload(grad_points_2d, BV * J * 2), grad_points,
-                       stream);
+    path_backward(b, b.points.data(),
+                  b.grad_joints.upload(grads.joints, size_t(b.instants) * J * 3),
+                  b.grad_points_2d.upload(grads.points, BV * J * 2), grad_points, grad_weights);
     float* grad_maps = b.grad_maps.reserve(BV * cells * C);
     device_memset_zero(grad_maps, BV * cells * C * sizeof(float));
-    nn::cuda::soft_argmax_backward(int(BV), b.map_height, b.map_width, int(C), int(J),
-                                   b.maps.data(), soft_argmax_, grad_points, grad_maps, stream);
+    if (fusion_) {
+      // The raw path as the CPU's: its weights' gradients added to the fused path's, its points'
+      // back into the maps; then the fused path's points' through the fusion.
+      float* grad_raw_points = b.grad_raw_points.reserve(BV * J * 2);
+      float* grad_raw_weights = b.grad_raw_weights.reserve(BV * J);
+      path_backward(b, b.raw_points.data(),
+                    b.grad_raw_joints.upload(grads.raw_joints, size_t(b.instants) * J * 3),
+                    b.grad_raw_points_2d.upload(grads.raw_points, BV * J * 2), grad_raw_points,
+                    grad_raw_weights);
+      nn::cuda::add_into(BV * J, grad_raw_weights, grad_weights, stream);
+      nn::cuda::soft_argmax_backward(int(BV), b.map_height, b.map_width, int(C), int(J),
+                                     b.maps.data(), soft_argmax_, grad_raw_points, grad_maps,
+                                     stream);
+      float* grad_fused = b.grad_fused.reserve(BV * cells * J);
+      nn::cuda::soft_argmax_backward(int(BV), b.map_height, b.map_width, joints_, joints_,
+                                     b.fused.data(), soft_argmax_, grad_points, grad_fused, stream);
+      nn::cuda::cross_view_fusion_backward(context_, *fusion_, fusion_values(), fusion_grads(),
+                                           b.instants, int(C), joints_, b.maps.data(), grad_fused,
+                                           grad_maps);
+    } else {
+      nn::cuda::soft_argmax_backward(int(BV), b.map_height, b.map_width, int(C), int(J),
+                                     b.maps.data(), soft_argmax_, grad_points, grad_maps, stream);
+    }
     if (use_confidences_) {
       float* grad_logits = b.grad_logits.reserve(BV * J);
       nn::cuda::triangulation_weights_backward(b.instants, b.views, joints_, b.confidences.data(),
@@ -185,6 +228,21 @@ class CudaPoseNetwork final : public PoseDeviceNetwork {
                                  b.images.data() + size_t(i) * V * image, parameters_.values(),
                                  b.maps.data() + size_t(i) * V * map, nullptr);
   }
+  // One path's triangulation backward from its joints' gradients, plus its 2D term's: its points'
+  // and the weights' gradients (overwritten).
+  void path_backward(const DeviceBatch& b, const float* points, const float* grad_joints,
+                     const float* grad_points_2d, float* grad_points, float* grad_weights) {
+    nn::cuda::triangulate_joints_backward(b.instants, b.views, joints_, b.projections.data(),
+                                          points, b.weights.data(), grad_joints, grad_points,
+                                          grad_weights, context_.stream());
+    nn::cuda::add_into(b.maps_views() * size_t(joints_) * 2, grad_points_2d, grad_points,
+                       context_.stream());
+  }
+  // The fusion's block of parameters and of gradients.
+  const float* fusion_values() const {
+    return parameters_.values() + networks_.fusion_block.offset();
+  }
+  float* fusion_grads() { return parameters_.grads() + networks_.fusion_block.offset(); }
   // The head's parameters and gradients at an offset within its block.
   const float* head(size_t offset) const {
     return parameters_.values() + networks_.head_block.offset() + offset;
@@ -196,6 +254,7 @@ class CudaPoseNetwork final : public PoseDeviceNetwork {
   PoseNetworks networks_;
   int joints_, extra_, hidden_;
   bool use_confidences_, recompute_;
+  const nn::CrossViewFusion* fusion_;
   std::unique_ptr<nn::cuda::ResUNet> recompute_backbone_;  // recompute_: every instant's
   nn::SoftArgmaxOptions soft_argmax_;
   nn::cuda::Context context_;

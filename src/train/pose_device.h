@@ -1,6 +1,8 @@
 // The pose model's network on a CUDA device, for the model's step (internal to the train library).
 // - What runs here, per micro-batch, forward and backward: the backbone, soft-argmax, the channel
-//   means, the confidence head, the weights and the triangulation (nn/cuda_pose.h): the network.
+//   means, the confidence head, the weights, the cross-view fusion and the triangulation
+//   (nn/cuda_pose.h): the network. With fusion, both paths: the fused heatmaps' joints and the
+//   raw ones'.
 // - What stays on the host: loading the instants, the loss and its gradients with respect to the
 //   joints (O(B J) numbers), the optimiser. Images and projections go in; the 2D points, weights,
 //   3D joints and triangulated flags come back; the joints' gradients go in again. The maps and
@@ -18,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "mvibr/nn/cross_view_fusion.h"
 #include "mvibr/nn/feature_net.h"
 #include "mvibr/nn/layers.h"
 #include "mvibr/nn/parameters.h"
@@ -32,6 +35,8 @@ struct PoseNetworks {
   const nn::ParameterBlock& head_block;
   const nn::Linear& head_hidden;
   const nn::Linear& head_out;
+  const nn::ParameterBlock& fusion_block;
+  const nn::CrossViewFusion* fusion;  // null: no fusion
 };
 
 // A micro-batch of B instants of V views: images [BV,H,W,3] in [0,1], projections [B,V,3,4].
@@ -42,12 +47,25 @@ struct PoseDeviceInputs {
 };
 
 // Host arrays the forward fills: points [BV,J,2] (pixels), weights [B,V,J], joints [B,J,3],
-// triangulated [B,J].
+// triangulated [B,J]; with fusion, those of the fused heatmaps, and the raw_ ones the raw
+// heatmaps' (unused without).
 struct PoseDeviceOutputs {
   float* points = nullptr;
   float* weights = nullptr;
   float* joints = nullptr;
   uint8_t* triangulated = nullptr;
+  float* raw_points = nullptr;
+  float* raw_joints = nullptr;
+  uint8_t* raw_triangulated = nullptr;
+};
+
+// The loss's gradients (host) with respect to a path's 3D joints [B,J,3] and, the 2D term's, its
+// 2D joints [BV,J,2]: the fused path's, and with fusion the raw path's (null without).
+struct PoseDeviceGradients {
+  const float* joints = nullptr;
+  const float* points = nullptr;
+  const float* raw_joints = nullptr;
+  const float* raw_points = nullptr;
 };
 
 class PoseDeviceNetwork {
@@ -61,10 +79,9 @@ class PoseDeviceNetwork {
 
   // Micro-batch `batch` forward; its activations stay until its next forward.
   virtual void forward(int batch, const PoseDeviceInputs& in, const PoseDeviceOutputs& out) = 0;
-  // Its backward from the loss's gradients (host): grad_joints [B,J,3] through the triangulation,
-  // grad_points [BV,J,2] (the 2D term's) added to the points' gradients; parameter gradients
-  // accumulate on the device.
-  virtual void backward(int batch, const float* grad_joints, const float* grad_points) = 0;
+  // Its backward from the loss's gradients: each path's joints' through its triangulation, its
+  // points' added to what comes out; parameter gradients accumulate on the device.
+  virtual void backward(int batch, const PoseDeviceGradients& grads) = 0;
   // Device bytes the backbones' workspaces hold.
   virtual size_t activation_bytes() const = 0;
 };

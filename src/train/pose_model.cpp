@@ -157,13 +157,8 @@ struct PoseModel::State {
       std::tie(map_height, map_width) = nn::ResUNet::output_size(height, width);
     }
     if (runs_on_device(c)) {
-      if (fusion) {
-        throw InvalidArgument(
-            "cross_view_fusion runs on the CPU only for now: set device = cpu or "
-            "cross_view_fusion = false");
-      }
-      device =
-          make_pose_device_network(c, PoseNetworks{backbone, head_block, head_hidden, head_out});
+      device = make_pose_device_network(c, PoseNetworks{backbone, head_block, head_hidden, head_out,
+                                                        fusion_block, fusion ? &*fusion : nullptr});
     }
   }
 
@@ -289,9 +284,15 @@ struct PoseModel::State {
       b->weights.resize(BV * J);
       b->joints.resize(size_t(b->instants) * J * 3);
       b->triangulated.resize(size_t(b->instants) * J);
+      if (fusion) {
+        b->raw_points.resize(b->points.size());
+        b->raw_joints.resize(b->joints.size());
+        b->raw_triangulated.resize(b->triangulated.size());
+      }
       device->forward(
           index, {b->instants, b->views, height, width, b->images.data(), b->projections.data()},
-          {b->points.data(), b->weights.data(), b->joints.data(), b->triangulated.data()});
+          {b->points.data(), b->weights.data(), b->joints.data(), b->triangulated.data(),
+           b->raw_points.data(), b->raw_joints.data(), b->raw_triangulated.data()});
       laps.to(&times.features_forward);
       return;
     }
@@ -449,11 +450,17 @@ struct PoseModel::State {
     const size_t cells = size_t(map_height) * size_t(map_width);
     laps.start();
     if (device) {
-      std::vector<float> grad_joints, grad_points_2d;
+      std::vector<float> grad_joints, grad_points_2d, grad_raw_joints, grad_raw_points_2d;
       path_loss_gradients(*b, b->points, b->joints, b->triangulated, global.joints_3d,
                           global.joints_2d, &grad_joints, &grad_points_2d);
+      if (fusion) {
+        path_loss_gradients(*b, b->raw_points, b->raw_joints, b->raw_triangulated,
+                            global.raw_joints_3d, global.joints_2d, &grad_raw_joints,
+                            &grad_raw_points_2d);
+      }
       laps.to(&times.composite_backward);
-      device->backward(index, grad_joints.data(), grad_points_2d.data());
+      device->backward(index, {grad_joints.data(), grad_points_2d.data(), grad_raw_joints.data(),
+                               grad_raw_points_2d.data()});
       laps.to(&times.features_backward);
       return;
     }

@@ -1,9 +1,9 @@
 // The pose model with its network on a CUDA device (device = cuda) against the CPU model on the
 // same weights and instants, and the pose layers of nn/cuda_pose.h one by one against the CPU's.
-// - The step: the backbone, soft-argmax, channel means, confidence head and triangulation on the
-//   device, the loss and the optimiser on the host (train/pose_device.h). Bounds as the other GPU
-//   steps' (gpu_dynibar_step_test): both sides fp32 with sums in other orders (cuDNN and cuBLAS
-//   against oneDNN and the CPU's GEMMs), so the loss and its terms 2e-5, the gradients 2e-4
+// - The step: the backbone, soft-argmax, channel means, confidence head, fusion and triangulation
+//   on the device, the loss and the optimiser on the host (train/pose_device.h). Bounds as the
+//   other GPU steps' (gpu_dynibar_step_test): both sides fp32 with sums in other orders (cuDNN and
+//   cuBLAS against oneDNN and the CPU's GEMMs), so the loss and its terms 2e-5, the gradients 2e-4
 //   normwise per tensor, the predicted joints 1e-4.
 // - The layers run the CPU's per-map and per-joint math: 1e-6 normwise (a real GPU's expf and
 //   fused multiply-adds round differently; on the emulated device they agree to the bit).
@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <utility>
@@ -22,8 +23,10 @@
 #include "mvibr/core/error.h"
 #include "mvibr/core/relative_error.h"
 #include "mvibr/data/pose_scene.h"
+#include "mvibr/data/shards.h"
 #include "mvibr/geom/triangulation.h"
 #include "mvibr/nn/channel_mean.h"
+#include "mvibr/nn/cross_view_fusion.h"
 #include "mvibr/nn/cuda_pose.h"
 #include "mvibr/nn/soft_argmax.h"
 #include "mvibr/synthetic/random_scene.h"
@@ -51,14 +54,16 @@ class GpuPoseStep : public ::testing::Test {
   }
 
   static TrainConfig config(Device device, bool use_confidences, int pose_batch,
-                            bool recompute = false) {
+                            bool recompute = false, bool fusion = false) {
     TrainConfig c = testing::small_pose_config(root_, "gpu", 1, pose_batch);
     c.device = device;
     c.use_confidences = use_confidences;
     c.recompute_backbone = recompute;
+    c.cross_view_fusion = fusion;
     c.accumulation_steps = 2 / pose_batch;
     return c;
   }
+  static PoseRig rig() { return pose_rig(data::read_scene_index((root_ / "data").string()).scene); }
 
   static std::vector<data::TrainingSample> instants() {
     return pose_instants((root_ / "data").string(), data::Split::kTrain, 2);
@@ -91,18 +96,23 @@ TEST_F(GpuPoseStep, MatchesTheCpuStep) {
     bool use_confidences;
     int micro_batches;
     bool recompute;  // the GPU side recomputes its backbone's activations; the CPU stores them
+    bool fusion;     // cross-view fusion: the loss of both paths
   };
   for (const Case& c :
-       {Case{true, 1, false}, Case{true, 2, false}, Case{false, 1, false}, Case{true, 1, true}}) {
+       {Case{true, 1, false, false}, Case{true, 2, false, false}, Case{false, 1, false, false},
+        Case{true, 1, true, false}, Case{true, 2, false, true}, Case{true, 1, true, true}}) {
     const bool use_confidences = c.use_confidences;
     const int micro_batches = c.micro_batches;
-    SCOPED_TRACE(std::string(use_confidences ? "confidences" : "equal weights") + ", " +
-                 std::to_string(micro_batches) + " micro-batches" +
-                 (c.recompute ? ", recomputing" : ""));
+    const std::string name = std::string(use_confidences ? "confidences" : "equal weights") + ", " +
+                             std::to_string(micro_batches) + " micro-batches" +
+                             (c.recompute ? ", recomputing" : "") + (c.fusion ? ", fusion" : "");
+    SCOPED_TRACE(name);
     const int pose_batch = 2 / micro_batches;
-    PoseModel cpu(config(Device::kCpu, use_confidences, pose_batch), data::kPoseJoints);
-    PoseModel gpu(config(Device::kCuda, use_confidences, pose_batch, c.recompute),
-                  data::kPoseJoints);
+    PoseModel cpu(config(Device::kCpu, use_confidences, pose_batch, false, c.fusion),
+                  data::kPoseJoints, rig());
+    PoseModel gpu(config(Device::kCuda, use_confidences, pose_batch, c.recompute, c.fusion),
+                  data::kPoseJoints, rig());
+    ASSERT_EQ(gpu.cross_view_fusion(), c.fusion);
     cpu.initialize(5);
     gpu.initialize(5);
     EXPECT_FALSE(gpu.on_device());  // its gradients are the host's: all-reduced by MPI
@@ -110,6 +120,7 @@ TEST_F(GpuPoseStep, MatchesTheCpuStep) {
     const StepResult actual = step(&gpu, samples, micro_batches);
     EXPECT_EQ(actual.valid_rays, expected.valid_rays);
     EXPECT_LE(relative(actual.loss, expected.loss), 2e-5) << actual.loss << " vs " << expected.loss;
+    ASSERT_EQ(actual.terms.size(), expected.terms.size());
     for (size_t i = 0; i < expected.terms.size(); ++i) {
       EXPECT_LE(relative(actual.terms[i].value, expected.terms[i].value), 2e-5)
           << expected.terms[i].key;
@@ -149,12 +160,9 @@ TEST_F(GpuPoseStep, MatchesTheCpuStep) {
       EXPECT_LE(error, 2e-4) << info.name;
       worst = std::max(worst, error);
     }
-    std::printf(
-        "  %s, %d micro-batches%s: loss %.1e, worst gradient %.1e; %.2f MB of device "
-        "activations\n",
-        use_confidences ? "confidences" : "equal weights", micro_batches,
-        c.recompute ? ", recomputing" : "", relative(actual.loss, expected.loss), worst,
-        double(gpu.activation_bytes()) / 1e6);
+    std::printf("  %s: loss %.1e, worst gradient %.1e; %.2f MB of device activations\n",
+                name.c_str(), relative(actual.loss, expected.loss), worst,
+                double(gpu.activation_bytes()) / 1e6);
 
     const std::vector<PosePrediction> want = cpu.predict(samples), got = gpu.predict(samples);
     ASSERT_EQ(got.size(), want.size());
@@ -163,6 +171,14 @@ TEST_F(GpuPoseStep, MatchesTheCpuStep) {
       EXPECT_LE(mvibr::normwise_relative_error(got[i].joints_world, want[i].joints_world), 1e-4);
       EXPECT_LE(mvibr::normwise_relative_error(got[i].joints_image, want[i].joints_image), 1e-4);
       EXPECT_LE(mvibr::normwise_relative_error(got[i].confidences, want[i].confidences), 1e-4);
+      EXPECT_EQ(got[i].raw_triangulated, want[i].raw_triangulated);
+      EXPECT_EQ(got[i].raw_joints_world.size(), want[i].raw_joints_world.size());
+      if (c.fusion) {
+        EXPECT_LE(mvibr::normwise_relative_error(got[i].raw_joints_world, want[i].raw_joints_world),
+                  1e-4);
+        EXPECT_LE(mvibr::normwise_relative_error(got[i].raw_joints_image, want[i].raw_joints_image),
+                  1e-4);
+      }
     }
   }
 }
@@ -263,6 +279,79 @@ TEST_F(GpuPoseStep, LayersMatchTheCpuLayers) {
   EXPECT_LE(mvibr::normwise_relative_error(out_joints.to_host(), truth), 1e-5);
 }
 
+// The fusion on the maps' layout against the CPU layer on rows, for 2 and 4 views: the fused
+// heatmaps, the heatmaps' gradients added into the maps' first J channels (the others untouched)
+// and the weights' gradients. Both sum each GEMM in fp32 in its own order (the emulated cuBLAS in
+// double): 1e-5 normwise.
+TEST_F(GpuPoseStep, FusionMatchesTheCpuLayer) {
+  for (const int V : {2, 4}) {
+    SCOPED_TRACE(std::to_string(V) + " views");
+    const int B = 2, J = 3, C = 5, P = 4 * 3, BJ = B * J;
+    nn::ParameterSet parameters;
+    nn::ParameterBlock block(parameters, "fusion.", nn::ParameterGroup::kMlp);
+    const nn::CrossViewFusion layer(block, V, P);
+    nn::Initializer init(7);
+    layer.initialize(block.values(), init);
+    const auto random = [](size_t count, uint64_t seed) {
+      const std::vector<double> v = synthetic::random_values(count, -1, 1, seed);
+      return std::vector<float>(v.begin(), v.end());
+    };
+    const size_t maps_size = size_t(B) * V * P * C, fused_size = size_t(B) * V * P * J;
+    const std::vector<float> maps = random(maps_size, 11), grad_fused = random(fused_size, 12),
+                             grad_maps_before = random(maps_size, 13);
+    // f(m, f, r): the maps' index m, the fused maps' f and the rows' r of each heatmap cell.
+    const auto for_each_cell = [&](auto visit) {
+      for (int i = 0; i < B; ++i) {
+        for (int v = 0; v < V; ++v) {
+          for (int p = 0; p < P; ++p) {
+            for (int j = 0; j < J; ++j) {
+              const size_t cell = (size_t(i) * V + size_t(v)) * P + size_t(p);
+              visit(cell * C + size_t(j), cell * J + size_t(j),
+                    ((size_t(v) * B + size_t(i)) * J + size_t(j)) * P + size_t(p));
+            }
+          }
+        }
+      }
+    };
+    std::vector<float> rows(size_t(V) * BJ * P), grad_rows_fused(rows.size());
+    for_each_cell([&](size_t m, size_t f, size_t r) {
+      rows[r] = maps[m];
+      grad_rows_fused[r] = grad_fused[f];
+    });
+    std::vector<float> fused_rows(rows.size()), grad_rows(rows.size());
+    std::vector<float> want_grad_weights(block.size(), 0.0f);
+    layer.forward(block.values(), V, BJ, P, rows.data(), fused_rows.data());
+    layer.backward(block.values(), want_grad_weights.data(), V, BJ, P, rows.data(),
+                   grad_rows_fused.data(), grad_rows.data());
+    std::vector<float> want_fused(fused_size), want_grad_maps = grad_maps_before;
+    for_each_cell([&](size_t m, size_t f, size_t r) {
+      want_fused[f] = fused_rows[r];
+      want_grad_maps[m] += grad_rows[r];
+    });
+
+    const std::vector<float> weights(block.values(), block.values() + block.size());
+    DeviceArray<float> d_weights(weights), d_maps(maps), d_grad_fused(grad_fused),
+        d_grad_maps(grad_maps_before), d_fused(fused_size), d_grad_weights(block.size());
+    d_grad_weights.zero();
+    nn::cuda::Context context;
+    nn::cuda::cross_view_fusion_forward(context, layer, d_weights.data(), B, C, J, d_maps.data(),
+                                        d_fused.data());
+    nn::cuda::cross_view_fusion_backward(context, layer, d_weights.data(), d_grad_weights.data(), B,
+                                         C, J, d_maps.data(), d_grad_fused.data(),
+                                         d_grad_maps.data());
+    context.synchronize();
+    const double fused_error = mvibr::normwise_relative_error(d_fused.to_host(), want_fused);
+    const double maps_error = mvibr::normwise_relative_error(d_grad_maps.to_host(), want_grad_maps);
+    const double weights_error =
+        mvibr::normwise_relative_error(d_grad_weights.to_host(), want_grad_weights);
+    EXPECT_LE(fused_error, 1e-5);
+    EXPECT_LE(maps_error, 1e-5);
+    EXPECT_LE(weights_error, 1e-5);
+    std::printf("  %d views: fused %.1e, heatmap gradients %.1e, weight gradients %.1e\n", V,
+                fused_error, maps_error, weights_error);
+  }
+}
+
 TEST_F(GpuPoseStep, BadShapesAndPrecisionsAreRefused) {
   DeviceArray<float> buffer(64);
   EXPECT_THROW(
@@ -273,6 +362,20 @@ TEST_F(GpuPoseStep, BadShapesAndPrecisionsAreRefused) {
   EXPECT_THROW(nn::cuda::triangulate_joints(1, 0, 1, buffer.data(), buffer.data(), buffer.data(),
                                             buffer.data(), nullptr, nullptr),
                InvalidArgument);
+  {
+    nn::ParameterSet parameters;
+    nn::ParameterBlock block(parameters, "fusion.", nn::ParameterGroup::kMlp);
+    const nn::CrossViewFusion layer(block, 2, 4);
+    nn::cuda::Context context;
+    // More heatmaps than channels, and no instant.
+    EXPECT_THROW(nn::cuda::cross_view_fusion_forward(context, layer, buffer.data(), 1, 2, 3,
+                                                     buffer.data(), buffer.data()),
+                 InvalidArgument);
+    EXPECT_THROW(
+        nn::cuda::cross_view_fusion_backward(context, layer, buffer.data(), buffer.data(), 0, 3, 3,
+                                             buffer.data(), buffer.data(), buffer.data()),
+        InvalidArgument);
+  }
   TrainConfig c = config(Device::kCuda, true, 2);
   c.precision = Precision::kBf16;
   EXPECT_THROW(PoseModel(c, data::kPoseJoints), InvalidArgument);

@@ -12,7 +12,7 @@
 #   gradients into steps of either sign (6e-4 of the largest parameter after 3 steps);
 # - the pose model, its network on the device, at 2 ranks: the same bounds as DynIBaR's
 #   (measured 8e-7 and 2e-6; at rates of 1e-4 Adam's steps grew the rounding to 8e-5 by step 3,
-#   so it trains at 1e-5);
+#   so it trains at 1e-5), and again with cross-view fusion;
 # - a rank that is stopped (SIGSTOP) ends the NCCL job through the other's watchdog, which aborts
 #   the NCCL communicator first, whether the reductions overlap the backward pass or run inline.
 #   emulated_train_test.sh MVIBR MVIBR_EMULATED SOURCE_DIR MPIEXEC
@@ -94,6 +94,15 @@ pose=(--model pose --datadir "$work/pose" --basedir "$work/runs" --feature_net s
   --expname pose-gpu --n_iters 3 >"$work/pose-gpu.out"
 grep -q "GPU 0" "$work/pose-gpu.out" || fail "no device in: $(cat "$work/pose-gpu.out")"
 compare pose-cpu pose-gpu norms
+echo "== the pose model with cross-view fusion on the emulated device against the CPU, 2 ranks"
+for device in cpu cuda; do
+  binary=$cpu_mvibr
+  [[ $device == cuda ]] && binary=$gpu_mvibr
+  "$mpiexec" -np 2 --oversubscribe "$binary" train "${pose[@]}" --cross_view_fusion true \
+    --device "$device" --expname "fusion-$device" --n_iters 3 >"$work/fusion-$device.out"
+done
+grep -q "GPU 0" "$work/fusion-cuda.out" || fail "no device in: $(cat "$work/fusion-cuda.out")"
+compare fusion-cpu fusion-cuda norms
 
 mvibr=$gpu_mvibr
 small+=(--device cuda)

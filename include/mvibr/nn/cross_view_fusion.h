@@ -14,7 +14,8 @@
 // - Initialisation as published: every weight uniform in [0, 0.1).
 // - Backward: dL/dh_s = a_own g_s + a_other sum_{t != s} g_t W_ts^T (overwritten) and
 //   dL/dW_ts += a_other h_s^T g_t (accumulated), g_t = dL/dfused_t.
-// - Each pair is a GEMM on cblas (OpenBLAS's threads): float, and double for the reference.
+// - Each pair is a GEMM on cblas (OpenBLAS's threads): float, and double for the reference. The
+//   GPU's (nn/cuda_pose.h) runs on the backbone's channels-last maps instead of rows.
 #pragma once
 
 #include <cstddef>
@@ -37,6 +38,10 @@ class CrossViewFusion {
   double other_weight() const { return (1 - kOwnWeight) / (views_ - 1); }
   // The weight index k of target view t fused from source view s (s != t).
   int pair(int target, int source) const;
+  // Where pair k's weight [P, P] starts in the block's values.
+  size_t weight_offset(int pair) const {
+    return weights_ + size_t(pair) * size_t(pixels_) * size_t(pixels_);
+  }
 
   void initialize(float* params, Initializer& init) const;
 
