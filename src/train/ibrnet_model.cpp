@@ -43,7 +43,8 @@ bool runs_on_device(const TrainConfig& config) {
 }
 
 bool reduces_on_device(const TrainConfig& config) {
-  return config.model == ModelKind::kIbrnet && runs_on_device(config);
+  return (config.model == ModelKind::kIbrnet || config.model == ModelKind::kPose) &&
+         runs_on_device(config);
 }
 
 std::unique_ptr<TrainableModel> make_model(const TrainConfig& config) {

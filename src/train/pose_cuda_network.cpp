@@ -49,14 +49,25 @@ class CudaPoseNetwork final : public PoseDeviceNetwork {
       throw InvalidArgument(
           "config key 'precision': the pose model's GPU step is fp32 only (set precision = fp32)");
     }
+    if (config.optimizer == nn::OptimizerKind::kLamb) {
+      throw InvalidArgument(
+          "config key 'optimizer': lamb runs on the CPU step only (device = cpu): the pose "
+          "model's GPU step has no per-tensor norms");
+    }
   }
 
-  void load_parameters(const nn::ParameterSet& parameters, bool training) override {
-    parameters_.load(parameters, training);
+  void load_state(const nn::ParameterSet& parameters, const nn::Adam& adam) override {
+    parameters_.load_state(parameters, adam);
   }
-
-  void add_gradients(ParameterRange range, float* grads) override {
-    parameters_.add_gradients(context_, range, grads, "the pose model");
+  void store_state(nn::ParameterSet* parameters, nn::Adam* adam) override {
+    parameters_.store_state(parameters, adam);
+  }
+  void zero_gradients() override { parameters_.zero_gradients(); }
+  float* gradients() override { return parameters_.grads(); }
+  void synchronize() override { context_.synchronize(); }
+  double gradient_norm() override { return parameters_.gradient_norm(context_); }
+  void update(nn::Adam& adam, double gradient_norm) override {
+    parameters_.update(context_, adam, gradient_norm);
   }
 
   void forward(int batch, const PoseDeviceInputs& in, const PoseDeviceOutputs& out) override {

@@ -4,12 +4,13 @@
 //   (nn/cuda_pose.h): the network. With fusion, both paths: the fused heatmaps' joints and the
 //   raw ones'.
 // - What stays on the host: loading the instants, the loss and its gradients with respect to the
-//   joints (O(B J) numbers), the optimiser. Images and projections go in; the 2D points, weights,
-//   3D joints and triangulated flags come back; the joints' gradients go in again. The maps and
-//   activations stay on the device.
-// - Parameters: a device copy of the host's values (load_parameters); gradients accumulate on the
-//   device and add_gradients adds them into the host's, which the trainer all-reduces (as
-//   DynIBaR's device networks do).
+//   joints (O(B J) numbers). Images and projections go in; the 2D points, weights, 3D joints and
+//   triangulated flags come back; the joints' gradients go in again. The maps and activations
+//   stay on the device.
+// - The training state lives on the device too (as IBRNet's GPU step's): the parameters, their
+//   gradients (which the trainer all-reduces there with NCCL) and Adam's moments; the gradient
+//   norm and Adam's update run there. The host's copy is sent (load_state) and fetched
+//   (store_state) only when it changes or is read: a checkpoint, an evaluation, a test.
 // - Every micro-batch keeps its own activations (a backbone of its own): all of a step's forwards
 //   run before its backwards. With recompute_backbone one backbone serves every instant, and the
 //   backward runs each instant's forward again before its backward.
@@ -23,6 +24,7 @@
 #include "mvibr/nn/cross_view_fusion.h"
 #include "mvibr/nn/feature_net.h"
 #include "mvibr/nn/layers.h"
+#include "mvibr/nn/optimizer.h"
 #include "mvibr/nn/parameters.h"
 #include "mvibr/train/config.h"
 #include "mvibr/train/model.h"
@@ -72,10 +74,16 @@ class PoseDeviceNetwork {
  public:
   virtual ~PoseDeviceNetwork() = default;
 
-  // The host's parameter values to the device; with `training`, the device gradients zeroed.
-  virtual void load_parameters(const nn::ParameterSet& parameters, bool training) = 0;
-  // grads[range] += the device's gradients there (host pointer to the whole set's gradients).
-  virtual void add_gradients(ParameterRange range, float* grads) = 0;
+  // The host's values and Adam's moments to the device, and back with the gradients.
+  virtual void load_state(const nn::ParameterSet& parameters, const nn::Adam& adam) = 0;
+  virtual void store_state(nn::ParameterSet* parameters, nn::Adam* adam) = 0;
+  virtual void zero_gradients() = 0;
+  // The gradients in device memory, once synchronize has waited for the backward.
+  virtual float* gradients() = 0;
+  virtual void synchronize() = 0;
+  // After the gradients' all-reduce: their norm, and Adam's update (clipping first).
+  virtual double gradient_norm() = 0;
+  virtual void update(nn::Adam& adam, double gradient_norm) = 0;
 
   // Micro-batch `batch` forward; its activations stay until its next forward.
   virtual void forward(int batch, const PoseDeviceInputs& in, const PoseDeviceOutputs& out) = 0;

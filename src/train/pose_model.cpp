@@ -126,6 +126,9 @@ struct PoseModel::State {
   std::optional<nn::CrossViewFusion> fusion;
   nn::Adam adam;
   std::unique_ptr<PoseDeviceNetwork> device;  // device = cuda: the network runs there
+  // With a device, which copy of the training state is current: the host's (after an edit), the
+  // device's (after a step), or both.
+  enum class Current { kBoth, kHost, kDevice } current = Current::kHost;
   std::vector<MicroBatch> batches;
   // recompute_backbone: the one workspace every instant's backbone pass goes through.
   nn::ResUNet::Workspace recompute_workspace;
@@ -160,6 +163,27 @@ struct PoseModel::State {
       device = make_pose_device_network(c, PoseNetworks{backbone, head_block, head_hidden, head_out,
                                                         fusion_block, fusion ? &*fusion : nullptr});
     }
+  }
+
+  // The host's copy, fetched from the device when a step has changed it.
+  State& fetch() {
+    if (current == Current::kDevice) {
+      device->store_state(&parameters, &adam);
+      current = Current::kBoth;
+    }
+    return *this;
+  }
+  // The host's copy, to be written: the next step or prediction starts from it.
+  State& edit() {
+    fetch();
+    current = Current::kHost;
+    return *this;
+  }
+  // The device's copy, sent after an edit on the host.
+  void send() {
+    if (!device || current != Current::kHost) return;
+    device->load_state(parameters, adam);
+    current = Current::kBoth;
   }
 
   static std::optional<nn::CrossViewFusion> make_fusion(const TrainConfig& c, const PoseRig& rig,
@@ -520,23 +544,28 @@ PoseModel::PoseModel(const TrainConfig& config, int joints, const PoseRig& rig) 
 PoseModel::~PoseModel() = default;
 
 const nn::ParameterSet& PoseModel::parameters() const {
-  return state_->parameters;
+  return state_->fetch().parameters;
 }
 nn::ParameterSet& PoseModel::parameters() {
-  return state_->parameters;
+  return state_->edit().parameters;
 }
 const nn::Adam& PoseModel::optimizer() const {
-  return state_->adam;
+  return state_->fetch().adam;
 }
 nn::Adam& PoseModel::optimizer() {
-  return state_->adam;
+  return state_->edit().adam;
 }
 void PoseModel::configure_optimizer(const nn::AdamOptions& options) {
-  state_->adam = nn::Adam(state_->parameters, options);
+  State& s = state_->edit();
+  s.adam = nn::Adam(s.parameters, options);
+}
+
+bool PoseModel::on_device() const {
+  return state_->device != nullptr;
 }
 
 void PoseModel::initialize(uint64_t seed) {
-  State& s = *state_;
+  State& s = state_->edit();
   nn::Initializer init(seed);
   s.backbone.initialize(init);
   s.head_hidden.init_default(s.head_block.values(), init);
@@ -586,8 +615,13 @@ void PoseModel::begin_step(const std::vector<data::TrainingSample>& samples) {
   s.step_samples = &samples;
   s.per_batch = std::min(size_t(s.config.pose_batch), samples.size());
   s.used_batches = 0;
-  std::fill(s.parameters.grads().begin(), s.parameters.grads().end(), 0.0f);
-  if (s.device) s.device->load_parameters(s.parameters, true);
+  if (s.device) {
+    s.send();
+    s.device->zero_gradients();
+    s.current = State::Current::kDevice;
+  } else {
+    std::fill(s.parameters.grads().begin(), s.parameters.grads().end(), 0.0f);
+  }
 }
 
 LossSums PoseModel::accumulate(RandomKey, int) {
@@ -614,7 +648,7 @@ StepResult PoseModel::end_step(const LossSums& global,
   State& s = *state_;
   const PoseSums whole = PoseSums::from(global);
   for (size_t i = 0; i < s.used_batches; ++i) s.backward(&s.batches[i], int(i), whole);
-  if (s.device) s.device->add_gradients({0, s.parameters.size()}, s.parameters.grads().data());
+  if (s.device) s.device->synchronize();  // the gradients are final before NCCL reads them
   // The heads' and the fusion's gradients are final after the first micro-batch's backward only
   // when there is one; hand both ranges over once every micro-batch is done.
   const std::vector<ParameterRange> order = gradient_ready_order();
@@ -653,16 +687,23 @@ size_t PoseModel::activation_bytes() const {
 }
 
 float* PoseModel::gradients() {
-  return state_->parameters.grads().data();
+  State& s = *state_;
+  return s.device ? s.device->gradients() : s.parameters.grads().data();
 }
 
 double PoseModel::gradient_norm() {
-  const nn::ParameterSet& p = state_->parameters;
-  return nn::global_grad_norm(p.grads().data(), p.size());
+  State& s = *state_;
+  if (s.device) return s.device->gradient_norm();
+  return nn::global_grad_norm(s.parameters.grads().data(), s.parameters.size());
 }
 
 void PoseModel::update(double gradient_norm) {
-  state_->adam.step(&state_->parameters, gradient_norm);
+  State& s = *state_;
+  if (s.device) {
+    s.device->update(s.adam, gradient_norm);
+  } else {
+    s.adam.step(&s.parameters, gradient_norm);
+  }
 }
 
 const PhaseTimes& PoseModel::phase_times() const {
@@ -690,7 +731,7 @@ std::vector<PosePrediction> PoseModel::predict(const std::vector<data::TrainingS
   std::vector<PosePrediction> predictions;
   MicroBatch b;
   const size_t J = size_t(s.joints);
-  if (s.device) s.device->load_parameters(s.parameters, false);
+  s.send();
   for (size_t first = 0; first < samples.size(); first += size_t(s.config.pose_batch)) {
     const size_t count = std::min(size_t(s.config.pose_batch), samples.size() - first);
     s.load(&samples[first], count, &b);

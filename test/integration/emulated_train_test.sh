@@ -10,9 +10,9 @@
 #   (measured 2e-8 and 5e-7). Not its parameters: the motion head starts at zero, so the rest of
 #   the motion MLP starts with no gradient and Adam turns the rounding of its near-zero
 #   gradients into steps of either sign (6e-4 of the largest parameter after 3 steps);
-# - the pose model, its network on the device, at 2 ranks: the same bounds as DynIBaR's
-#   (measured 8e-7 and 2e-6; at rates of 1e-4 Adam's steps grew the rounding to 8e-5 by step 3,
-#   so it trains at 1e-5), and again with cross-view fusion;
+# - the pose model, its network and training state on the device (NCCL), at 2 ranks: the same
+#   bounds as DynIBaR's (measured 8e-7 and 2e-6; at rates of 1e-4 Adam's steps grew the rounding
+#   to 8e-5 by step 3, so it trains at 1e-5), and again with cross-view fusion (1e-6 and 4e-5);
 # - a rank that is stopped (SIGSTOP) ends the NCCL job through the other's watchdog, which aborts
 #   the NCCL communicator first, whether the reductions overlap the backward pass or run inline.
 #   emulated_train_test.sh MVIBR MVIBR_EMULATED SOURCE_DIR MPIEXEC
@@ -93,6 +93,7 @@ pose=(--model pose --datadir "$work/pose" --basedir "$work/runs" --feature_net s
 "$mpiexec" -np 2 --oversubscribe "$gpu_mvibr" train "${pose[@]}" --device cuda \
   --expname pose-gpu --n_iters 3 >"$work/pose-gpu.out"
 grep -q "GPU 0" "$work/pose-gpu.out" || fail "no device in: $(cat "$work/pose-gpu.out")"
+grep -q "backend nccl" "$work/pose-gpu.out" || fail "not NCCL: $(cat "$work/pose-gpu.out")"
 compare pose-cpu pose-gpu norms
 echo "== the pose model with cross-view fusion on the emulated device against the CPU, 2 ranks"
 for device in cpu cuda; do

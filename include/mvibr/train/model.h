@@ -141,8 +141,9 @@ class TrainableModel {
 // auto | cpu | cuda, and what this build and process have); InvalidArgument for device = cuda
 // without one.
 bool runs_on_device(const TrainConfig& config);
-// Whether its gradients also stay on the device, all-reduced by NCCL (IBRNet's GPU step); DynIBaR's
-// device networks hand theirs to the host, whose communicator reduces them.
+// Whether its gradients also stay on the device, all-reduced by NCCL (IBRNet's and the pose
+// model's GPU steps); DynIBaR's device networks hand theirs to the host, whose communicator
+// reduces them.
 bool reduces_on_device(const TrainConfig& config);
 
 // The model the config names, on the backend its `device` picks.

@@ -82,8 +82,8 @@ class PoseModel final : public TrainableModel {
   // Builds the backbone (feature_net preset, coarse only, J + confidence_channels outputs), the
   // confidence head for J joints and, with cross_view_fusion, the fusion for `rig` (which it then
   // needs, and holds every instant to). With device = cuda the network's forward and backward run
-  // on the GPU (fp32; the loss and the optimiser stay on the host, its gradients are the host's;
-  // the fusion is CPU only: InvalidArgument).
+  // on the GPU, and its parameters, gradients (NCCL all-reduces them) and Adam's moments live
+  // there (train/pose_device.h; fp32, Adam or AdamW: InvalidArgument else).
   PoseModel(const TrainConfig& config, int joints, const PoseRig& rig = {});
   ~PoseModel() override;
   PoseModel(const PoseModel&) = delete;
@@ -97,7 +97,7 @@ class PoseModel final : public TrainableModel {
   void initialize(uint64_t seed) override;  // PyTorch's default initialisation of every layer
   uint64_t updates() const override;
   double learning_rate(nn::ParameterGroup group) const override;
-  bool on_device() const override { return false; }
+  bool on_device() const override;
 
   size_t samples_per_step() const override;
   size_t loss_sums_size() const override;  // 5, 9 with fusion
