@@ -10,13 +10,13 @@
 #include <vector>
 
 #include "cuda_precision.h"
+#include "device_parameters.h"
 #include "ibrnet_backend.h"
 #include "mvibr/core/device.h"
 #include "mvibr/core/error.h"
 #include "mvibr/nn/cuda_aggregator.h"
 #include "mvibr/nn/cuda_feature_net.h"
 #include "mvibr/nn/cuda_layers.h"
-#include "mvibr/nn/cuda_optimizer.h"
 #include "mvibr/ops/render_ops.h"
 #include "mvibr/render/loss.h"
 #include "phase_laps.h"
@@ -64,31 +64,14 @@ class CudaBackend final : public IbrnetBackend {
   }
 
   void load_state(const nn::ParameterSet& parameters, const nn::Adam& adam) override {
-    const size_t count = parameters.size();
-    count_ = count;
-    copy_host_to_device(params_.reserve(count), parameters.values().data(), count * sizeof(float));
-    copy_host_to_device(exp_avg_.reserve(count), adam.exp_avg().data(), count * sizeof(float));
-    copy_host_to_device(exp_avg_sq_.reserve(count), adam.exp_avg_sq().data(),
-                        count * sizeof(float));
-    if (grads_.size() < count) {
-      grads_.reserve(count);
-      device_memset_zero(grads_.data(), count * sizeof(float));
-    }
-    norm_partials_.reserve(nn::cuda::gradient_norm_partials(count));
+    parameters_.load_state(parameters, adam);
   }
-
   void store_state(nn::ParameterSet* parameters, nn::Adam* adam) override {
-    const size_t count = parameters->size();
-    copy_device_to_host(parameters->values().data(), params_.data(), count * sizeof(float));
-    copy_device_to_host(parameters->grads().data(), grads_.data(), count * sizeof(float));
-    std::vector<float> exp_avg(count), exp_avg_sq(count);
-    copy_device_to_host(exp_avg.data(), exp_avg_.data(), count * sizeof(float));
-    copy_device_to_host(exp_avg_sq.data(), exp_avg_sq_.data(), count * sizeof(float));
-    adam->restore(adam->steps(), std::move(exp_avg), std::move(exp_avg_sq), adam->group_steps());
+    parameters_.store_state(parameters, adam);
   }
 
   void prepare_sources(const HostSources& sources, bool training) override {
-    if (training) device_memset_zero(grads_.data(), count_ * sizeof(float));
+    if (training) parameters_.zero_gradients();
     sources_ = sources;
     const size_t pixels = size_t(sources.n_views) * sources.height * sources.width * 3;
     copy_host_to_device(images_.reserve(pixels), sources.images, pixels * sizeof(float));
@@ -101,7 +84,7 @@ class CudaBackend final : public IbrnetBackend {
     float* fine_maps =
         config_.coarse_only ? nullptr : fine_maps_.reserve(cells * size_t(config_.fine_feat_dim));
     feature_net_.forward(context_, sources.n_views, sources.height, sources.width, images_.data(),
-                         params_.data(), coarse_maps, fine_maps);
+                         parameters_.values(), coarse_maps, fine_maps);
     if (training) {
       grad_coarse_maps_.reserve(cells * size_t(config_.coarse_feat_dim));
       device_memset_zero(grad_coarse_maps_.data(),
@@ -154,10 +137,10 @@ class CudaBackend final : public IbrnetBackend {
       context_.synchronize();
       ready(range);
     };
-    divide(grads_.data() + coarse_offset_, order[0].count, coarse_denominator);
+    divide(parameters_.grads() + coarse_offset_, order[0].count, coarse_denominator);
     publish(order[0]);
     if (net_fine_) {
-      divide(grads_.data() + fine_offset_, order[1].count, fine_denominator);
+      divide(parameters_.grads() + fine_offset_, order[1].count, fine_denominator);
       publish(order[1]);
     }
     const size_t cells = size_t(sources_.n_views) * feature_height_ * feature_width_;
@@ -165,30 +148,20 @@ class CudaBackend final : public IbrnetBackend {
     if (!config_.coarse_only) {
       divide(grad_fine_maps_.data(), cells * size_t(config_.fine_feat_dim), fine_denominator);
     }
-    feature_net_.backward(context_, params_.data(), grads_.data(), grad_coarse_maps_.data(),
+    feature_net_.backward(context_, parameters_.values(), parameters_.grads(),
+                          grad_coarse_maps_.data(),
                           config_.coarse_only ? nullptr : grad_fine_maps_.data());
     publish(order.back());
     lap(laps, &times->features_backward);
   }
 
-  float* gradients() override { return grads_.data(); }
+  float* gradients() override { return parameters_.grads(); }
 
   // Waits for the gradients' all-reduce (another stream) through the device.
-  double gradient_norm() override {
-    device_synchronize();
-    return nn::cuda::gradient_norm(count_, grads_.data(), norm_partials_.data(), context_.stream());
-  }
+  double gradient_norm() override { return parameters_.gradient_norm(context_); }
 
   void update(nn::Adam& adam, double gradient_norm) override {
-    const double max_norm = adam.options().max_grad_norm;
-    const double clip = max_norm > 0 ? max_norm / (gradient_norm + 1e-6) : 1.0;
-    const float clip_factor = clip < 1.0 ? float(clip) : 1.0f;
-    const nn::AdamCoefficients c = adam.begin_update();
-    for (const nn::Adam::Span& span : adam.spans()) {
-      nn::cuda::adam_update(span.begin, span.end, c, span.group, span.decays, clip_factor,
-                            params_.data(), grads_.data(), exp_avg_.data(), exp_avg_sq_.data(),
-                            context_.stream());
-    }
+    parameters_.update(context_, adam, gradient_norm);
   }
 
   void render(const data::View& target, const float* pixels, int n_rays, RandomKey key,
@@ -274,7 +247,7 @@ class CudaBackend final : public IbrnetBackend {
                          p->depths.data(), center, v, gathered, context_.stream());
     lap(laps, &times->gather_forward);
     nn::cuda::IbrnetAggregator& net = use_fine ? *net_fine_ : net_coarse_;
-    const float* params = params_.data() + (use_fine ? fine_offset_ : coarse_offset_);
+    const float* params = parameters_.values() + (use_fine ? fine_offset_ : coarse_offset_);
     float* rgb = p->rgb.reserve(rows * 3);
     float* sigma = p->sigma.reserve(rows);
     // Training keeps the activations for the backward; rendering needs none (chunks of them).
@@ -326,8 +299,9 @@ class CudaBackend final : public IbrnetBackend {
     lap(laps, &times->composite_backward);
     nn::cuda::IbrnetAggregator& net = use_fine ? *net_fine_ : net_coarse_;
     const size_t offset = use_fine ? fine_offset_ : coarse_offset_;
-    net.backward(context_, params_.data() + offset, grads_.data() + offset, p->grad_rgb.data(),
-                 p->grad_sigma.data(), p->grad_rgb_features.reserve(p->rgb_features.size()));
+    net.backward(context_, parameters_.values() + offset, parameters_.grads() + offset,
+                 p->grad_rgb.data(), p->grad_sigma.data(),
+                 p->grad_rgb_features.reserve(p->rgb_features.size()));
     lap(laps, &times->aggregator_backward);
     cuda::gather_samples_backward(n_rays, p->n_samples, origins_.data(), directions_.data(),
                                   p->depths.data(), v, p->grad_rgb_features.data(), nullptr,
@@ -344,10 +318,8 @@ class CudaBackend final : public IbrnetBackend {
   size_t coarse_offset_ = 0, fine_offset_ = 0;
   double gradient_scale_ = 1;  // what the backward's first gradient is multiplied by
 
-  size_t count_ = 0;  // parameter values
-  DeviceArray<float> params_, grads_, exp_avg_, exp_avg_sq_;
-  DeviceArray<double> norm_partials_;
-  HostSources sources_;  // sizes only after prepare_sources: the host arrays may be gone
+  DeviceParameters parameters_;  // values, gradients and Adam's moments
+  HostSources sources_;          // sizes only after prepare_sources: the host arrays may be gone
   int feature_height_ = 0, feature_width_ = 0;
   DeviceArray<float> images_;
   DeviceArray<PinholeCamera<float>> cameras_;
