@@ -1,11 +1,9 @@
-// A model's parameters on a CUDA device, for the networks that run there. Two ways to train them:
-// - the optimiser on the host (DynIBaR's device networks): the host's values copied in each step
-//   (load), the gradients accumulated on the device and added back into the host's
-//   (add_gradients), which MPI all-reduces;
-// - the whole training state on the device (the pose model's): values and Adam's moments in
-//   (load_state) and out (store_state) only when the host's copy is wanted, the gradients
-//   all-reduced where they are (NCCL), the norm and Adam's update on the device.
-// Only for the files built with the CUDA backend.
+// A model's training state on a CUDA device, for the steps that run there (IBRNet's, DynIBaR's and
+// the pose model's): the parameters, their gradients and Adam's moments.
+// - Values and moments go in (load_state) and out with the gradients (store_state) only when the
+//   host's copy is wanted (train/state_copies.h); the gradients are all-reduced where they are
+//   (NCCL), and the norm and Adam's update run on the device.
+// - Only for the files built with the CUDA backend.
 #pragma once
 
 #include <cstddef>
@@ -24,33 +22,6 @@ namespace mvibr::train {
 
 class DeviceParameters {
  public:
-  // The host's values to the device; with `training`, the device gradients zeroed.
-  void load(const nn::ParameterSet& parameters, bool training) {
-    count_ = parameters.size();
-    values_.upload(parameters.values().data(), count_);
-    if (training) device_memset_zero(grads_.reserve(count_), count_ * sizeof(float));
-  }
-
-  // grads[range] += the device's gradients there divided by `scale` (fp16's loss scale; each
-  // value rounded to float once when it is not 1), once `context`'s queued work is done. `owner`
-  // names the model in the error for a range past the parameters.
-  void add_gradients(nn::cuda::Context& context, ParameterRange range, float* grads,
-                     const std::string& owner, double scale = 1) {
-    if (range.offset + range.count > count_) {
-      throw InvalidArgument(owner + " on the device: a gradient range past the parameters");
-    }
-    context.synchronize();
-    std::vector<float> device(range.count);
-    if (range.count) {
-      copy_device_to_host(device.data(), grads_.data() + range.offset, range.count * sizeof(float));
-    }
-    const double factor = 1 / scale;
-    for (size_t i = 0; i < range.count; ++i) {
-      const float value = scale == 1 ? device[i] : float(double(device[i]) * factor);
-      grads[range.offset + i] += value;
-    }
-  }
-
   // The host's values and Adam's moments to the device (the gradients zeroed the first time).
   void load_state(const nn::ParameterSet& parameters, const nn::Adam& adam) {
     const size_t count = parameters.size();
@@ -95,12 +66,44 @@ class DeviceParameters {
     }
   }
 
+  // grads[range] /= scale (fp16's loss scale; each value rounded once, exact for its powers of
+  // two), on the context's stream.
+  void unscale_gradients(nn::cuda::Context& context, ParameterRange range, double scale) {
+    check(range);
+    if (scale == 1 || range.count == 0) return;
+    nn::cuda::scale(range.count, float(1 / scale), grads_.data() + range.offset, context.stream());
+  }
+  // grads[range] += host_grads[range] (host pointer to the whole set's gradients).
+  void add_host_gradients(nn::cuda::Context& context, ParameterRange range,
+                          const float* host_grads) {
+    check(range);
+    if (range.count == 0) return;
+    nn::cuda::add_into(range.count, host_grads_.upload(host_grads + range.offset, range.count),
+                       grads_.data() + range.offset, context.stream());
+  }
+  // host_values[range] = the device's values there (after the queued work).
+  void read_values(ParameterRange range, float* host_values) const {
+    check(range);
+    device_synchronize();
+    if (range.count) {
+      copy_device_to_host(host_values + range.offset, values_.data() + range.offset,
+                          range.count * sizeof(float));
+    }
+  }
+
   const float* values() const { return values_.data(); }
   float* grads() { return grads_.data(); }
 
  private:
+  void check(ParameterRange range) const {
+    if (range.offset + range.count > count_) {
+      throw InvalidArgument("device parameters: a range past the " + std::to_string(count_) +
+                            " values");
+    }
+  }
+
   size_t count_ = 0;
-  DeviceArray<float> values_, grads_, exp_avg_, exp_avg_sq_;
+  DeviceArray<float> values_, grads_, exp_avg_, exp_avg_sq_, host_grads_;
   DeviceArray<double> norm_partials_;
 };
 

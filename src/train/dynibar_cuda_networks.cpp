@@ -28,8 +28,8 @@ void download(float* host, const float* device, size_t count, double factor = 1)
   for (size_t i = 0; i < count; ++i) host[i] = float(double(host[i]) * factor);
 }
 
-// As DeviceArray::upload, each value times `factor` (fp16's loss scale for the gradients a backward starts
-// from); `scaled` holds the host's scaled copy.
+// As DeviceArray::upload, each value times `factor` (fp16's loss scale for the gradients a backward
+// starts from); `scaled` holds the host's scaled copy.
 float* upload_scaled(DeviceArray<float>* buffer, const float* host, size_t count, double factor,
                      std::vector<float>* scaled) {
   if (factor == 1) return buffer->upload(host, count);
@@ -79,17 +79,36 @@ class CudaDynibarNetworks final : public DynibarDeviceNetworks {
         st_offset_(n.net_st.parameter_offset()),
         dy_offset_(n.net_dy.parameter_offset()) {
     context_.set_gemm_precision(gemm_precision(config.precision));
+    if (config.optimizer == nn::OptimizerKind::kLamb) {
+      throw InvalidArgument(
+          "config key 'optimizer': lamb runs on the CPU step only (device = cpu): DynIBaR's GPU "
+          "step has no per-tensor norms");
+    }
   }
 
-  void load_parameters(const nn::ParameterSet& parameters, bool training) override {
-    parameters_.load(parameters, training);
+  void load_state(const nn::ParameterSet& parameters, const nn::Adam& adam) override {
+    parameters_.load_state(parameters, adam);
   }
-
-  void add_gradients(ParameterRange range, float* grads) override {
-    parameters_.add_gradients(context_, range, grads, "DynIBaR", scale_);
+  void store_state(nn::ParameterSet* parameters, nn::Adam* adam) override {
+    parameters_.store_state(parameters, adam);
   }
-
+  void zero_gradients() override { parameters_.zero_gradients(); }
   void set_gradient_scale(double scale) override { scale_ = scale; }
+  void unscale_gradients(ParameterRange range) override {
+    parameters_.unscale_gradients(context_, range, scale_);
+  }
+  void add_host_gradients(ParameterRange range, const float* grads) override {
+    parameters_.add_host_gradients(context_, range, grads);
+  }
+  void synchronize() override { context_.synchronize(); }
+  float* gradients() override { return parameters_.grads(); }
+  double gradient_norm() override { return parameters_.gradient_norm(context_); }
+  void update(nn::Adam& adam, double gradient_norm, uint32_t groups) override {
+    parameters_.update(context_, adam, gradient_norm, groups);
+  }
+  void read_values(ParameterRange range, float* values) override {
+    parameters_.read_values(range, values);
+  }
 
   void set_images(DynibarSet which, int n_views, int height, int width,
                   const float* images) override {

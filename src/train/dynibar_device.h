@@ -2,12 +2,15 @@
 // - What runs here: the two feature networks, each branch's gather and its network (static,
 //   dynamic at the target's time, dynamic at the anchor's), and the motion MLP, forward and
 //   backward, wherever DynibarModel would call the CPU ones: nearly all of a step's FLOPs.
-// - What stays on the host: ray sampling, the trajectories and their basis, the renders, every
-//   loss and the optimiser, as on the CPU. Between the two go per-sample arrays (where each view
-//   reads a sample, the networks' outputs and their gradients, O(R S V)); the activations,
-//   O(R S V width), stay on the device.
-// - Parameters: a device copy of the host's values (load_parameters); gradients accumulate on the
-//   device and add_gradients adds them into the host's.
+// - What stays on the host: ray sampling, the trajectories and their basis, the renders and every
+//   loss, as on the CPU. Between the two go per-sample arrays (where each view reads a sample, the
+//   networks' outputs and their gradients, O(R S V)); the activations, O(R S V width), stay on
+//   the device.
+// - The training state lives on the device (as IBRNet's GPU step's): the parameters, their
+//   gradients (which the trainer all-reduces there with NCCL) and Adam's moments; the norm and
+//   Adam's update run there. The host's copy is sent (load_state) and fetched (store_state) only
+//   when it changes or is read. The trajectory basis's gradient, which the host computes, is added
+//   in (add_host_gradients), and its values come back after each update (read_values).
 // - A micro-batch's branches and motion keep their activations apart (indexed by `batch`), since
 //   every micro-batch's forward runs before any backward.
 // - GEMMs in config.precision (bf16 or fp16 inputs, fp32 sums); the host's arrays stay fp32.
@@ -21,6 +24,7 @@
 #include "mvibr/nn/dynibar_motion.h"
 #include "mvibr/nn/feature_net.h"
 #include "mvibr/nn/motion_mlp.h"
+#include "mvibr/nn/optimizer.h"
 #include "mvibr/nn/parameters.h"
 #include "mvibr/train/config.h"
 #include "mvibr/train/model.h"
@@ -63,13 +67,25 @@ class DynibarDeviceNetworks {
  public:
   virtual ~DynibarDeviceNetworks() = default;
 
-  // The host's parameter values to the device; with `training`, the device gradients zeroed.
-  virtual void load_parameters(const nn::ParameterSet& parameters, bool training) = 0;
-  // grads[range] += the device's gradients there (host pointer to the whole set's gradients).
-  virtual void add_gradients(ParameterRange range, float* grads) = 0;
+  // The host's values and Adam's moments to the device, and back with the gradients.
+  virtual void load_state(const nn::ParameterSet& parameters, const nn::Adam& adam) = 0;
+  virtual void store_state(nn::ParameterSet* parameters, nn::Adam* adam) = 0;
+  virtual void zero_gradients() = 0;
   // fp16's loss scale: the device's backward passes start from the gradients sent times `scale`
   // and every gradient read back is divided by it (1 by default).
   virtual void set_gradient_scale(double scale) = 0;
+  // The device's gradients in `range` divided by the loss scale (a no-op at 1).
+  virtual void unscale_gradients(ParameterRange range) = 0;
+  // The device's gradients in `range` += grads[range] (host pointer to the whole set's).
+  virtual void add_host_gradients(ParameterRange range, const float* grads) = 0;
+  // Waits for the queued work: the gradients are final for the all-reduce.
+  virtual void synchronize() = 0;
+  virtual float* gradients() = 0;  // device memory
+  // After the gradients' all-reduce: their norm, and Adam's update of `groups` (clipping first).
+  virtual double gradient_norm() = 0;
+  virtual void update(nn::Adam& adam, double gradient_norm, uint32_t groups) = 0;
+  // values[range] = the device's values there (host pointer to the whole set's values).
+  virtual void read_values(ParameterRange range, float* values) = 0;
 
   // The set's images [V,H,W,3] to the device, without feature maps: gathers read colour only
   // (the dynamic sets in DynIBaR's bootstrap) until `features`.

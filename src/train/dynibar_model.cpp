@@ -24,6 +24,7 @@
 #include "mvibr/render/loss.h"
 #include "mvibr/train/trainer.h"
 #include "phase_laps.h"
+#include "state_copies.h"
 
 namespace mvibr::train {
 
@@ -261,6 +262,7 @@ struct DynibarModel::State {
   nn::Adam adam;
   // The networks' device copies when the config's device is CUDA (null: all on the CPU).
   std::unique_ptr<DynibarDeviceNetworks> device;
+  StateCopies copies;  // the host's and the device's training state
   // The step's sample.
   const data::TrainingSample* sample = nullptr;
   int frame = 0, anchor_frame = -1;
@@ -297,7 +299,22 @@ struct DynibarModel::State {
     if (runs_on_device(c)) {
       device = make_dynibar_device_networks(
           c, DynibarNetworks{feature_net, feature_net_st, net_st, net_dy, motion_mlp});
+      copies = StateCopies([this] { device->store_state(&parameters, &adam); },
+                           [this] { device->load_state(parameters, adam); });
     }
+  }
+
+  // The host's copy of the training state, to read or to write.
+  State& fetch() {
+    copies.fetch();
+    return *this;
+  }
+  State& edit() {
+    copies.edit();
+    return *this;
+  }
+  ParameterRange basis_range() const {
+    return {parameters.info(basis).offset, parameters.info(basis).size};
   }
 
   static nn::MotionMlpOptions motion_options(const TrainConfig& c) {
@@ -469,7 +486,11 @@ void DynibarModel::State::prepare(const data::TrainingSample& s, bool training,
   load(statics, true, &static_images, 0);
   std::tie(map_height, map_width) = nn::ResUNet::output_size(height, width, true);
   if (device) {
-    device->load_parameters(parameters, training);
+    copies.send();
+    if (training) {
+      device->zero_gradients();
+      copies.stepped();
+    }
     device->set_images(DynibarSet::kStatic, int(statics.positions.size()), height, width,
                        static_images.data());
     device->features(DynibarSet::kStatic, training);
@@ -1126,25 +1147,29 @@ DynibarModel::DynibarModel(const TrainConfig& config) {
 DynibarModel::~DynibarModel() = default;
 
 const nn::ParameterSet& DynibarModel::parameters() const {
-  return state_->parameters;
+  return state_->fetch().parameters;
 }
 nn::ParameterSet& DynibarModel::parameters() {
-  return state_->parameters;
+  return state_->edit().parameters;
 }
 const nn::Adam& DynibarModel::optimizer() const {
-  return state_->adam;
+  return state_->fetch().adam;
 }
 nn::Adam& DynibarModel::optimizer() {
-  return state_->adam;
+  return state_->edit().adam;
+}
+
+bool DynibarModel::on_device() const {
+  return state_->device != nullptr;
 }
 
 void DynibarModel::configure_optimizer(const nn::AdamOptions& options) {
-  State& s = *state_;
+  State& s = state_->edit();
   s.adam = nn::Adam(s.parameters, State::dynibar_adam(s.config, options));
 }
 
 void DynibarModel::initialize(uint64_t seed) {
-  State& s = *state_;
+  State& s = state_->edit();
   nn::Initializer init(seed);
   s.feature_net.initialize(init);
   s.feature_net_st.initialize(init);
@@ -1237,13 +1262,18 @@ StepResult DynibarModel::end_step(const LossSums& global,
   const DynibarLossFractions whole = fractions_from_sums(global.data());
   for (size_t i = 0; i < s.used_batches; ++i) s.backward(&s.batches[i], whole);
   const std::vector<ParameterRange> order = gradient_ready_order();
-  float* grads = s.parameters.grads().data();
-  if (s.device) s.device->add_gradients(order[0], grads);
+  if (s.device) {
+    // The networks' gradients unscaled, and the trajectory basis's, which the host computed.
+    s.device->unscale_gradients(order[0]);
+    s.device->add_host_gradients(s.basis_range(), s.parameters.grads().data());
+    s.device->synchronize();
+  }
   if (ready) ready(order[0]);
   s.laps.start();
   if (s.device) {
     s.device->features_backward();
-    s.device->add_gradients(order[1], grads);
+    s.device->unscale_gradients(order[1]);
+    s.device->synchronize();
   } else {
     s.feature_net_st.backward(&s.static_workspace, s.grad_static_maps.data(), nullptr);
     if (!s.dynamic_maps.empty()) {
@@ -1288,12 +1318,14 @@ StepWork DynibarModel::step_work() const {
 }
 
 float* DynibarModel::gradients() {
-  return state_->parameters.grads().data();
+  State& s = *state_;
+  return s.device ? s.device->gradients() : s.parameters.grads().data();
 }
 
 double DynibarModel::gradient_norm() {
-  const nn::ParameterSet& p = state_->parameters;
-  return nn::global_grad_norm(p.grads().data(), p.size());
+  State& s = *state_;
+  if (s.device) return s.device->gradient_norm();
+  return nn::global_grad_norm(s.parameters.grads().data(), s.parameters.size());
 }
 
 void DynibarModel::update(double gradient_norm) {
@@ -1302,8 +1334,17 @@ void DynibarModel::update(double gradient_norm) {
   // and torch's Adam skips them (their update counts start with the main loop).
   const uint32_t static_branch =
       1u << int(nn::ParameterGroup::kStaticFeature) | 1u << int(nn::ParameterGroup::kStaticMlp);
-  s.adam.step(&s.parameters, gradient_norm,
-              s.weights.phase == DynibarPhase::kMain ? nn::Adam::kAllGroups : static_branch);
+  const uint32_t groups =
+      s.weights.phase == DynibarPhase::kMain ? nn::Adam::kAllGroups : static_branch;
+  if (s.device) {
+    s.copies.send();  // an edit of the host's copy since the step comes first
+    s.device->update(s.adam, gradient_norm, groups);
+    s.copies.stepped();
+    // The host's trajectories read the basis: its new values come back.
+    s.device->read_values(s.basis_range(), s.parameters.values().data());
+  } else {
+    s.adam.step(&s.parameters, gradient_norm, groups);
+  }
 }
 
 const PhaseTimes& DynibarModel::phase_times() const {

@@ -13,6 +13,7 @@
 #include "mvibr/train/dynibar_model.h"
 #include "mvibr/train/pose_model.h"
 #include "phase_laps.h"
+#include "state_copies.h"
 
 namespace mvibr::train {
 
@@ -40,11 +41,6 @@ double StepResult::term(const char* key) const {
 
 bool runs_on_device(const TrainConfig& config) {
   return use_cuda_step(config.device);
-}
-
-bool reduces_on_device(const TrainConfig& config) {
-  return (config.model == ModelKind::kIbrnet || config.model == ModelKind::kPose) &&
-         runs_on_device(config);
 }
 
 std::unique_ptr<TrainableModel> make_model(const TrainConfig& config) {
@@ -93,9 +89,8 @@ struct IbrnetModel::State {
   nn::Adam adam;
   bool on_device;  // the backend the config's `device` picked at construction
   std::unique_ptr<IbrnetBackend> backend;
-  // Which copy of the training state is current: the host's (after an edit), the backend's
-  // (after a step), or both. The CPU backend's is the host's, so syncing costs nothing there.
-  enum class Current { kBoth, kHost, kBackend } current = Current::kHost;
+  // The host's and the CUDA backend's training state (the CPU backend's is the host's).
+  StateCopies copies;
   // The sample's sources as the backends read them.
   std::vector<PinholeCamera<float>> cameras;
   std::vector<float> images;                          // [V,H,W,3] in [0,1]
@@ -116,32 +111,25 @@ struct IbrnetModel::State {
     on_device = runs_on_device(c);
     backend =
         on_device ? make_cuda_backend(c, networks) : make_cpu_backend(c, parameters, networks);
+    if (on_device) {
+      copies = StateCopies([this] { backend->store_state(&parameters, &adam); },
+                           [this] { backend->load_state(parameters, adam); });
+    }
   }
 
-  // The host copy, fetched from the backend when a step has changed it.
+  // The host's copy of the training state, to read or to write.
   State& fetch() {
-    if (current == Current::kBackend) {
-      backend->store_state(&parameters, &adam);
-      current = Current::kBoth;
-    }
+    copies.fetch();
     return *this;
   }
-  // The host copy, to be written: the next step starts from it.
   State& edit() {
-    fetch();
-    current = Current::kHost;
+    copies.edit();
     return *this;
-  }
-  // The backend's copy, sent from the host after an edit there.
-  void send() {
-    if (current != Current::kHost) return;
-    backend->load_state(parameters, adam);
-    current = Current::kBoth;
   }
 
   // Source images to floats, cameras to float, then the backend's feature network.
   void prepare_sources(const data::TrainingSample& sample, bool training) {
-    send();
+    copies.send();
     const int n_views = int(sample.sources.size());
     if (n_views == 0) {
       throw InvalidArgument("sample of view " + sample.target.name + " has no sources");
@@ -157,7 +145,7 @@ struct IbrnetModel::State {
     }
     backend->prepare_sources(HostSources{n_views, height, width, cameras.data(), images.data()},
                              training);
-    if (training) current = Current::kBackend;
+    if (training) copies.stepped();
   }
 
   bool has_fine() const { return net_fine != nullptr && config.N_importance > 0; }
@@ -288,9 +276,9 @@ double IbrnetModel::gradient_norm() {
 
 void IbrnetModel::update(double gradient_norm) {
   State& s = *state_;
-  s.send();
+  s.copies.send();
   s.backend->update(s.adam, gradient_norm);
-  s.current = State::Current::kBackend;
+  s.copies.stepped();
 }
 
 const PhaseTimes& IbrnetModel::phase_times() const {

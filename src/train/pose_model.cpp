@@ -22,6 +22,7 @@
 #include "mvibr/nn/soft_argmax.h"
 #include "phase_laps.h"
 #include "pose_device.h"
+#include "state_copies.h"
 
 namespace mvibr::train {
 
@@ -126,9 +127,7 @@ struct PoseModel::State {
   std::optional<nn::CrossViewFusion> fusion;
   nn::Adam adam;
   std::unique_ptr<PoseDeviceNetwork> device;  // device = cuda: the network runs there
-  // With a device, which copy of the training state is current: the host's (after an edit), the
-  // device's (after a step), or both.
-  enum class Current { kBoth, kHost, kDevice } current = Current::kHost;
+  StateCopies copies;                         // the host's and the device's training state
   std::vector<MicroBatch> batches;
   // recompute_backbone: the one workspace every instant's backbone pass goes through.
   nn::ResUNet::Workspace recompute_workspace;
@@ -162,28 +161,19 @@ struct PoseModel::State {
     if (runs_on_device(c)) {
       device = make_pose_device_network(c, PoseNetworks{backbone, head_block, head_hidden, head_out,
                                                         fusion_block, fusion ? &*fusion : nullptr});
+      copies = StateCopies([this] { device->store_state(&parameters, &adam); },
+                           [this] { device->load_state(parameters, adam); });
     }
   }
 
-  // The host's copy, fetched from the device when a step has changed it.
+  // The host's copy of the training state, to read or to write.
   State& fetch() {
-    if (current == Current::kDevice) {
-      device->store_state(&parameters, &adam);
-      current = Current::kBoth;
-    }
+    copies.fetch();
     return *this;
   }
-  // The host's copy, to be written: the next step or prediction starts from it.
   State& edit() {
-    fetch();
-    current = Current::kHost;
+    copies.edit();
     return *this;
-  }
-  // The device's copy, sent after an edit on the host.
-  void send() {
-    if (!device || current != Current::kHost) return;
-    device->load_state(parameters, adam);
-    current = Current::kBoth;
   }
 
   static std::optional<nn::CrossViewFusion> make_fusion(const TrainConfig& c, const PoseRig& rig,
@@ -616,9 +606,9 @@ void PoseModel::begin_step(const std::vector<data::TrainingSample>& samples) {
   s.per_batch = std::min(size_t(s.config.pose_batch), samples.size());
   s.used_batches = 0;
   if (s.device) {
-    s.send();
+    s.copies.send();
     s.device->zero_gradients();
-    s.current = State::Current::kDevice;
+    s.copies.stepped();
   } else {
     std::fill(s.parameters.grads().begin(), s.parameters.grads().end(), 0.0f);
   }
@@ -700,7 +690,9 @@ double PoseModel::gradient_norm() {
 void PoseModel::update(double gradient_norm) {
   State& s = *state_;
   if (s.device) {
+    s.copies.send();  // an edit of the host's copy since the step comes first
     s.device->update(s.adam, gradient_norm);
+    s.copies.stepped();
   } else {
     s.adam.step(&s.parameters, gradient_norm);
   }
@@ -731,7 +723,7 @@ std::vector<PosePrediction> PoseModel::predict(const std::vector<data::TrainingS
   std::vector<PosePrediction> predictions;
   MicroBatch b;
   const size_t J = size_t(s.joints);
-  s.send();
+  s.copies.send();
   for (size_t first = 0; first < samples.size(); first += size_t(s.config.pose_batch)) {
     const size_t count = std::min(size_t(s.config.pose_batch), samples.size() - first);
     s.load(&samples[first], count, &b);

@@ -13,12 +13,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "../train/training_fixture.h"
@@ -103,11 +105,17 @@ TEST_F(GpuDynibarStep, MatchesTheCpuStep) {
   for (const auto& [at, micro_batches] : {std::pair{12, 1}, std::pair{12, 2}, std::pair{11, 1}}) {
     SCOPED_TRACE("update " + std::to_string(at) + ", " + std::to_string(micro_batches) +
                  " micro-batches");
-    const TrainConfig cpu_config = config(Device::kCpu, 8), gpu_config = config(Device::kCuda, 8);
+    TrainConfig cpu_config = config(Device::kCpu, 8), gpu_config = config(Device::kCuda, 8);
+    // AdamW: its decay moves every value of a group the update takes, gradient or not, so the
+    // bootstrap's update shows which groups the device leaves out.
+    for (TrainConfig* c : {&cpu_config, &gpu_config}) {
+      c->optimizer = nn::OptimizerKind::kAdamW;
+      c->weight_decay = 0.5;
+    }
     const data::TrainingSample s = sample(cpu_config);
     const auto cpu = testing::dynibar_model_at(cpu_config, uint64_t(at));
     const auto gpu = testing::dynibar_model_at(gpu_config, uint64_t(at));
-    EXPECT_FALSE(gpu->on_device());  // its gradients are the host's: all-reduced by MPI
+    EXPECT_TRUE(gpu->on_device());  // its training state lives there: NCCL all-reduces it
     const StepResult expected = step(cpu.get(), s, micro_batches);
     const StepResult actual = step(gpu.get(), s, micro_batches);
     EXPECT_EQ(actual.valid_rays, expected.valid_rays);
@@ -121,9 +129,45 @@ TEST_F(GpuDynibarStep, MatchesTheCpuStep) {
     }
     const auto [worst, name] = worst_gradient(gpu->parameters(), cpu->parameters());
     EXPECT_LE(worst, 2e-4) << name;
+    // The update on the device (AdamW's moments and the group mask there): each value as the
+    // CPU's within two steps of its group's rate (a gradient near zero may take the other sign
+    // on either side), the groups the bootstrap leaves out unchanged, and the basis the host's
+    // trajectories read back.
+    const double norm = gpu->gradient_norm();
+    EXPECT_LE(relative(norm, cpu->gradient_norm()), 1e-4);
+    const std::vector<float> before = gpu->parameters().values();
+    std::array<double, nn::kParameterGroupCount> rates{};
+    for (int g = 0; g < nn::kParameterGroupCount; ++g) {
+      rates[size_t(g)] = gpu->learning_rate(nn::ParameterGroup(g));
+    }
+    cpu->update(cpu->gradient_norm());
+    gpu->update(norm);
+    const nn::ParameterSet& want = std::as_const(*cpu).parameters();
+    const nn::ParameterSet& got = std::as_const(*gpu).parameters();
+    std::array<size_t, nn::kParameterGroupCount> cpu_changed{};
+    for (const nn::ParameterInfo& info : want.infos()) {
+      for (size_t i = info.offset; i < info.offset + info.size; ++i) {
+        cpu_changed[size_t(info.group)] += want.values()[i] != before[i];
+      }
+    }
+    size_t changed = 0;
+    for (const nn::ParameterInfo& info : want.infos()) {
+      const double rate = rates[size_t(info.group)];
+      const bool left_out = cpu_changed[size_t(info.group)] == 0;
+      for (size_t i = info.offset; i < info.offset + info.size; ++i) {
+        const float g = got.values()[i];
+        EXPECT_LE(std::abs(double(g) - double(want.values()[i])), 2.01 * rate) << info.name;
+        if (left_out) {
+          EXPECT_EQ(g, before[i]) << info.name;
+        }
+        changed += g != before[i];
+      }
+    }
+    EXPECT_GT(changed, 0u);
     std::cout << "[          ] update " << at << " x" << micro_batches << ": loss "
               << relative(actual.loss, expected.loss) << ", worst term " << worst_term
-              << ", worst gradient " << worst << " (" << name << ")\n";
+              << ", worst gradient " << worst << " (" << name << "), " << changed
+              << " values updated\n";
   }
 }
 

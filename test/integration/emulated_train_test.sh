@@ -5,8 +5,9 @@
 #   of the largest (fp32 on both sides, sums in other orders: measured 8e-6 and 7e-5; Adam's
 #   first steps move each weight by about the learning rate, 5e-4, whatever the gradient's size,
 #   so a wrong gradient sign shows as ~1e-3);
-# - DynIBaR, its networks on the device and the rest of its step on the host, the same at 1 and
-#   2 ranks (its gradients all-reduced by MPI): each step's loss and gradient norm within 1e-4
+# - DynIBaR, its networks and training state on the device and the rest of its step on the host,
+#   the same at 1 and 2 ranks (its gradients all-reduced by NCCL): each step's loss and gradient
+#   norm within 1e-4
 #   (measured 2e-8 and 5e-7). Not its parameters: the motion head starts at zero, so the rest of
 #   the motion MLP starts with no gradient and Adam turns the rounding of its near-zero
 #   gradients into steps of either sign (6e-4 of the largest parameter after 3 steps);
@@ -79,6 +80,8 @@ for ranks in 1 2; do
   "$mpiexec" -np $ranks --oversubscribe "$gpu_mvibr" train "${dynibar[@]}" --device cuda \
     --expname "dyn-gpu-$ranks" --n_iters 3 >"$work/dyn-gpu-$ranks.out"
   grep -q "GPU 0" "$work/dyn-gpu-$ranks.out" || fail "no device in: $(cat "$work/dyn-gpu-$ranks.out")"
+  grep -q "backend nccl" "$work/dyn-gpu-$ranks.out" ||
+    fail "not NCCL: $(cat "$work/dyn-gpu-$ranks.out")"
   compare "dyn-cpu-$ranks" "dyn-gpu-$ranks" norms
 done
 

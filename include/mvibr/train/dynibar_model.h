@@ -21,7 +21,8 @@
 //   and trajectory terms are not computed, as their flow validity is 0.
 // - device = cuda: the networks (feature nets, gathers, static and dynamic networks, motion MLP)
 //   run on the GPU, in config.precision, the rest of the step as on the CPU
-//   (train/dynibar_device.h); parameters, gradients and Adam stay on the host.
+//   (train/dynibar_device.h); the parameters, their gradients (NCCL all-reduces them) and Adam's
+//   moments (Adam or AdamW) live on the GPU too.
 #pragma once
 
 #include <functional>
@@ -67,7 +68,7 @@ class DynibarModel final : public TrainableModel {
   void initialize(uint64_t seed) override;  // nn.Linear's and nn.Conv2d's defaults, DCT basis
   uint64_t updates() const override;
   double learning_rate(nn::ParameterGroup group) const override;
-  bool on_device() const override { return false; }  // the gradients are the host's
+  bool on_device() const override;
 
   // Every term's numerator and denominator (dynibar_losses.h's fractions), then the composite's
   // squared error and valid rays (for the PSNR).

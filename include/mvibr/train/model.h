@@ -138,13 +138,9 @@ class TrainableModel {
 };
 
 // Whether a model built from `config` runs its step on a CUDA device (the config's device =
-// auto | cpu | cuda, and what this build and process have); InvalidArgument for device = cuda
-// without one.
+// auto | cpu | cuda, and what this build and process have), its training state there and its
+// gradients all-reduced there by NCCL; InvalidArgument for device = cuda without one.
 bool runs_on_device(const TrainConfig& config);
-// Whether its gradients also stay on the device, all-reduced by NCCL (IBRNet's and the pose
-// model's GPU steps); DynIBaR's device networks hand theirs to the host, whose communicator
-// reduces them.
-bool reduces_on_device(const TrainConfig& config);
 
 // The model the config names, on the backend its `device` picks.
 std::unique_ptr<TrainableModel> make_model(const TrainConfig& config);
