@@ -148,7 +148,7 @@ struct PoseModel::State {
         head_hidden(head_block, "0", c.confidence_channels, c.confidence_hidden),
         head_out(head_block, "2", c.confidence_hidden, j),
         rig(r),
-        fusion_block(parameters, "fusion.", nn::ParameterGroup::kMlp),
+        fusion_block(parameters, "fusion.", nn::ParameterGroup::kFusion),
         fusion(make_fusion(c, r, fusion_block)),
         adam(parameters, nn::AdamOptions{}) {
     if (rig.width > 0 && rig.height > 0) {
