@@ -541,7 +541,12 @@ void PoseModel::initialize(uint64_t seed) {
   s.backbone.initialize(init);
   s.head_hidden.init_default(s.head_block.values(), init);
   s.head_out.init_default(s.head_block.values(), init);
-  if (s.fusion) s.fusion->initialize(s.fusion_block.values(), init);
+  if (s.fusion) {
+    s.fusion->initialize(s.fusion_block.values(), init);
+    const float scale = float(s.config.fusion_init_scale);
+    float* weights = s.fusion_block.values();
+    for (size_t i = 0; i < s.fusion_block.size(); ++i) weights[i] *= scale;
+  }
 }
 
 uint64_t PoseModel::updates() const {

@@ -126,6 +126,37 @@ TEST_F(PoseTraining, FusionWeightsTrainAtLrateFusion) {
   }
 }
 
+// fusion_init_scale scales the published U(0, 0.1) fusion weights (0: zeros) and leaves the
+// other parameters' initialisation as it was.
+TEST_F(PoseTraining, FusionInitScaleScalesOnlyTheFusionWeights) {
+  const std::string data_dir = (root_ / "data").string();
+  TrainConfig config = testing::small_pose_config(root_, "fusion_init", 1, 2);
+  config.cross_view_fusion = true;
+  config.fusion_init_scale = 1;
+  const PoseRig rig = pose_rig(data::read_scene_index(data_dir).scene);
+  PoseModel published(config, data::kPoseJoints, rig);
+  config.fusion_init_scale = 0.25;
+  PoseModel quarter(config, data::kPoseJoints, rig);
+  config.fusion_init_scale = 0;
+  PoseModel zero(config, data::kPoseJoints, rig);
+  published.initialize(6);
+  quarter.initialize(6);
+  zero.initialize(6);
+  for (const nn::ParameterInfo& info : published.parameters().infos()) {
+    SCOPED_TRACE(info.name);
+    const bool fusion = info.group == nn::ParameterGroup::kFusion;
+    EXPECT_EQ(fusion, info.name.rfind("fusion.", 0) == 0);
+    const std::vector<float>& p = published.parameters().values();
+    for (size_t i = info.offset; i < info.offset + info.size; ++i) {
+      EXPECT_EQ(quarter.parameters().values()[i], fusion ? 0.25f * p[i] : p[i]);
+      EXPECT_EQ(zero.parameters().values()[i], fusion ? 0.0f : p[i]);
+      if (fusion) {
+        ASSERT_TRUE(p[i] >= 0.0f && p[i] < 0.1f) << p[i];
+      }
+    }
+  }
+}
+
 // The trainer adds every rank's and micro-step's loss sums, then each backward divides by the
 // global counts: two micro-batches of one instant give the gradients of one batch of two, with
 // cross-view fusion (both paths' sums) too.
