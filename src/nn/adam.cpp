@@ -82,6 +82,8 @@ Adam::Adam(const ParameterSet& params, const AdamOptions& options)
                "lrate_feature must be a finite number >= 0");
   check_option(std::isfinite(o.lrate_mlp) && o.lrate_mlp >= 0,
                "lrate_mlp must be a finite number >= 0");
+  check_option(std::isfinite(o.lrate_fusion) && o.lrate_fusion >= 0,
+               "lrate_fusion must be a finite number >= 0");
   check_option(std::isfinite(o.lrate_decay_factor) && o.lrate_decay_factor > 0,
                "lrate_decay_factor must be a finite number > 0");
   check_option(o.lrate_decay_steps >= 1, "lrate_decay_steps must be >= 1");
@@ -123,6 +125,8 @@ double Adam::initial_learning_rate(ParameterGroup group) const {
       return o.lrate_mlp * o.static_rate_multiplier;
     case ParameterGroup::kTrajectoryBasis:
       return o.lrate_mlp * o.basis_rate_multiplier;
+    case ParameterGroup::kFusion:
+      return o.lrate_fusion;
   }
   throw InvalidArgument("Adam: unknown parameter group " + std::to_string(int(group)));
 }

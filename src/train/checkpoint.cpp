@@ -256,15 +256,25 @@ void load_checkpoint(const std::string& path, ParameterSet* params, Adam* adam,
   }
 
   // Each group's update count; a checkpoint from before the counts had every group in every
-  // update.
+  // update. One from before kFusion holds the five groups before it, and its fusion weights
+  // (if any) were kMlp's: they took kMlp's updates.
   std::array<uint64_t, nn::kParameterGroupCount> group_steps;
   group_steps.fill(step);
   if (file.has("optimizer_group_steps")) {
-    const std::vector<uint64_t> read =
-        file.read_uint64s("optimizer_group_steps", {(long long)nn::kParameterGroupCount});
-    for (size_t g = 0; g < group_steps.size(); ++g) {
+    constexpr long long kBeforeFusion = int(nn::ParameterGroup::kFusion);
+    const long long stored = (long long)file.shape("optimizer_group_steps", {-1})[0];
+    if (stored != nn::kParameterGroupCount && stored != kBeforeFusion) {
+      file.fail("optimizer_group_steps has " + std::to_string(stored) + " groups, expected " +
+                std::to_string(nn::kParameterGroupCount) + " (or " + std::to_string(kBeforeFusion) +
+                " from before the fusion group)");
+    }
+    const std::vector<uint64_t> read = file.read_uint64s("optimizer_group_steps", {stored});
+    for (size_t g = 0; g < read.size(); ++g) {
       if (read[g] > step) file.fail("optimizer_group_steps exceeds the step");
       group_steps[g] = read[g];
+    }
+    if (stored == kBeforeFusion) {
+      group_steps[size_t(nn::ParameterGroup::kFusion)] = read[size_t(nn::ParameterGroup::kMlp)];
     }
   }
   params->values() = std::move(buffers[0]);

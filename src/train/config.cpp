@@ -366,6 +366,18 @@ const std::vector<Key>& keys() {
       {"cross_view_fusion", "pose", &C::cross_view_fusion,
        "fuse each view's heatmaps with learned maps of the other views' (Qiu et al. 2019); the "
        "loss then also trains the raw heatmaps"},
+      {"lrate_fusion",
+       "pose",
+       &C::lrate_fusion,
+       "learning rate of the cross-view fusion weights (far below lrate_mlp: each fused cell sums "
+       "every cell of the other views)",
+       {[](const C& c) { return c.lrate_fusion >= 0; }, "must be >= 0"}},
+      {"fusion_init_scale",
+       "pose",
+       &C::fusion_init_scale,
+       "the fusion weights start at this times the published U(0, 0.1) (1: as published; 0, "
+       "zeros, let fusion grow in from 0.4 of each view's own heatmaps)",
+       {[](const C& c) { return c.fusion_init_scale >= 0; }, "must be >= 0"}},
       {"recompute_backbone", "pose", &C::recompute_backbone,
        "gradient checkpointing: keep no backbone activations, run each instant's forward again "
        "in the backward (one instant's activations in memory, one more forward)"},

@@ -216,6 +216,7 @@ nn::AdamOptions adam_options(const TrainConfig& c, int ranks) {
   nn::AdamOptions o;
   o.lrate_feature = c.lrate_feature * lr_factor(c, ranks);
   o.lrate_mlp = c.lrate_mlp * lr_factor(c, ranks);
+  o.lrate_fusion = c.lrate_fusion * lr_factor(c, ranks);
   o.lrate_decay_factor = c.lrate_decay_factor;
   o.lrate_decay_steps = uint64_t(c.lrate_decay_steps);
   o.max_grad_norm = c.grad_clip;
@@ -615,6 +616,10 @@ void TrainingRun::log_if_due() {
                        model_->learning_rate(nn::ParameterGroup::kStaticMlp)},
                       {"lr/trajectory_basis", "lr_trajectory_basis",
                        model_->learning_rate(nn::ParameterGroup::kTrajectoryBasis)}});
+    }
+    if (config_.model == ModelKind::kPose && config_.cross_view_fusion) {
+      scalars.push_back(
+          {"lr/fusion", "lr_fusion", model_->learning_rate(nn::ParameterGroup::kFusion)});
     }
     metrics_->write(done, scalars,
                     {{"valid_rays", result.valid_rays},

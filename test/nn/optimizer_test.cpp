@@ -491,6 +491,24 @@ TEST(Adam, AGroupLeftOutKeepsItsStateAndStartsItsBiasCorrectionWhenItJoins) {
                InvalidArgument);  // a group's count above the updates taken
 }
 
+// The pose model's fusion weights (kFusion) train at lrate_fusion, apart from lrate_mlp.
+TEST(Adam, TheFusionGroupTrainsAtLrateFusion) {
+  ParameterSet params;
+  params.add("mlp", {1}, ParameterGroup::kMlp);
+  params.add("fusion", {1}, ParameterGroup::kFusion);
+  AdamOptions options;
+  options.lrate_mlp = 1e-3;
+  options.lrate_fusion = 1e-6;
+  Adam adam(params, options);
+  EXPECT_EQ(adam.learning_rate(ParameterGroup::kFusion), 1e-6);
+  std::fill(params.grads().begin(), params.grads().end(), 1.0f);
+  adam.step(&params);
+  EXPECT_NEAR(params.values()[0], -1e-3, 1e-6 * 1e-3);
+  EXPECT_NEAR(params.values()[1], -1e-6, 1e-6 * 1e-6);
+  options.lrate_fusion = -1;
+  EXPECT_THROW(Adam(params, options), InvalidArgument);
+}
+
 TEST(Adam, ClipGradNormScalesOnlyAboveTheLimitAndReturnsTheNorm) {
   std::vector<float> g = {3.0f, 4.0f};
   EXPECT_DOUBLE_EQ(clip_grad_norm(g.data(), g.size(), 10.0), 5.0);

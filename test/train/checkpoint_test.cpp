@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -212,6 +213,47 @@ TEST(Checkpoint, EachGroupsUpdateCountComesBack) {
   adam.step(&params, 1.0);
   loaded_adam.step(&loaded, 1.0);
   EXPECT_TRUE(bit_identical(loaded.values(), params.values()));
+}
+
+// A checkpoint from before ParameterGroup::kFusion stores five counts; its fusion weights were
+// kMlp's, so kFusion resumes with kMlp's count. Any other length is an error naming the file.
+TEST(Checkpoint, ACheckpointFromBeforeTheFusionGroupGivesItTheMlpCount) {
+  TempDir dir;
+  ParameterSet params;
+  params.add("static", {2}, ParameterGroup::kStaticMlp);
+  params.add("fusion", {2}, ParameterGroup::kFusion);
+  Adam adam(params, AdamOptions{});
+  std::fill(params.grads().begin(), params.grads().end(), 0.5f);
+  for (int i = 0; i < 3; ++i) adam.step(&params, 1.0, 1u << int(ParameterGroup::kStaticMlp));
+  const std::string path = save_checkpoint(dir.path.string(), params, adam, training_state(), 0);
+  const auto rewrite_counts = [&](std::vector<uint64_t> counts) {
+    edit_file(path, [&](hid_t file) {
+      H5Ldelete(file, "optimizer_group_steps", H5P_DEFAULT);
+      const hsize_t size = counts.size();
+      const hid_t space = H5Screate_simple(1, &size, nullptr);
+      const hid_t dataset = H5Dcreate2(file, "optimizer_group_steps", H5T_NATIVE_UINT64, space,
+                                       H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+      H5Dwrite(dataset, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, counts.data());
+      H5Dclose(dataset);
+      H5Sclose(space);
+    });
+  };
+  rewrite_counts({3, 2, 3, 3, 3});  // kMlp took 2 of the 3 updates
+  ParameterSet loaded = params;
+  Adam loaded_adam(loaded, AdamOptions{});
+  TrainingState state;
+  load_checkpoint(path, &loaded, &loaded_adam, &state);
+  const std::array<uint64_t, kParameterGroupCount> expected = {3, 2, 3, 3, 3, 2};
+  EXPECT_EQ(loaded_adam.group_steps(), expected);
+
+  rewrite_counts({3, 3, 3, 3});
+  try {
+    load_checkpoint(path, &loaded, &loaded_adam, &state);
+    ADD_FAILURE() << "four group counts were accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("optimizer_group_steps has 4 groups"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Checkpoint, AFailedWriteLeavesTheExistingFileAndNoTemporary) {

@@ -181,6 +181,8 @@ const std::map<std::string, std::string> kOtherValues = {
     {"w_joints_2d", "0.5"},
     {"use_confidences", "0"},
     {"cross_view_fusion", "1"},
+    {"lrate_fusion", "0.0009765625"},
+    {"fusion_init_scale", "0.5"},
     {"recompute_backbone", "1"},
     {"accumulation_steps", "3"},
     {"lr_scaling", "sqrt"},

@@ -74,6 +74,7 @@ TrainConfig pose_config(bool use_confidences, double multiplier = 10, bool fusio
   c.use_confidences = use_confidences;
   c.heatmap_multiplier = multiplier;
   c.cross_view_fusion = fusion;
+  c.fusion_init_scale = 1;  // the published weights: every pair's map non-zero
   return c;
 }
 

@@ -1,6 +1,7 @@
 // The pose model through the training loop: it learns (held-out MPJPE below the mean pose's after
 // a short run), a run stopped and resumed on AdamW's warm-up-then-cosine schedule reaches the
-// uninterrupted run's parameters bit for bit, micro-batches of B instants train as one batch
+// uninterrupted run's parameters bit for bit (with cross-view fusion too), the fusion weights
+// train at their own rate (lrate_fusion), micro-batches of B instants train as one batch
 // of 2B (the trainer treats ranks and micro-steps alike; train_parallel_test runs 2 ranks), and a
 // model with cross-view fusion scores itself with and without it.
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <sstream>
 #include <vector>
 
@@ -65,6 +67,94 @@ TEST_F(PoseTraining, StoppedAndResumedRunsReachTheSameParameters) {
   const TrainConfig other_config = testing::small_pose_config(root_, "plain_adam", 6, 2);
   EXPECT_NE(values,
             testing::checkpoint_values(other_config, train(other_config, log).last_checkpoint));
+}
+
+// With cross-view fusion too (the fusion weights in their own group, at lrate_fusion).
+TEST_F(PoseTraining, StoppedAndResumedFusionRunsReachTheSameParameters) {
+  std::ostringstream log;
+  const auto fusion_config = [&](const std::string& name) {
+    TrainConfig c = testing::small_pose_config(root_, name, 6, 2);
+    c.cross_view_fusion = true;
+    c.lrate_fusion = 1e-4;
+    return c;
+  };
+  const TrainConfig straight_config = fusion_config("fusion_straight");
+  const TrainSummary straight = train(straight_config, log);
+  EXPECT_EQ(straight.last_step, 6u);
+  const TrainConfig config = fusion_config("fusion_stopped");
+  write_stop_request((fs::path(config.basedir) / config.expname).string(), 3, /*create=*/true);
+  EXPECT_EQ(train(config, log).last_step, 3u);
+  const TrainSummary rest = train(config, log);
+  EXPECT_EQ(rest.first_step, 3u);
+  EXPECT_EQ(testing::checkpoint_values(config, straight.last_checkpoint),
+            testing::checkpoint_values(config, rest.last_checkpoint));
+}
+
+// Each group trains at its own rate: Adam's first update moves a value by lr g / (|g| + eps),
+// so the largest move in each group is its learning rate: the backbone's lrate_feature, the
+// confidence head's lrate_mlp, the fusion weights' lrate_fusion (their sum over a map's 1024
+// cells swamps the heatmaps at lrate_mlp; TrainConfig::lrate_fusion).
+TEST_F(PoseTraining, FusionWeightsTrainAtLrateFusion) {
+  const std::string data_dir = (root_ / "data").string();
+  TrainConfig config = testing::small_pose_config(root_, "fusion_rates", 1, 2);
+  config.cross_view_fusion = true;
+  config.lrate_feature = 1e-3;
+  config.lrate_mlp = 1e-4;
+  config.lrate_fusion = 1e-5;
+  PoseModel model(config, data::kPoseJoints, pose_rig(data::read_scene_index(data_dir).scene));
+  model.configure_optimizer(adam_options(config, 1));
+  model.initialize(5);
+  EXPECT_EQ(model.learning_rate(nn::ParameterGroup::kFusion), 1e-5);
+  const std::vector<float> before = model.parameters().values();
+  model.train_step(pose_instants(data_dir, data::Split::kTrain, 2));
+  model.update(model.gradient_norm());
+  const std::vector<float>& after = model.parameters().values();
+  std::map<nn::ParameterGroup, double> largest;
+  for (const nn::ParameterInfo& info : model.parameters().infos()) {
+    double& move = largest[info.group];
+    for (size_t i = info.offset; i < info.offset + info.size; ++i) {
+      move = std::max(move, std::abs(double(after[i]) - double(before[i])));
+    }
+  }
+  const std::map<nn::ParameterGroup, double> expected = {{nn::ParameterGroup::kFeature, 1e-3},
+                                                         {nn::ParameterGroup::kMlp, 1e-4},
+                                                         {nn::ParameterGroup::kFusion, 1e-5}};
+  ASSERT_EQ(largest.size(), expected.size());
+  for (const auto& [group, rate] : expected) {
+    SCOPED_TRACE(int(group));
+    EXPECT_NEAR(largest[group], rate, 0.02 * rate);
+  }
+}
+
+// fusion_init_scale scales the published U(0, 0.1) fusion weights (0: zeros) and leaves the
+// other parameters' initialisation as it was.
+TEST_F(PoseTraining, FusionInitScaleScalesOnlyTheFusionWeights) {
+  const std::string data_dir = (root_ / "data").string();
+  TrainConfig config = testing::small_pose_config(root_, "fusion_init", 1, 2);
+  config.cross_view_fusion = true;
+  config.fusion_init_scale = 1;
+  const PoseRig rig = pose_rig(data::read_scene_index(data_dir).scene);
+  PoseModel published(config, data::kPoseJoints, rig);
+  config.fusion_init_scale = 0.25;
+  PoseModel quarter(config, data::kPoseJoints, rig);
+  config.fusion_init_scale = 0;
+  PoseModel zero(config, data::kPoseJoints, rig);
+  published.initialize(6);
+  quarter.initialize(6);
+  zero.initialize(6);
+  for (const nn::ParameterInfo& info : published.parameters().infos()) {
+    SCOPED_TRACE(info.name);
+    const bool fusion = info.group == nn::ParameterGroup::kFusion;
+    EXPECT_EQ(fusion, info.name.rfind("fusion.", 0) == 0);
+    const std::vector<float>& p = published.parameters().values();
+    for (size_t i = info.offset; i < info.offset + info.size; ++i) {
+      EXPECT_EQ(quarter.parameters().values()[i], fusion ? 0.25f * p[i] : p[i]);
+      EXPECT_EQ(zero.parameters().values()[i], fusion ? 0.0f : p[i]);
+      if (fusion) {
+        ASSERT_TRUE(p[i] >= 0.0f && p[i] < 0.1f) << p[i];
+      }
+    }
+  }
 }
 
 // The trainer adds every rank's and micro-step's loss sums, then each backward divides by the

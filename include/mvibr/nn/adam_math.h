@@ -19,10 +19,11 @@ constexpr size_t kGradNormChunk = size_t(1) << 14;
 // Per ParameterGroup, from the group's own update count (torch counts per parameter, and skips
 // one whose gradient is None: DynIBaR's dynamic parts during its static bootstrap).
 struct AdamCoefficients {
-  float step_size[5] = {0, 0, 0, 0, 0};  // learning rate / bias correction 1
-  float bias_correction2_sqrt[5] = {1, 1, 1, 1, 1};
-  float decay_factor[5] = {1, 1, 1, 1, 1};  // AdamW: 1 - learning rate * weight decay
-  float l2_penalty = 0;                     // Adam: weight decay, added to the gradient
+  // One per ParameterGroup (kParameterGroupCount; Adam checks the count).
+  float step_size[6] = {0, 0, 0, 0, 0, 0};  // learning rate / bias correction 1
+  float bias_correction2_sqrt[6] = {1, 1, 1, 1, 1, 1};
+  float decay_factor[6] = {1, 1, 1, 1, 1, 1};  // AdamW: 1 - learning rate * weight decay
+  float l2_penalty = 0;                        // Adam: weight decay, added to the gradient
   float beta1 = 0, beta2 = 0, one_minus_beta1 = 1, one_minus_beta2 = 1, eps = 0;
 };
 

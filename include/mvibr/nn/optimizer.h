@@ -42,6 +42,9 @@ struct AdamOptions {
   // DynIBaR's groups: kStaticFeature at lrate_feature x static_rate_multiplier, kStaticMlp at
   // lrate_mlp x static_rate_multiplier, kTrajectoryBasis at lrate_mlp x basis_rate_multiplier.
   double static_rate_multiplier = 1, basis_rate_multiplier = 1;
+  // kFusion (the pose model's cross-view fusion weights) at its own rate: TrainConfig's
+  // lrate_fusion says why.
+  double lrate_fusion = 1e-5;
   // When set, replaces the step decay: the rate of a group that starts at `initial`, for the
   // update after `completed` updates (DynIBaR's schedule, render/dynibar_schedule.h).
   std::function<double(double initial, uint64_t completed)> schedule;

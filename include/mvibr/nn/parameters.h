@@ -12,17 +12,19 @@
 
 namespace mvibr::nn {
 
-// Which learning rate a parameter trains with: IBRNet's lrate_feature and lrate_mlp, and
-// DynIBaR's groups at multiples of them (its static network and feature net, its trajectory
-// basis; AdamOptions says how much).
+// Which learning rate a parameter trains with: IBRNet's lrate_feature and lrate_mlp, DynIBaR's
+// groups at multiples of them (its static network and feature net, its trajectory basis;
+// AdamOptions says how much), and the pose model's cross-view fusion weights at lrate_fusion
+// (appended last, so the other groups' numbers, and checkpoints' counts, keep their places).
 enum class ParameterGroup : uint8_t {
   kFeature = 0,
   kMlp = 1,
   kStaticFeature = 2,
   kStaticMlp = 3,
-  kTrajectoryBasis = 4
+  kTrajectoryBasis = 4,
+  kFusion = 5
 };
-constexpr int kParameterGroupCount = 5;
+constexpr int kParameterGroupCount = 6;
 
 struct ParameterInfo {
   std::string name;        // PyTorch module path

@@ -102,6 +102,17 @@ struct TrainConfig {
   double w_joints_2d = 1;
   bool use_confidences = true;
   bool cross_view_fusion = false;
+  // The fusion weights' own learning rate (ParameterGroup::kFusion). Each fused heatmap cell sums
+  // P = 1024 cells through its weights, so Adam moving every weight by ~lr a step moves a fused
+  // logit by ~P lr a step, times heatmap_multiplier in the soft-argmax: at lrate_mlp (1e-3) that
+  // swamps the heatmaps (docs/features.md has the measurements).
+  double lrate_fusion = 1e-5;
+  // The fusion weights start at fusion_init_scale x the published U(0, 0.1) (1: as published).
+  // The published weights sum a view's 1024 cells into every fused cell, a fixed random pattern
+  // the heatmaps must first outgrow; from zeros the fused map starts as 0.4 of the view's own
+  // and fusion grows in: on configs/pose_synthetic.txt at lrate_fusion 1e-5, 97.9 mm fused
+  // (98.7 raw) from zeros against 152.4 (130.7) from the published init (docs/features.md).
+  double fusion_init_scale = 0;
   bool recompute_backbone = false;
   // Data parallelism. A step's global batch is N_rand x accumulation_steps x ranks rays: each
   // rank takes its own target view and accumulates accumulation_steps micro-steps of N_rand of

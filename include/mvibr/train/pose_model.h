@@ -18,8 +18,8 @@
 //   "without fusion" stays a meaningful score.
 // - A micro-batch is pose_batch instants; a rank's step takes accumulation_steps of them, so
 //   samples_per_step() is their product. Parameters: "backbone.<ResUNet state_dict name>"
-//   (ParameterGroup kFeature, lrate_feature), "confidence.{0,2}.{weight,bias}" and, with fusion,
-//   "fusion.<pair>.weight" [Hf Wf, Hf Wf] (kMlp, lrate_mlp).
+//   (ParameterGroup kFeature, lrate_feature), "confidence.{0,2}.{weight,bias}" (kMlp, lrate_mlp)
+//   and, with fusion, "fusion.<pair>.weight" [Hf Wf, Hf Wf] (kFusion, lrate_fusion).
 #pragma once
 
 #include <cstddef>
