@@ -60,6 +60,7 @@ class GpuPoseStep : public ::testing::Test {
     c.use_confidences = use_confidences;
     c.recompute_backbone = recompute;
     c.cross_view_fusion = fusion;
+    c.fusion_init_scale = 1;  // the published start: the fusion's GEMMs see non-zero weights
     c.accumulation_steps = 2 / pose_batch;
     return c;
   }

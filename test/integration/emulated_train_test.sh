@@ -7,10 +7,9 @@
 #   so a wrong gradient sign shows as ~1e-3);
 # - DynIBaR, its networks and training state on the device and the rest of its step on the host,
 #   the same at 1 and 2 ranks (its gradients all-reduced by NCCL): each step's loss and gradient
-#   norm within 1e-4
-#   (measured 2e-8 and 5e-7). Not its parameters: the motion head starts at zero, so the rest of
-#   the motion MLP starts with no gradient and Adam turns the rounding of its near-zero
-#   gradients into steps of either sign (6e-4 of the largest parameter after 3 steps);
+#   norm within 1e-4 (measured 2e-8 and 5e-7). Not its parameters: the motion head starts at
+#   zero, so the rest of the motion MLP starts with no gradient and Adam turns the rounding of its
+#   near-zero gradients into steps of either sign (6e-4 of the largest parameter after 3 steps);
 # - the pose model, its network and training state on the device (NCCL), at 2 ranks: the same
 #   bounds as DynIBaR's (measured 8e-7 and 2e-6; at rates of 1e-4 Adam's steps grew the rounding
 #   to 8e-5 by step 3, so it trains at 1e-5), and again with cross-view fusion (1e-6 and 4e-5);
@@ -103,6 +102,7 @@ for device in cpu cuda; do
   binary=$cpu_mvibr
   [[ $device == cuda ]] && binary=$gpu_mvibr
   "$mpiexec" -np 2 --oversubscribe "$binary" train "${pose[@]}" --cross_view_fusion true \
+    --fusion_init_scale 1 \
     --device "$device" --expname "fusion-$device" --n_iters 3 >"$work/fusion-$device.out"
 done
 grep -q "GPU 0" "$work/fusion-cuda.out" || fail "no device in: $(cat "$work/fusion-cuda.out")"
