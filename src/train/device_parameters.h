@@ -16,6 +16,7 @@
 #include "mvibr/nn/cuda_optimizer.h"
 #include "mvibr/nn/optimizer.h"
 #include "mvibr/nn/parameters.h"
+#include "mvibr/train/config.h"
 #include "mvibr/train/model.h"
 
 namespace mvibr::train {
@@ -105,6 +106,50 @@ class DeviceParameters {
   size_t count_ = 0;
   DeviceArray<float> values_, grads_, exp_avg_, exp_avg_sq_, host_grads_;
   DeviceArray<double> norm_partials_;
+};
+
+// DeviceTrainingState (state_copies.h) over a DeviceParameters, for a device network's interface
+// that extends it (PoseDeviceNetwork, DynibarDeviceNetworks): the network's Context and parameters
+// are these. Adam and AdamW only: LAMB's per-tensor norms are the CPU step's (InvalidArgument).
+template <typename Interface>
+class OnDeviceTrainingState : public Interface {
+ public:
+  OnDeviceTrainingState(const TrainConfig& config, const std::string& model) {
+    if (config.optimizer == nn::OptimizerKind::kLamb) {
+      throw InvalidArgument(
+          "config key 'optimizer': lamb runs on the CPU step only (device = cpu): " + model +
+          "'s GPU step has no per-tensor norms");
+    }
+  }
+
+  void load_state(const nn::ParameterSet& parameters, const nn::Adam& adam) override {
+    parameters_.load_state(parameters, adam);
+  }
+  void store_state(nn::ParameterSet* parameters, nn::Adam* adam) override {
+    parameters_.store_state(parameters, adam);
+  }
+  void zero_gradients() override { parameters_.zero_gradients(); }
+  void set_gradient_scale(double scale) override { gradient_scale_ = scale; }
+  void unscale_gradients(ParameterRange range) override {
+    parameters_.unscale_gradients(context_, range, gradient_scale_);
+  }
+  void add_host_gradients(ParameterRange range, const float* grads) override {
+    parameters_.add_host_gradients(context_, range, grads);
+  }
+  void synchronize() override { context_.synchronize(); }
+  float* gradients() override { return parameters_.grads(); }
+  double gradient_norm() override { return parameters_.gradient_norm(context_); }
+  void update(nn::Adam& adam, double gradient_norm, uint32_t groups) override {
+    parameters_.update(context_, adam, gradient_norm, groups);
+  }
+  void read_values(ParameterRange range, float* values) override {
+    parameters_.read_values(range, values);
+  }
+
+ protected:
+  nn::cuda::Context context_;
+  DeviceParameters parameters_;
+  double gradient_scale_ = 1;
 };
 
 }  // namespace mvibr::train

@@ -66,10 +66,11 @@ struct DeviceMotion {
   DeviceArray<float> xyzt, saved, coefficients, grad_coefficients, grad_xyzt, scratch;
 };
 
-class CudaDynibarNetworks final : public DynibarDeviceNetworks {
+class CudaDynibarNetworks final : public OnDeviceTrainingState<DynibarDeviceNetworks> {
  public:
   CudaDynibarNetworks(const TrainConfig& config, const DynibarNetworks& n)
-      : channels_(config.coarse_feat_dim),
+      : OnDeviceTrainingState(config, "DynIBaR"),
+        channels_(config.coarse_feat_dim),
         feature_net_(n.feature_net),
         feature_net_st_(n.feature_net_st),
         net_st_(n.net_st),
@@ -79,35 +80,6 @@ class CudaDynibarNetworks final : public DynibarDeviceNetworks {
         st_offset_(n.net_st.parameter_offset()),
         dy_offset_(n.net_dy.parameter_offset()) {
     context_.set_gemm_precision(gemm_precision(config.precision));
-    if (config.optimizer == nn::OptimizerKind::kLamb) {
-      throw InvalidArgument(
-          "config key 'optimizer': lamb runs on the CPU step only (device = cpu): DynIBaR's GPU "
-          "step has no per-tensor norms");
-    }
-  }
-
-  void load_state(const nn::ParameterSet& parameters, const nn::Adam& adam) override {
-    parameters_.load_state(parameters, adam);
-  }
-  void store_state(nn::ParameterSet* parameters, nn::Adam* adam) override {
-    parameters_.store_state(parameters, adam);
-  }
-  void zero_gradients() override { parameters_.zero_gradients(); }
-  void set_gradient_scale(double scale) override { scale_ = scale; }
-  void unscale_gradients(ParameterRange range) override {
-    parameters_.unscale_gradients(context_, range, scale_);
-  }
-  void add_host_gradients(ParameterRange range, const float* grads) override {
-    parameters_.add_host_gradients(context_, range, grads);
-  }
-  void synchronize() override { context_.synchronize(); }
-  float* gradients() override { return parameters_.grads(); }
-  double gradient_norm() override { return parameters_.gradient_norm(context_); }
-  void update(nn::Adam& adam, double gradient_norm, uint32_t groups) override {
-    parameters_.update(context_, adam, gradient_norm, groups);
-  }
-  void read_values(ParameterRange range, float* values) override {
-    parameters_.read_values(range, values);
   }
 
   void set_images(DynibarSet which, int n_views, int height, int width,
@@ -215,8 +187,8 @@ class CudaDynibarNetworks final : public DynibarDeviceNetworks {
     const size_t width = 3 + size_t(views.feature_channels);
     const size_t offset = is_static ? st_offset_ : dy_offset_;
     br.net->backward(context_, parameters_.values() + offset, parameters_.grads() + offset,
-                     upload_scaled(&br.grad_rgb, grad_rgb, samples * 3, scale_, &scaled_),
-                     upload_scaled(&br.grad_sigma, grad_sigma, samples, scale_, &scaled_),
+                     upload_scaled(&br.grad_rgb, grad_rgb, samples * 3, gradient_scale_, &scaled_),
+                     upload_scaled(&br.grad_sigma, grad_sigma, samples, gradient_scale_, &scaled_),
                      br.grad_rgb_features.reserve(rows * width),
                      grad_xyz ? br.grad_xyz.reserve(samples * 3) : nullptr);
     const DeviceSet& set = sets_[size_t(br.set)];
@@ -226,8 +198,8 @@ class CudaDynibarNetworks final : public DynibarDeviceNetworks {
                                         grad_moved ? br.grad_moved.reserve(rows * 3) : nullptr,
                                         nullptr, grad_maps, context_.stream());
     context_.synchronize();
-    download(grad_moved, br.grad_moved.data(), rows * 3, 1 / scale_);
-    download(grad_xyz, br.grad_xyz.data(), samples * 3, 1 / scale_);
+    download(grad_moved, br.grad_moved.data(), rows * 3, 1 / gradient_scale_);
+    download(grad_xyz, br.grad_xyz.data(), samples * 3, 1 / gradient_scale_);
   }
 
   nn::MotionMlpCalls<float> motion_mlp(int batch, DynibarMotionRun run) override {
@@ -244,14 +216,14 @@ class CudaDynibarNetworks final : public DynibarDeviceNetworks {
     };
     calls.backward = [this, m, outputs](size_t n, const float* grad_coefficients,
                                         float* grad_xyzt) {
-      motion_mlp_.backward(
-          context_, parameters_.values() + motion_offset_, parameters_.grads() + motion_offset_, n,
-          m->saved.data(),
-          upload_scaled(&m->grad_coefficients, grad_coefficients, n * outputs, scale_, &scaled_),
-          grad_xyzt ? m->grad_xyzt.reserve(n * 4) : nullptr,
-          m->scratch.reserve(motion_mlp_.scratch_size(n)));
+      motion_mlp_.backward(context_, parameters_.values() + motion_offset_,
+                           parameters_.grads() + motion_offset_, n, m->saved.data(),
+                           upload_scaled(&m->grad_coefficients, grad_coefficients, n * outputs,
+                                         gradient_scale_, &scaled_),
+                           grad_xyzt ? m->grad_xyzt.reserve(n * 4) : nullptr,
+                           m->scratch.reserve(motion_mlp_.scratch_size(n)));
       context_.synchronize();
-      download(grad_xyzt, m->grad_xyzt.data(), n * 4, 1 / scale_);
+      download(grad_xyzt, m->grad_xyzt.data(), n * 4, 1 / gradient_scale_);
     };
     return calls;
   }
@@ -288,15 +260,12 @@ class CudaDynibarNetworks final : public DynibarDeviceNetworks {
   }
 
   int channels_;
-  nn::cuda::Context context_;
   nn::cuda::ResUNet feature_net_, feature_net_st_;
   const nn::IbrnetAggregator& net_st_;
   const nn::IbrnetAggregator& net_dy_;
   nn::cuda::MotionMlp motion_mlp_;
   size_t motion_offset_, st_offset_, dy_offset_;
-  double scale_ = 1;
   std::vector<float> scaled_;
-  DeviceParameters parameters_;
   std::array<DeviceSet, 2> sets_;
   std::vector<std::array<DeviceBranch, kDynibarBranches>> branches_;
   std::vector<std::array<DeviceMotion, 2>> motions_;

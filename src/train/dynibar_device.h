@@ -24,10 +24,10 @@
 #include "mvibr/nn/dynibar_motion.h"
 #include "mvibr/nn/feature_net.h"
 #include "mvibr/nn/motion_mlp.h"
-#include "mvibr/nn/optimizer.h"
 #include "mvibr/nn/parameters.h"
 #include "mvibr/train/config.h"
 #include "mvibr/train/model.h"
+#include "state_copies.h"
 
 namespace mvibr::train {
 
@@ -63,30 +63,9 @@ struct DynibarNetworks {
   const nn::MotionMlp& motion_mlp;
 };
 
-class DynibarDeviceNetworks {
+// The training state's half of the interface is DeviceTrainingState's (state_copies.h).
+class DynibarDeviceNetworks : public DeviceTrainingState {
  public:
-  virtual ~DynibarDeviceNetworks() = default;
-
-  // The host's values and Adam's moments to the device, and back with the gradients.
-  virtual void load_state(const nn::ParameterSet& parameters, const nn::Adam& adam) = 0;
-  virtual void store_state(nn::ParameterSet* parameters, nn::Adam* adam) = 0;
-  virtual void zero_gradients() = 0;
-  // fp16's loss scale: the device's backward passes start from the gradients sent times `scale`
-  // and every gradient read back is divided by it (1 by default).
-  virtual void set_gradient_scale(double scale) = 0;
-  // The device's gradients in `range` divided by the loss scale (a no-op at 1).
-  virtual void unscale_gradients(ParameterRange range) = 0;
-  // The device's gradients in `range` += grads[range] (host pointer to the whole set's).
-  virtual void add_host_gradients(ParameterRange range, const float* grads) = 0;
-  // Waits for the queued work: the gradients are final for the all-reduce.
-  virtual void synchronize() = 0;
-  virtual float* gradients() = 0;  // device memory
-  // After the gradients' all-reduce: their norm, and Adam's update of `groups` (clipping first).
-  virtual double gradient_norm() = 0;
-  virtual void update(nn::Adam& adam, double gradient_norm, uint32_t groups) = 0;
-  // values[range] = the device's values there (host pointer to the whole set's values).
-  virtual void read_values(ParameterRange range, float* values) = 0;
-
   // The set's images [V,H,W,3] to the device, without feature maps: gathers read colour only
   // (the dynamic sets in DynIBaR's bootstrap) until `features`.
   virtual void set_images(DynibarSet set, int n_views, int height, int width,

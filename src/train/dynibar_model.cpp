@@ -250,7 +250,7 @@ const float* point_set(const std::vector<float>& sets, size_t index, size_t poin
 
 }  // namespace
 
-struct DynibarModel::State {
+struct DynibarModel::State : WithStateCopies<DynibarModel::State> {
   TrainConfig config;
   DynibarScheduleOptions schedule;
   nn::ParameterSet parameters;
@@ -262,7 +262,6 @@ struct DynibarModel::State {
   nn::Adam adam;
   // The networks' device copies when the config's device is CUDA (null: all on the CPU).
   std::unique_ptr<DynibarDeviceNetworks> device;
-  StateCopies copies;  // the host's and the device's training state
   // The step's sample.
   const data::TrainingSample* sample = nullptr;
   int frame = 0, anchor_frame = -1;
@@ -299,20 +298,10 @@ struct DynibarModel::State {
     if (runs_on_device(c)) {
       device = make_dynibar_device_networks(
           c, DynibarNetworks{feature_net, feature_net_st, net_st, net_dy, motion_mlp});
-      copies = StateCopies([this] { device->store_state(&parameters, &adam); },
-                           [this] { device->load_state(parameters, adam); });
+      copies = StateCopies(device.get(), &parameters, &adam);
     }
   }
 
-  // The host's copy of the training state, to read or to write.
-  State& fetch() {
-    copies.fetch();
-    return *this;
-  }
-  State& edit() {
-    copies.edit();
-    return *this;
-  }
   ParameterRange basis_range() const {
     return {parameters.info(basis).offset, parameters.info(basis).size};
   }

@@ -80,7 +80,7 @@ nn::AggregatorOptions aggregator_options(const TrainConfig& c, int channels) {
 
 }  // namespace
 
-struct IbrnetModel::State {
+struct IbrnetModel::State : WithStateCopies<IbrnetModel::State> {
   TrainConfig config;
   nn::ParameterSet parameters;
   nn::ResUNet feature_net;
@@ -89,8 +89,6 @@ struct IbrnetModel::State {
   nn::Adam adam;
   bool on_device;  // the backend the config's `device` picked at construction
   std::unique_ptr<IbrnetBackend> backend;
-  // The host's and the CUDA backend's training state (the CPU backend's is the host's).
-  StateCopies copies;
   // The sample's sources as the backends read them.
   std::vector<PinholeCamera<float>> cameras;
   std::vector<float> images;                          // [V,H,W,3] in [0,1]
@@ -112,19 +110,8 @@ struct IbrnetModel::State {
     backend =
         on_device ? make_cuda_backend(c, networks) : make_cpu_backend(c, parameters, networks);
     if (on_device) {
-      copies = StateCopies([this] { backend->store_state(&parameters, &adam); },
-                           [this] { backend->load_state(parameters, adam); });
+      copies = StateCopies(backend.get(), &parameters, &adam);  // the CPU backend's is the host's
     }
-  }
-
-  // The host's copy of the training state, to read or to write.
-  State& fetch() {
-    copies.fetch();
-    return *this;
-  }
-  State& edit() {
-    copies.edit();
-    return *this;
   }
 
   // Source images to floats, cameras to float, then the backend's feature network.

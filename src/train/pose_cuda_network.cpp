@@ -34,10 +34,11 @@ struct DeviceBatch {
   size_t maps_views() const { return size_t(instants) * size_t(views); }
 };
 
-class CudaPoseNetwork final : public PoseDeviceNetwork {
+class CudaPoseNetwork final : public OnDeviceTrainingState<PoseDeviceNetwork> {
  public:
   CudaPoseNetwork(const TrainConfig& config, const PoseNetworks& n)
-      : networks_(n),
+      : OnDeviceTrainingState(config, "the pose model"),
+        networks_(n),
         joints_(n.head_out.out()),
         extra_(config.confidence_channels),
         hidden_(config.confidence_hidden),
@@ -49,25 +50,6 @@ class CudaPoseNetwork final : public PoseDeviceNetwork {
       throw InvalidArgument(
           "config key 'precision': the pose model's GPU step is fp32 only (set precision = fp32)");
     }
-    if (config.optimizer == nn::OptimizerKind::kLamb) {
-      throw InvalidArgument(
-          "config key 'optimizer': lamb runs on the CPU step only (device = cpu): the pose "
-          "model's GPU step has no per-tensor norms");
-    }
-  }
-
-  void load_state(const nn::ParameterSet& parameters, const nn::Adam& adam) override {
-    parameters_.load_state(parameters, adam);
-  }
-  void store_state(nn::ParameterSet* parameters, nn::Adam* adam) override {
-    parameters_.store_state(parameters, adam);
-  }
-  void zero_gradients() override { parameters_.zero_gradients(); }
-  float* gradients() override { return parameters_.grads(); }
-  void synchronize() override { context_.synchronize(); }
-  double gradient_norm() override { return parameters_.gradient_norm(context_); }
-  void update(nn::Adam& adam, double gradient_norm) override {
-    parameters_.update(context_, adam, gradient_norm);
   }
 
   void forward(int batch, const PoseDeviceInputs& in, const PoseDeviceOutputs& out) override {
@@ -268,8 +250,6 @@ class CudaPoseNetwork final : public PoseDeviceNetwork {
   const nn::CrossViewFusion* fusion_;
   std::unique_ptr<nn::cuda::ResUNet> recompute_backbone_;  // recompute_: every instant's
   nn::SoftArgmaxOptions soft_argmax_;
-  nn::cuda::Context context_;
-  DeviceParameters parameters_;
   std::vector<DeviceBatch> batches_;
 };
 

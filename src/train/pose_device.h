@@ -24,10 +24,10 @@
 #include "mvibr/nn/cross_view_fusion.h"
 #include "mvibr/nn/feature_net.h"
 #include "mvibr/nn/layers.h"
-#include "mvibr/nn/optimizer.h"
 #include "mvibr/nn/parameters.h"
 #include "mvibr/train/config.h"
 #include "mvibr/train/model.h"
+#include "state_copies.h"
 
 namespace mvibr::train {
 
@@ -70,21 +70,9 @@ struct PoseDeviceGradients {
   const float* raw_points = nullptr;
 };
 
-class PoseDeviceNetwork {
+// The training state's half of the interface is DeviceTrainingState's (state_copies.h).
+class PoseDeviceNetwork : public DeviceTrainingState {
  public:
-  virtual ~PoseDeviceNetwork() = default;
-
-  // The host's values and Adam's moments to the device, and back with the gradients.
-  virtual void load_state(const nn::ParameterSet& parameters, const nn::Adam& adam) = 0;
-  virtual void store_state(nn::ParameterSet* parameters, nn::Adam* adam) = 0;
-  virtual void zero_gradients() = 0;
-  // The gradients in device memory, once synchronize has waited for the backward.
-  virtual float* gradients() = 0;
-  virtual void synchronize() = 0;
-  // After the gradients' all-reduce: their norm, and Adam's update (clipping first).
-  virtual double gradient_norm() = 0;
-  virtual void update(nn::Adam& adam, double gradient_norm) = 0;
-
   // Micro-batch `batch` forward; its activations stay until its next forward.
   virtual void forward(int batch, const PoseDeviceInputs& in, const PoseDeviceOutputs& out) = 0;
   // Its backward from the loss's gradients: each path's joints' through its triangulation, its

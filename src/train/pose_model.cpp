@@ -115,7 +115,7 @@ void transpose_points(size_t outer, size_t inner, size_t joints, const float* fr
 
 }  // namespace
 
-struct PoseModel::State {
+struct PoseModel::State : WithStateCopies<PoseModel::State> {
   TrainConfig config;
   int joints;
   nn::ParameterSet parameters;
@@ -126,8 +126,7 @@ struct PoseModel::State {
   nn::ParameterBlock fusion_block;
   std::optional<nn::CrossViewFusion> fusion;
   nn::Adam adam;
-  std::unique_ptr<PoseDeviceNetwork> device;  // device = cuda: the network runs there
-  StateCopies copies;                         // the host's and the device's training state
+  std::unique_ptr<PoseDeviceNetwork> device;  // device = cuda: the network and its state
   std::vector<MicroBatch> batches;
   // recompute_backbone: the one workspace every instant's backbone pass goes through.
   nn::ResUNet::Workspace recompute_workspace;
@@ -161,19 +160,8 @@ struct PoseModel::State {
     if (runs_on_device(c)) {
       device = make_pose_device_network(c, PoseNetworks{backbone, head_block, head_hidden, head_out,
                                                         fusion_block, fusion ? &*fusion : nullptr});
-      copies = StateCopies([this] { device->store_state(&parameters, &adam); },
-                           [this] { device->load_state(parameters, adam); });
+      copies = StateCopies(device.get(), &parameters, &adam);
     }
-  }
-
-  // The host's copy of the training state, to read or to write.
-  State& fetch() {
-    copies.fetch();
-    return *this;
-  }
-  State& edit() {
-    copies.edit();
-    return *this;
   }
 
   static std::optional<nn::CrossViewFusion> make_fusion(const TrainConfig& c, const PoseRig& rig,
@@ -703,7 +691,7 @@ void PoseModel::update(double gradient_norm) {
   State& s = *state_;
   if (s.device) {
     s.copies.send();  // an edit of the host's copy since the step comes first
-    s.device->update(s.adam, gradient_norm);
+    s.device->update(s.adam, gradient_norm, nn::Adam::kAllGroups);
     s.copies.stepped();
   } else {
     s.adam.step(&s.parameters, gradient_norm);
