@@ -9,8 +9,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <string>
 #include <utility>
+
+#include <omp.h>
 
 #include "mvibr/core/error.h"
 
@@ -27,6 +30,19 @@ constexpr double kPi = 3.14159265358979323846;  // Python's math.pi
 
 void check_option(bool ok, const std::string& what) {
   if (!ok) throw InvalidArgument("Adam: " + what);
+}
+
+// adam_update_value over values [begin, end) of one group, in a loop the compiler vectorises:
+// the coefficients by value and the arrays restrict, so no store can change what the next value
+// reads (with the coefficients shared by reference the loop stayed scalar: two divisions and a
+// square root a value, 141 ms for the pose model's 12.6M fusion weights). The same operations,
+// so the same bits.
+void update_values(AdamCoefficients c, int group, bool decays, size_t begin, size_t end,
+                   const float* __restrict grads, float* __restrict values,
+                   float* __restrict exp_avg, float* __restrict exp_avg_sq) {
+  for (size_t i = begin; i < end; ++i) {
+    adam_update_value(c, group, decays, grads[i], &values[i], &exp_avg[i], &exp_avg_sq[i]);
+  }
 }
 
 }  // namespace
@@ -164,12 +180,15 @@ double Adam::step(ParameterSet* params, double grad_norm, uint32_t groups) {
   float* m = exp_avg_.data();
   float* v = exp_avg_sq_.data();
 #pragma omp parallel
-  for (const Span& span : spans_) {
-    const int group = int(span.group);
-    if (!(groups >> group & 1u)) continue;
-#pragma omp for schedule(static)
-    for (size_t i = span.begin; i < span.end; ++i) {
-      adam_update_value(c, group, span.decays, grads[i], &values[i], &m[i], &v[i]);
+  {
+    // Each thread its share of every span (values are independent: no barrier between spans).
+    const size_t thread = size_t(omp_get_thread_num()), threads = size_t(omp_get_num_threads());
+    for (const Span& span : spans_) {
+      const int group = int(span.group);
+      if (!(groups >> group & 1u)) continue;
+      const size_t n = span.end - span.begin;
+      update_values(c, group, span.decays, span.begin + n * thread / threads,
+                    span.begin + n * (thread + 1) / threads, grads, values, m, v);
     }
   }
   return grad_norm;
