@@ -35,6 +35,16 @@ __global__ void own_view_kernel(size_t sample_cells, int joints, int in_channels
   }
 }
 
+// The own-view term over every instant's views: out (=, or += with accumulate) 0.4 in, where
+// `in` has in_channels channels a cell and `out` out_channels, both their first `joints`.
+void own_view(cudaStream_t stream, const CrossViewFusion& layer, int instants, int joints,
+              int in_channels, int out_channels, bool accumulate, const float* in, float* out) {
+  const size_t sample_cells = size_t(instants) * size_t(layer.views()) * size_t(layer.pixels());
+  launch_threads(sample_cells * size_t(joints), stream, own_view_kernel, sample_cells, joints,
+                 in_channels, out_channels, float(CrossViewFusion::kOwnWeight), accumulate, in,
+                 out);
+}
+
 void check_fusion(const CrossViewFusion& layer, int instants, int channels, int joints) {
   if (instants < 1 || joints < 1 || channels < joints) {
     throw InvalidArgument("cross-view fusion on the GPU: " + std::to_string(instants) +
@@ -54,9 +64,7 @@ void cross_view_fusion_forward(Context& context, const CrossViewFusion& layer, c
   Context::Impl& c = context.impl();
   const int V = layer.views(), P = layer.pixels();
   const size_t in_map = size_t(P) * size_t(channels), out_map = size_t(P) * size_t(joints);
-  launch_threads(size_t(instants) * size_t(V) * size_t(P) * size_t(joints), c.stream,
-                 own_view_kernel, size_t(instants) * size_t(V) * size_t(P), joints, channels,
-                 joints, float(CrossViewFusion::kOwnWeight), false, maps, fused);
+  own_view(c.stream, layer, instants, joints, channels, joints, false, maps, fused);
   const float alpha = float(layer.other_weight()), one = 1.0f;
   for (int i = 0; i < instants; ++i) {
     for (int t = 0; t < V; ++t) {
@@ -80,9 +88,7 @@ void cross_view_fusion_backward(Context& context, const CrossViewFusion& layer,
   Context::Impl& c = context.impl();
   const int V = layer.views(), P = layer.pixels();
   const size_t in_map = size_t(P) * size_t(channels), out_map = size_t(P) * size_t(joints);
-  launch_threads(size_t(instants) * size_t(V) * size_t(P) * size_t(joints), c.stream,
-                 own_view_kernel, size_t(instants) * size_t(V) * size_t(P), joints, joints,
-                 channels, float(CrossViewFusion::kOwnWeight), true, grad_fused, grad_maps);
+  own_view(c.stream, layer, instants, joints, joints, channels, true, grad_fused, grad_maps);
   const float alpha = float(layer.other_weight()), one = 1.0f;
   for (int i = 0; i < instants; ++i) {
     for (int s = 0; s < V; ++s) {

@@ -479,13 +479,14 @@ void DynibarModel::State::prepare(const data::TrainingSample& s, bool training,
     if (training) {
       device->zero_gradients();
       copies.stepped();
+      // The one gradient the host computes, which end_step adds into the device's.
+      std::fill_n(parameters.grad(basis), parameters.info(basis).size, 0.0f);
     }
     device->set_images(DynibarSet::kStatic, int(statics.positions.size()), height, width,
                        static_images.data());
     device->features(DynibarSet::kStatic, training);
     device->set_images(DynibarSet::kDynamic, int(n_dynamic), height, width, dynamic_images.data());
     if (dynamic_features) device->features(DynibarSet::kDynamic, training);
-    if (training) parameters.zero_grads();
     return;
   }
   const size_t map = map_size();

@@ -44,7 +44,6 @@ class CudaPoseNetwork final : public OnDeviceTrainingState<PoseDeviceNetwork> {
         hidden_(config.confidence_hidden),
         use_confidences_(config.use_confidences),
         recompute_(config.recompute_backbone),
-        fusion_(n.fusion),
         soft_argmax_(pose_soft_argmax_options(config)) {
     if (config.precision != Precision::kFp32) {
       throw InvalidArgument(
@@ -73,13 +72,13 @@ class CudaPoseNetwork final : public OnDeviceTrainingState<PoseDeviceNetwork> {
                           maps, nullptr);
     }
     float* points = b.points.reserve(BV * J * 2);
-    float* raw_points = fusion_ ? b.raw_points.reserve(BV * J * 2) : points;
+    float* raw_points = networks_.fusion ? b.raw_points.reserve(BV * J * 2) : points;
     nn::cuda::soft_argmax_forward(int(BV), b.map_height, b.map_width, int(C), int(J), maps,
                                   soft_argmax_, raw_points, stream);
-    if (fusion_) {
+    if (networks_.fusion) {
       float* fused = b.fused.reserve(BV * cells * J);
-      nn::cuda::cross_view_fusion_forward(context_, *fusion_, fusion_values(), b.instants, int(C),
-                                          joints_, maps, fused);
+      nn::cuda::cross_view_fusion_forward(context_, *networks_.fusion, fusion_values(), b.instants,
+                                          int(C), joints_, maps, fused);
       nn::cuda::soft_argmax_forward(int(BV), b.map_height, b.map_width, joints_, joints_, fused,
                                     soft_argmax_, points, stream);
     }
@@ -106,7 +105,7 @@ class CudaPoseNetwork final : public OnDeviceTrainingState<PoseDeviceNetwork> {
     uint8_t* triangulated = b.triangulated.reserve(size_t(b.instants) * J);
     nn::cuda::triangulate_joints(b.instants, b.views, joints_, projections, points, weights, joints,
                                  triangulated, stream);
-    if (fusion_) {
+    if (networks_.fusion) {
       nn::cuda::triangulate_joints(b.instants, b.views, joints_, projections, raw_points, weights,
                                    b.raw_joints.reserve(size_t(b.instants) * J * 3),
                                    b.raw_triangulated.reserve(size_t(b.instants) * J), stream);
@@ -116,7 +115,7 @@ class CudaPoseNetwork final : public OnDeviceTrainingState<PoseDeviceNetwork> {
     copy_device_to_host(out.weights, weights, BV * J * sizeof(float));
     copy_device_to_host(out.joints, joints, size_t(b.instants) * J * 3 * sizeof(float));
     copy_device_to_host(out.triangulated, triangulated, size_t(b.instants) * J);
-    if (fusion_) {
+    if (networks_.fusion) {
       copy_device_to_host(out.raw_points, raw_points, BV * J * 2 * sizeof(float));
       copy_device_to_host(out.raw_joints, b.raw_joints.data(),
                           size_t(b.instants) * J * 3 * sizeof(float));
@@ -136,7 +135,7 @@ class CudaPoseNetwork final : public OnDeviceTrainingState<PoseDeviceNetwork> {
                   b.grad_points_2d.upload(grads.points, BV * J * 2), grad_points, grad_weights);
     float* grad_maps = b.grad_maps.reserve(BV * cells * C);
     device_memset_zero(grad_maps, BV * cells * C * sizeof(float));
-    if (fusion_) {
+    if (networks_.fusion) {
       // The raw path as the CPU's: its weights' gradients added to the fused path's, its points'
       // back into the maps; then the fused path's points' through the fusion.
       float* grad_raw_points = b.grad_raw_points.reserve(BV * J * 2);
@@ -152,9 +151,9 @@ class CudaPoseNetwork final : public OnDeviceTrainingState<PoseDeviceNetwork> {
       float* grad_fused = b.grad_fused.reserve(BV * cells * J);
       nn::cuda::soft_argmax_backward(int(BV), b.map_height, b.map_width, joints_, joints_,
                                      b.fused.data(), soft_argmax_, grad_points, grad_fused, stream);
-      nn::cuda::cross_view_fusion_backward(context_, *fusion_, fusion_values(), fusion_grads(),
-                                           b.instants, int(C), joints_, b.maps.data(), grad_fused,
-                                           grad_maps);
+      nn::cuda::cross_view_fusion_backward(context_, *networks_.fusion, fusion_values(),
+                                           fusion_grads(), b.instants, int(C), joints_,
+                                           b.maps.data(), grad_fused, grad_maps);
     } else {
       nn::cuda::soft_argmax_backward(int(BV), b.map_height, b.map_width, int(C), int(J),
                                      b.maps.data(), soft_argmax_, grad_points, grad_maps, stream);
@@ -247,7 +246,6 @@ class CudaPoseNetwork final : public OnDeviceTrainingState<PoseDeviceNetwork> {
   PoseNetworks networks_;
   int joints_, extra_, hidden_;
   bool use_confidences_, recompute_;
-  const nn::CrossViewFusion* fusion_;
   std::unique_ptr<nn::cuda::ResUNet> recompute_backbone_;  // recompute_: every instant's
   nn::SoftArgmaxOptions soft_argmax_;
   std::vector<DeviceBatch> batches_;
