@@ -7,6 +7,7 @@
 #include <boost/version.hpp>
 #include <sstream>
 
+#include "../nn/small_gemm.h"
 #include "commands.h"
 #include "mvibr/build_info.h"
 #include "mvibr/core/device.h"
@@ -21,7 +22,8 @@ namespace mvibr::cli {
 std::string version_report() {
   std::ostringstream out;
   out << "mvibr " << MVIBR_VERSION << " (" << MVIBR_GIT_REVISION << ")\n";
-  out << "cpu backend: OpenMP " << _OPENMP << ", " << omp_get_max_threads() << " threads\n";
+  out << "cpu backend: OpenMP " << _OPENMP << ", " << omp_get_max_threads()
+      << " threads, dense layers on " << nn::gemm_isa_name(nn::best_gemm_isa()) << "\n";
   if (cuda_backend_built()) {
     const int devices = cuda_device_count();
     out << "cuda backend: built, " << devices << " device(s)";
