@@ -439,13 +439,6 @@ struct PoseModel::State : WithStateCopies<PoseModel::State> {
     std::vector<float> grad_fused(b.fused_rows.size()), grad_rows(b.heatmap_rows.size());
     nn::soft_argmax_backward(b.views * BJ, map_height, map_width, 1, 1, b.fused_rows.data(),
                              soft_argmax_options(), grad_rows_points.data(), grad_fused.data());
-    // The soft-argmax's gradient is p (x - E x) per cell, and at heatmap_multiplier 100 a peaked
-    // map's p underflows: most cells' gradients are subnormal, which slow OpenBLAS's SGEMMs in
-    // the fusion's backward about 150x (2.3 s a step on configs/pose_synthetic.txt once its
-    // heatmaps had sharpened). They are below 1.2e-38: zero them.
-    for (float& g : grad_fused) {
-      if (std::fpclassify(g) == FP_SUBNORMAL) g = 0.0f;
-    }
     fusion->backward(fusion_block.values(), fusion_block.grads(), b.views, BJ, cells,
                      b.heatmap_rows.data(), grad_fused.data(), grad_rows.data());
     for_each_heatmap_cell(b, [&](size_t m, size_t r) { grad_maps[m] += grad_rows[r]; });

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -563,6 +564,37 @@ TEST(PoseSoftArgmax, FlatMapGivesTheImageCentre) {
                           SoftArgmaxOptions::for_stride(4, 100), point.data());
   EXPECT_NEAR(point[0], 31.5, 1e-12);
   EXPECT_NEAR(point[1], 31.5, 1e-12);
+}
+
+// A map whose softmax decays over ~50 orders of magnitude (logits falling 2 a cell at multiplier
+// 100): the float backward writes each cell's gradient as the double one's, except those the double
+// gradient puts below float's smallest normal, which are 0, never subnormal.
+TEST(PoseSoftArgmax, BackwardWritesNoSubnormals) {
+  const int side = 32;
+  std::vector<double> map(size_t(side) * side);
+  for (int row = 0; row < side; ++row) {
+    for (int col = 0; col < side; ++col) map[size_t(row * side + col)] = -0.02 * (row + col);
+  }
+  const SoftArgmaxOptions options = SoftArgmaxOptions::for_stride(4, 100);
+  const std::vector<double> grad_point = {0.7, -0.4};
+  std::vector<double> exact(map.size());
+  nn::soft_argmax_backward(1, side, side, 1, 1, map.data(), options, grad_point.data(),
+                           exact.data());
+  const std::vector<float> map_f(map.begin(), map.end()), grad_point_f = {0.7f, -0.4f};
+  std::vector<float> grad(map.size(), 1.0f);
+  nn::soft_argmax_backward(1, side, side, 1, 1, map_f.data(), options, grad_point_f.data(),
+                           grad.data());
+  int zeroed = 0;
+  for (size_t i = 0; i < grad.size(); ++i) {
+    ASSERT_NE(std::fpclassify(grad[i]), FP_SUBNORMAL) << "cell " << i;
+    if (std::abs(exact[i]) < 0.5 * FLT_MIN) {
+      EXPECT_EQ(grad[i], 0.0f) << "cell " << i;
+      zeroed += exact[i] != 0;
+    } else if (std::abs(exact[i]) > 2 * FLT_MIN) {
+      EXPECT_NEAR(grad[i], exact[i], 1e-3 * std::abs(exact[i])) << "cell " << i;
+    }
+  }
+  EXPECT_GT(zeroed, 50) << "the map must put gradients in float's subnormal range";
 }
 
 // The backward writes the J heatmap channels and leaves the other head's channels alone.
