@@ -18,6 +18,7 @@
 #include "metrics_log.h"
 #include "mvibr/core/error.h"
 #include "mvibr/core/stopwatch.h"
+#include "mvibr/core/subnormals.h"
 #include "mvibr/data/shards.h"
 #include "mvibr/dist/agreement.h"
 #include "mvibr/dist/gradient_buckets.h"
@@ -749,6 +750,8 @@ TrainSummary TrainingRun::finish() {
 
 TrainSummary train(const TrainConfig& config, std::ostream& rank0_log, const RankContext& context) {
   const TrainConfig resolved = with_video_frames(config);
+  std::optional<FlushSubnormals> flush;
+  if (resolved.flush_subnormals) flush.emplace();
   TrainingRun run(resolved, rank0_log, context);
   while (!run.finished()) {
     if (!run.step()) continue;

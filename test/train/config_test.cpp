@@ -148,6 +148,7 @@ const std::map<std::string, std::string> kOtherValues = {
     {"delta", "interval"},
     {"device", "cpu"},
     {"precision", "bf16"},
+    {"flush_subnormals", "0"},
     {"loss_scale", "1024"},
     {"loss_scale_window", "10"},
     {"lrate_feature", "0.25"},

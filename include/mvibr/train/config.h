@@ -66,6 +66,7 @@ struct TrainConfig {
   // fp16 scales the loss dynamically (loss_scale.h), from loss_scale, doubling after
   // loss_scale_window finite steps. The CPU step is fp32 only.
   Precision precision = Precision::kFp32;
+  bool flush_subnormals = true;  // x86 FTZ and DAZ while training (core/subnormals.h)
   double loss_scale = 65536;
   int loss_scale_window = 2000;
   // Optimisation
