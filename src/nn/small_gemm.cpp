@@ -117,10 +117,6 @@ void multiply(GemmIsa isa, GemmForm form, size_t m, size_t n, size_t k, const fl
 
 #else  // baseline x86-64
 
-bool cpu_has_avx512() {
-  return false;
-}
-
 void multiply(GemmIsa, GemmForm form, size_t m, size_t n, size_t k, const float* a, size_t lda,
               const float* b, size_t ldb, bool accumulate, float* c, size_t ldc) {
   cblas_sgemm(CblasRowMajor, form == GemmForm::kTN ? CblasTrans : CblasNoTrans,
