@@ -1,7 +1,8 @@
 // small_gemm's kernels side by side in one run: every form on each instruction set this CPU
-// runs (AVX2, AVX-512), at the networks' layer widths, over 2304 rows (a chunk of 256 rays' 9
-// views). flops_per_second counts 2 m n k; differs_from_avx2, the correctness column, counts the
-// elements of C whose bits differ from the AVX2 kernels' (the kernels promise none).
+// runs (AVX2, AVX-512), at the networks' layer widths, over 640 rows (a chunk of the aggregators'
+// rows, nn/aggregator.cpp's kChunkRows). flops_per_second counts 2 m n k; differs_from_avx2, the
+// correctness column, counts the elements of C whose bits differ from the AVX2 kernels' (the
+// kernels promise none).
 //   gemm_bench [--benchmark_* flags]
 #include <benchmark/benchmark.h>
 
@@ -14,7 +15,7 @@
 namespace mvibr::nn {
 namespace {
 
-constexpr size_t kRows = 2304;
+constexpr size_t kRows = 640;
 
 // C [m, n] = op(A) op(B) over k for a layer `width` wide (in = out): the forward (kNT) and the
 // input gradient (kNN) over the rows, the weight gradient (kTN) summed over them.

@@ -2,8 +2,9 @@
 // written once, in small_gemm_tiles.inc, and compiled twice: for AVX2 (the build's target) and,
 // under a target pragma, for AVX-512, which runs where the CPU has it (twice the lanes, a tile of
 // 12 x 32 in 24 of its 32 registers). Both make each element of C by the same FMA chain, so
-// their results are the same bits; the AVX-512 kernels are only faster: 1.8x at the networks'
-// widths (64 to 256 columns, 88% of the AVX-512 FMA peak), the DynIBaR step 1.37x.
+// their results are the same bits; the AVX-512 kernels are only faster: 1.5-1.9x at the
+// networks' widths of 32 to 256 (up to 90% of the AVX-512 FMA peak), the DynIBaR step 1.37x
+// (bench/gemm_bench).
 #include "small_gemm.h"
 
 #include <algorithm>
