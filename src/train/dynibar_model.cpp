@@ -1308,14 +1308,11 @@ StepWork DynibarModel::step_work() const {
 }
 
 float* DynibarModel::gradients() {
-  State& s = *state_;
-  return s.device ? s.device->gradients() : s.parameters.grads().data();
+  return state_->step_gradients();
 }
 
 double DynibarModel::gradient_norm() {
-  State& s = *state_;
-  if (s.device) return s.device->gradient_norm();
-  return nn::global_grad_norm(s.parameters.grads().data(), s.parameters.size());
+  return state_->step_gradient_norm();
 }
 
 void DynibarModel::update(double gradient_norm) {
@@ -1324,17 +1321,10 @@ void DynibarModel::update(double gradient_norm) {
   // and torch's Adam skips them (their update counts start with the main loop).
   const uint32_t static_branch =
       1u << int(nn::ParameterGroup::kStaticFeature) | 1u << int(nn::ParameterGroup::kStaticMlp);
-  const uint32_t groups =
-      s.weights.phase == DynibarPhase::kMain ? nn::Adam::kAllGroups : static_branch;
-  if (s.device) {
-    s.copies.send();  // an edit of the host's copy since the step comes first
-    s.device->update(s.adam, gradient_norm, groups);
-    s.copies.stepped();
-    // The host's trajectories read the basis: its new values come back.
-    s.device->read_values(s.basis_range(), s.parameters.values().data());
-  } else {
-    s.adam.step(&s.parameters, gradient_norm, groups);
-  }
+  s.step_update(gradient_norm,
+                s.weights.phase == DynibarPhase::kMain ? nn::Adam::kAllGroups : static_branch);
+  // The host's trajectories read the basis: its new values come back.
+  if (s.device) s.device->read_values(s.basis_range(), s.parameters.values().data());
 }
 
 const PhaseTimes& DynibarModel::phase_times() const {

@@ -30,7 +30,7 @@ JobBackend job_backend(const TrainConfig& config, const dist::Communicator& worl
   JobBackend b;
   b.ranks = world.size();
   const bool on_device = runs_on_device(config);
-  b.reduction = runs_on_device(config) ? "nccl" : b.ranks > 1 ? world.backend() : "none";
+  b.reduction = on_device ? "nccl" : b.ranks > 1 ? world.backend() : "none";
   b.device = on_device ? dist::select_device(topology) : -1;
   if (b.device >= 0) b.device_description = cuda_device_description(b.device);
   b.precision = config.precision;

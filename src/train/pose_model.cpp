@@ -670,25 +670,15 @@ size_t PoseModel::activation_bytes() const {
 }
 
 float* PoseModel::gradients() {
-  State& s = *state_;
-  return s.device ? s.device->gradients() : s.parameters.grads().data();
+  return state_->step_gradients();
 }
 
 double PoseModel::gradient_norm() {
-  State& s = *state_;
-  if (s.device) return s.device->gradient_norm();
-  return nn::global_grad_norm(s.parameters.grads().data(), s.parameters.size());
+  return state_->step_gradient_norm();
 }
 
 void PoseModel::update(double gradient_norm) {
-  State& s = *state_;
-  if (s.device) {
-    s.copies.send();  // an edit of the host's copy since the step comes first
-    s.device->update(s.adam, gradient_norm, nn::Adam::kAllGroups);
-    s.copies.stepped();
-  } else {
-    s.adam.step(&s.parameters, gradient_norm);
-  }
+  state_->step_update(gradient_norm, nn::Adam::kAllGroups);
 }
 
 const PhaseTimes& PoseModel::phase_times() const {

@@ -78,7 +78,9 @@ class StateCopies {
   Current current_ = Current::kHost;
 };
 
-// A model's State (CRTP) with its copies: fetch() and edit() hand back the State.
+// A model's State (CRTP) with its copies: fetch() and edit() hand back the State. The step_*
+// calls run on the training state where the step keeps it: the State's `device` (a
+// DeviceTrainingState) when it has one, else its `parameters` and `adam`.
 template <typename State>
 struct WithStateCopies {
   StateCopies copies;
@@ -89,6 +91,27 @@ struct WithStateCopies {
   State& edit() {
     copies.edit();
     return static_cast<State&>(*this);
+  }
+
+  float* step_gradients() {
+    State& s = static_cast<State&>(*this);
+    return s.device ? s.device->gradients() : s.parameters.grads().data();
+  }
+  double step_gradient_norm() {
+    State& s = static_cast<State&>(*this);
+    if (s.device) return s.device->gradient_norm();
+    return nn::global_grad_norm(s.parameters.grads().data(), s.parameters.size());
+  }
+  // Adam's update of `groups`; on the device after any edit of the host's copy since the step.
+  void step_update(double gradient_norm, uint32_t groups) {
+    State& s = static_cast<State&>(*this);
+    if (!s.device) {
+      s.adam.step(&s.parameters, gradient_norm, groups);
+      return;
+    }
+    copies.send();
+    s.device->update(s.adam, gradient_norm, groups);
+    copies.stepped();
   }
 };
 
