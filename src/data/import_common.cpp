@@ -65,6 +65,48 @@ FrameSize output_size(int full_width, int full_height, const ImportOptions& opti
   return size;
 }
 
+FrameSize pose_output_size(int width, int height, int wanted_width, int wanted_height) {
+  const auto text = [](int w, int h) { return std::to_string(w) + "x" + std::to_string(h); };
+  FrameSize size{width, height};
+  if (wanted_width > 0) size.width = wanted_width;
+  if (wanted_height > 0) size.height = wanted_height;
+  const int kept_height = int(std::lround(double(size.width) * height / width));
+  const int kept_width = int(std::lround(double(size.height) * width / height));
+  if (wanted_width > 0 && wanted_height == 0) size.height = kept_height;
+  if (wanted_height > 0 && wanted_width == 0) size.width = kept_width;
+  const std::string asked =
+      "--width " + std::to_string(size.width) + " --height " + std::to_string(size.height) + ": ";
+  if (wanted_width > 0 && wanted_height > 0 && size.height != kept_height &&
+      size.width != kept_width) {
+    throw InvalidArgument(asked + "not the aspect of the " + text(width, height) + " images (" +
+                          text(size.width, kept_height) + " keeps it)");
+  }
+  if (size.width > width || size.height > height || size.width < 2 || size.height < 2) {
+    throw InvalidArgument(asked + "the " + text(width, height) +
+                          " images can only be made smaller, to at least 2x2");
+  }
+  return size;
+}
+
+PoseLabels label_joints(const std::vector<Vec3<double>>& joints, const std::vector<bool>& confident,
+                        const PinholeCamera<double>& camera) {
+  PoseLabels labels;
+  for (size_t j = 0; j < joints.size(); ++j) {
+    const Vec3<double>& x = joints[j];
+    labels.joints_world.insert(labels.joints_world.end(), {x.x, x.y, x.z});
+    const Vec3<double> in_camera = transform_point(camera.w2c, x);
+    // A joint behind the camera keeps a finite (meaningless) label and is hidden.
+    const double z = std::max(in_camera.z, 1e-6);
+    const double u = camera.fx * in_camera.x / z + camera.cx;
+    const double v = camera.fy * in_camera.y / z + camera.cy;
+    labels.joints_image.insert(labels.joints_image.end(), {float(u), float(v)});
+    const bool seen = in_camera.z > 0 && u > -0.5 && u < camera.width - 0.5 && v > -0.5 &&
+                      v < camera.height - 0.5 && confident[j];
+    labels.visible.push_back(seen ? 1 : 0);
+  }
+  return labels;
+}
+
 void fit_view(View* view, FrameSize size, const std::string& where) {
   PinholeCamera<double>& camera = view->camera;
   if (camera.width == size.width && camera.height == size.height) return;

@@ -36,6 +36,16 @@ struct FrameSize {
 FrameSize output_size(int full_width, int full_height, const ImportOptions& options,
                       const std::string& where);
 
+// Pose data sets: the size views of width x height are written at: wanted_width and/or
+// wanted_height (0: the images'), the aspect kept where only one is given. InvalidArgument (it
+// names --width and --height) when both change the aspect or the views would grow.
+FrameSize pose_output_size(int width, int height, int wanted_width, int wanted_height);
+
+// Pose data sets: a view's labels of world joints (metres, the skeleton's order): their pinhole
+// projections, and visible where in front of the camera, inside the image and `confident`.
+PoseLabels label_joints(const std::vector<Vec3<double>>& joints, const std::vector<bool>& confident,
+                        const PinholeCamera<double>& camera);
+
 // Brings a view (camera and rgb at the size read) to `size`: area-downscaled, intrinsics scaled;
 // InvalidArgument naming `where` when what was read is smaller.
 void fit_view(View* view, FrameSize size, const std::string& where);

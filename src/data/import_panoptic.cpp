@@ -246,32 +246,6 @@ std::string camera_names(const std::vector<HdCamera>& cameras) {
   return names;
 }
 
-// The output size: the images', or --width and/or --height with their aspect kept.
-struct Size {
-  int width, height;
-};
-Size output_size(int width, int height, const PanopticOptions& options) {
-  Size size{width, height};
-  if (options.width > 0) size.width = options.width;
-  if (options.height > 0) size.height = options.height;
-  const int kept_height = int(std::lround(double(size.width) * height / width));
-  const int kept_width = int(std::lround(double(size.height) * width / height));
-  if (options.width > 0 && options.height == 0) size.height = kept_height;
-  if (options.height > 0 && options.width == 0) size.width = kept_width;
-  const std::string asked =
-      "--width " + std::to_string(size.width) + " --height " + std::to_string(size.height) + ": ";
-  if (options.width > 0 && options.height > 0 && size.height != kept_height &&
-      size.width != kept_width) {
-    throw InvalidArgument(asked + "not the aspect of the " + size_text(width, height) +
-                          " images (" + size_text(size.width, kept_height) + " keeps it)");
-  }
-  if (size.width > width || size.height > height || size.width < 2 || size.height < 2) {
-    throw InvalidArgument(asked + "the " + size_text(width, height) +
-                          " images can only be made smaller, to at least 2x2");
-  }
-  return size;
-}
-
 // The frame numbers that have a body file, ascending.
 std::vector<long> body_frames(const Sequence& sequence) {
   const fs::path folder = sequence.folder / kBodyFolder;
@@ -368,27 +342,18 @@ std::vector<uint8_t> read_view_image(const Sequence& sequence, const HdCamera& h
   return downscale_area(rgb, full.width, full.height, 3, camera.width, camera.height);
 }
 
-// A view's labels: joints19 (centimetres, Panoptic's order) in mvibr's order, in metres, and
-// their pinhole projections.
+// A view's labels: joints19 (centimetres, Panoptic's order) in mvibr's order, in metres.
 PoseLabels label_view(const std::vector<double>& joints19, const PinholeCamera<double>& camera,
                       double min_confidence) {
-  PoseLabels labels;
+  std::vector<Vec3<double>> joints;
+  std::vector<bool> confident;
   for (const int p : kPanopticJointOrder) {
     const double* joint = &joints19[size_t(4 * p)];
-    const Vec3<double> x{kMetresPerCentimetre * joint[0], kMetresPerCentimetre * joint[1],
-                         kMetresPerCentimetre * joint[2]};
-    labels.joints_world.insert(labels.joints_world.end(), {x.x, x.y, x.z});
-    const Vec3<double> in_camera = transform_point(camera.w2c, x);
-    // A joint behind the camera keeps a finite (meaningless) label and is hidden.
-    const double z = std::max(in_camera.z, 1e-6);
-    const double u = camera.fx * in_camera.x / z + camera.cx;
-    const double v = camera.fy * in_camera.y / z + camera.cy;
-    labels.joints_image.insert(labels.joints_image.end(), {float(u), float(v)});
-    const bool seen = in_camera.z > 0 && u > -0.5 && u < camera.width - 0.5 && v > -0.5 &&
-                      v < camera.height - 0.5 && joint[3] > min_confidence;
-    labels.visible.push_back(seen ? 1 : 0);
+    joints.push_back({kMetresPerCentimetre * joint[0], kMetresPerCentimetre * joint[1],
+                      kMetresPerCentimetre * joint[2]});
+    confident.push_back(joint[3] > min_confidence);
   }
-  return labels;
+  return label_joints(joints, confident, camera);
 }
 
 }  // namespace
@@ -424,8 +389,9 @@ Scene import_panoptic(const std::string& source, const PanopticOptions& options)
                             size_text(a.width, a.height) + "; the views of a scene share a size");
     }
   }
-  const Size size = output_size(sequences[0].cameras[0].camera.width,
-                                sequences[0].cameras[0].camera.height, options);
+  const FrameSize size =
+      pose_output_size(sequences[0].cameras[0].camera.width, sequences[0].cameras[0].camera.height,
+                       options.width, options.height);
 
   Scene scene;
   scene.name = sequences.size() == 1 ? sequences[0].name : directory_name(source);

@@ -290,7 +290,7 @@ std::vector<hsize_t> File::shape(const std::string& name,
 
 template <typename T>
 std::vector<T> File::read_numbers(const std::string& name, const std::vector<long long>& expected,
-                                  hid_t memory_type) const {
+                                  hid_t memory_type, bool any_number_type) const {
   for (long long e : expected) {
     if (e < 0) fail("internal: reading '" + name + "' needs a fully known shape");
   }
@@ -301,7 +301,10 @@ std::vector<T> File::read_numbers(const std::string& name, const std::vector<lon
   Handle type(H5Dget_type(dataset.get()), H5Tclose);
   const H5T_class_t type_class = H5Tget_class(type.get());
   const bool floating = H5Tget_class(memory_type) == H5T_FLOAT;
-  if ((floating && type_class != H5T_FLOAT) || (!floating && type_class != H5T_INTEGER)) {
+  const bool number = type_class == H5T_FLOAT || type_class == H5T_INTEGER;
+  if (any_number_type
+          ? !number
+          : (floating && type_class != H5T_FLOAT) || (!floating && type_class != H5T_INTEGER)) {
     fail("dataset '" + name + "' has the wrong element type");
   }
   // HDF5 would clamp negative values to 0 when reading signed data as unsigned.
@@ -320,6 +323,10 @@ std::vector<T> File::read_numbers(const std::string& name, const std::vector<lon
 std::vector<double> File::read_doubles(const std::string& name,
                                        const std::vector<long long>& expected) const {
   return read_numbers<double>(name, expected, H5T_NATIVE_DOUBLE);
+}
+std::vector<double> File::read_numbers_as_doubles(const std::string& name,
+                                                  const std::vector<long long>& expected) const {
+  return read_numbers<double>(name, expected, H5T_NATIVE_DOUBLE, true);
 }
 std::vector<float> File::read_floats(const std::string& name,
                                      const std::vector<long long>& expected) const {

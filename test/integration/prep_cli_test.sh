@@ -96,7 +96,62 @@ grep -q "skeleton: 19 joints: BodyCenter Neck<BodyCenter Nose<Neck lShoulder<Nec
 grep -q "checked .* frames in 1 shard(s): ok" "$work/panoptic.inspect" || fail "inspect panoptic"
 expect_error "calibration_seq_a.json: no hd camera '00_07' (--cameras)" "$mvibr" prep --input panoptic \
   --source "$work/panoptic" --cameras 00_00,00_07 --out "$work/bad-panoptic"
-expect_error "--source, --frame_step, --max_frames and --body are for --input panoptic" \
+echo "== a Human3.6M processed folder (S1 and S9, two cameras, 32 joints a frame), written here"
+/usr/bin/python3 - "$work/h36m" <<'PY'
+import math, os, sys
+import h5py, numpy as np
+from PIL import Image
+root = sys.argv[1]
+ids, heights = ["54138969", "55011271"], [34, 32]
+rotations, centres = [], []
+for c in range(2):
+    a = math.pi / 2 * c
+    # Looking at the origin from 3 m away, image y down the world's -z; R: camera to world.
+    forward = np.array([-math.cos(a), -math.sin(a), 0.0])
+    down = np.array([0.0, 0.0, -1.0])
+    rotations.append(np.stack([np.cross(down, forward), down, forward], axis=1))
+    centres.append(-3000 * forward)
+os.makedirs(root)
+with h5py.File(os.path.join(root, "cameras.h5"), "w") as f:
+    for subject in [1, 9]:
+        for c in range(2):
+            g = f.create_group("subject%d/camera%d" % (subject, c + 1))
+            g["R"], g["T"] = rotations[c], centres[c].reshape(3, 1)
+            g["f"], g["c"] = np.array([[30.0], [30.0]]), np.array([[15.5], [heights[c] / 2 - 0.5]])
+            g["k"], g["p"] = np.array([[-0.1], [0.02], [0.0]]), np.zeros((2, 1))
+            g["Name"] = np.array([[ord(x)] for x in ids[c]], dtype=np.float64)
+for subject in ["S1", "S9"]:
+    folder = os.path.join(root, subject, "Walking-1")
+    rows = {"camera": [], "frame": [], "pose/3d": []}
+    for c in range(2):
+        for frame in [1, 2, 3]:
+            joints = np.array([[200 * math.sin(j + frame), 200 * math.cos(3 * j), 60 * j - 900]
+                               for j in range(32)])
+            rows["camera"].append(int(ids[c]))
+            rows["frame"].append(frame)
+            rows["pose/3d"].append((joints - centres[c]) @ rotations[c])
+            os.makedirs(os.path.join(folder, "imageSequence", ids[c]), exist_ok=True)
+            Image.new("RGB", (32, heights[c]), (40, 90 + 40 * frame, 30 * c)).save(os.path.join(
+                folder, "imageSequence", ids[c], "img_%06d.jpg" % frame))
+    with h5py.File(os.path.join(folder, "annot.h5"), "w") as f:
+        for name, values in rows.items():
+            f[name] = np.array(values)
+PY
+"$mvibr" prep --input human36m --source "$work/h36m" --calibration "$work/h36m/cameras.h5" \
+  --out "$work/h36m-data" | tee "$work/h36m.out"
+grep -q "(human36m): 12 views of 32x32 (train 6, val 0, test 6)" "$work/h36m.out" ||
+  fail "human36m import"
+"$mvibr" inspect "$work/h36m-data" | tee "$work/h36m.inspect"
+grep -q "skeleton: 17 joints: pelvis right_hip<pelvis" "$work/h36m.inspect" ||
+  fail "inspect does not show the 17 joints"
+grep -q "checked .* frames in 1 shard(s): ok" "$work/h36m.inspect" || fail "inspect human36m"
+expect_error "cameras.h5: 'subject1' has no camera 60457274 (--cameras)" "$mvibr" prep \
+  --input human36m --source "$work/h36m" --calibration "$work/h36m/cameras.h5" \
+  --cameras 54138969,60457274 --out "$work/bad-h36m"
+expect_error "--calibration is for --input human36m" "$mvibr" prep --input panoptic \
+  --source "$work/panoptic" --calibration "$work/h36m/cameras.h5" --out "$work/bad-h36m"
+[[ ! -e $work/bad-h36m ]] || fail "a refused human36m import wrote its output folder"
+expect_error "--frame_step is for --input panoptic and human36m" \
   "$mvibr" prep --out "$work/bad-panoptic" --frame_step 2
 [[ ! -e $work/bad-panoptic ]] || fail "a refused panoptic import wrote its output folder"
 

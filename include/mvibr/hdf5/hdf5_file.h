@@ -82,6 +82,10 @@ class File {
                                    const std::vector<long long>& expected) const;
   std::vector<float> read_floats(const std::string& name,
                                  const std::vector<long long>& expected) const;
+  // A dataset of any integer or floating-point type as doubles (files that others wrote: numpy's
+  // int64 indices, MATLAB's doubles), its shape checked as above.
+  std::vector<double> read_numbers_as_doubles(const std::string& name,
+                                              const std::vector<long long>& expected) const;
   std::vector<int> read_ints(const std::string& name, const std::vector<long long>& expected) const;
   std::vector<uint64_t> read_uint64s(const std::string& name,
                                      const std::vector<long long>& expected) const;
@@ -95,7 +99,7 @@ class File {
   File(std::string path, Handle file) : path_(std::move(path)), file_(std::move(file)) {}
   template <typename T>
   std::vector<T> read_numbers(const std::string& name, const std::vector<long long>& expected,
-                              hid_t memory_type) const;
+                              hid_t memory_type, bool any_number_type = false) const;
 
   std::string path_;
   Handle file_;

@@ -1,0 +1,471 @@
+// The Human3.6M importer (data/human36m.h) on a tiny processed folder written here: subjects S1
+// (two actions, one without camera 54138969's rows, and a MySegmentsMat folder) and S9, four
+// cameras in a ring with H36M's sizes in small (one a row taller, one two) and one with a real
+// lens's distortion, 32 random joints a frame, annot.h5 in h36m-fetch's form and cameras.h5 in
+// una-dinosauria's, PNG images with a dot at each of the 17 joints' distorted projections. The
+// import must give the calibration's cameras in metres, the cropped intrinsics, labels that are
+// the pinhole projections of the world joints, undistorted images whose dots lie on their labels,
+// the split by subject and the pose skeleton; bad input must give one line naming its file.
+#include "mvibr/data/human36m.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <random>
+
+#include "mvibr/core/error.h"
+#include "mvibr/data/image_io.h"
+#include "mvibr/hdf5/hdf5_file.h"
+
+namespace mvibr::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kWidth = 160;
+const int kHeights[4] = {162, 160, 160, 161};  // H36M's 1002 and 1000, small; and an odd one
+const char* const kCameraIds[4] = {"54138969", "55011271", "58860488", "60457274"};
+constexpr double kFocal[2] = {152, 151.2}, kCentre[2] = {79.6, 80.9};
+constexpr int kDistortedCamera = 2;
+constexpr int kBackground = 40;  // every channel
+constexpr double kDotSigma = 1.5;
+
+struct FixtureCamera {
+  double r[9];  // cameras.h5's R: x_world = R x_camera + T
+  double t[3];  // T, millimetres
+  double k[3] = {0, 0, 0}, p[2] = {0, 0};
+  int height;
+};
+
+// x_camera = R^T (x - T).
+Vec3<double> to_camera(const FixtureCamera& c, const double x[3]) {
+  const double d[3] = {x[0] - c.t[0], x[1] - c.t[1], x[2] - c.t[2]};
+  return {c.r[0] * d[0] + c.r[3] * d[1] + c.r[6] * d[2],
+          c.r[1] * d[0] + c.r[4] * d[1] + c.r[7] * d[2],
+          c.r[2] * d[0] + c.r[5] * d[1] + c.r[8] * d[2]};
+}
+
+// OpenCV's projectPoints with [k1 k2 p1 p2 k3], written out, in the full image's pixels.
+void project_distorted(const FixtureCamera& c, const double x[3], double* u, double* v) {
+  const Vec3<double> p = to_camera(c, x);
+  const double a = p.x / p.z, b = p.y / p.z, r = a * a + b * b;
+  const double radial = 1 + c.k[0] * r + c.k[1] * r * r + c.k[2] * r * r * r;
+  const double ad = a * radial + 2 * c.p[0] * a * b + c.p[1] * (r + 2 * a * a);
+  const double bd = b * radial + 2 * c.p[1] * a * b + c.p[0] * (r + 2 * b * b);
+  *u = kFocal[0] * ad + kCentre[0];
+  *v = kFocal[1] * bd + kCentre[1];
+}
+
+void project_pinhole(const FixtureCamera& c, const double x[3], double* u, double* v) {
+  FixtureCamera ideal = c;
+  ideal.k[0] = ideal.k[1] = ideal.k[2] = ideal.p[0] = ideal.p[1] = 0;
+  project_distorted(ideal, x, u, v);
+}
+
+std::vector<FixtureCamera> ring_cameras() {
+  std::vector<FixtureCamera> cameras;
+  for (int c = 0; c < 4; ++c) {
+    const double a = 2 * M_PI * c / 4 + 0.7;
+    const PinholeCamera<double> look =
+        look_at_camera<double>({3.5 * std::cos(a), 3.5 * std::sin(a), 1.2 + 0.3 * (c % 2)},
+                               {0.05 * c, -0.1, 0.9}, {0, 0, 1}, kFocal[0], kWidth, 160);
+    FixtureCamera f;
+    for (int i = 0; i < 3; ++i) {
+      for (int j = 0; j < 3; ++j) f.r[3 * i + j] = look.c2w[4 * i + j];
+      f.t[i] = 1000 * look.c2w[4 * i + 3];
+    }
+    if (c == kDistortedCamera) {  // H36M's lenses: k near (-0.2, 0.25, -0.003), p near 1e-3
+      f.k[0] = -0.21, f.k[1] = 0.24, f.k[2] = -0.003, f.p[0] = -0.0012, f.p[1] = 0.0009;
+    }
+    f.height = kHeights[c];
+    cameras.push_back(f);
+  }
+  return cameras;
+}
+
+// annot.h5's datasets as written.
+struct Annotations {
+  std::vector<int> cameras, frames;
+  std::vector<double> pose_3d, pose_2d;
+  int joints = kHuman36mSourceJoints;
+};
+
+struct FixtureAction {
+  std::string subject, name;
+  std::vector<long> frames;
+  std::vector<int> cameras;  // those with rows and images
+};
+
+// The folder on disk, and what was written into it.
+struct Processed {
+  fs::path root =
+      fs::temp_directory_path() / ("mvibr-h36m-" + std::to_string(::getpid()) + "-" +
+                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  fs::path calibration = root / "cameras.h5";
+  std::vector<FixtureCamera> cameras = ring_cameras();
+  std::vector<FixtureAction> actions = {{"S1", "Directions-1", {1, 2, 3}, {0, 1, 2, 3}},
+                                        {"S1", "Directions-2", {1, 2}, {1, 2, 3}},
+                                        {"S9", "Eating-1", {1, 65, 129}, {0, 1, 2, 3}}};
+  std::map<std::string, std::vector<double>> joints;  // "<subject>/<action>/<frame>": 32 x 3, mm
+
+  Processed() {
+    fs::remove_all(root);
+    fs::create_directories(root / "S1" / "MySegmentsMat" / "ground_truth_bb");
+    write_calibration(calibration, {{"S1", cameras}, {"S9", cameras}});
+    std::mt19937_64 random(11);
+    std::uniform_real_distribution<double> unit(0, 1);
+    for (const FixtureAction& action : actions) {
+      for (const long frame : action.frames) {
+        std::vector<double>& body = joints[key(action, frame)];
+        for (int j = 0; j < kHuman36mSourceJoints; ++j) {
+          body.insert(body.end(), {2600 * unit(random) - 1300, 2600 * unit(random) - 1300,
+                                   2400 * unit(random) - 300});
+        }
+      }
+      write_annotations(action, nullptr);
+      for (const int c : action.cameras) {
+        for (const long frame : action.frames) write_image(action, c, frame);
+      }
+    }
+  }
+  ~Processed() { fs::remove_all(root); }
+
+  static std::string key(const FixtureAction& a, long frame) {
+    return a.subject + "/" + a.name + "/" + std::to_string(frame);
+  }
+  fs::path annot(const FixtureAction& a) const { return root / a.subject / a.name / "annot.h5"; }
+  fs::path image(const FixtureAction& a, int camera, long frame) const {
+    char name[32];
+    std::snprintf(name, sizeof name, "img_%06ld.jpg", frame);
+    return root / a.subject / a.name / "imageSequence" / kCameraIds[camera] / name;
+  }
+
+  static void write_calibration(const fs::path& path,
+                                const std::map<std::string, std::vector<FixtureCamera>>& subjects) {
+    h5::File file = h5::File::create(path.string());
+    for (const auto& [subject, list] : subjects) {
+      const std::string group = "subject" + subject.substr(1);
+      file.create_group(group);
+      for (size_t c = 0; c < list.size(); ++c) {
+        const std::string at = group + "/camera" + std::to_string(c + 1);
+        file.create_group(at);
+        const FixtureCamera& f = list[c];
+        file.write(at + "/R", {3, 3}, f.r);
+        file.write(at + "/T", {3, 1}, f.t);
+        file.write(at + "/f", {2, 1}, kFocal);
+        file.write(at + "/c", {2, 1}, kCentre);
+        file.write(at + "/k", {3, 1}, f.k);
+        file.write(at + "/p", {2, 1}, f.p);
+        int name[8];
+        for (int i = 0; i < 8; ++i) name[i] = kCameraIds[c][i];
+        file.write(at + "/Name", {8, 1}, name);
+      }
+    }
+  }
+
+  // h36m-fetch's annot.h5: rows camera by camera; `edit` may change them before writing.
+  void write_annotations(const FixtureAction& a,
+                         const std::function<void(Annotations*)>& edit) const {
+    Annotations rows;
+    std::vector<double>&pose_3d = rows.pose_3d, &pose_2d = rows.pose_2d;
+    for (const int c : a.cameras) {
+      for (const long frame : a.frames) {
+        rows.cameras.push_back(std::stoi(kCameraIds[c]));
+        rows.frames.push_back(int(frame));
+        const std::vector<double>& body = joints.at(key(a, frame));
+        for (int j = 0; j < kHuman36mSourceJoints; ++j) {
+          const Vec3<double> x = to_camera(cameras[size_t(c)], &body[size_t(3 * j)]);
+          pose_3d.insert(pose_3d.end(), {x.x, x.y, x.z});
+          double u, v;
+          project_distorted(cameras[size_t(c)], &body[size_t(3 * j)], &u, &v);
+          pose_2d.insert(pose_2d.end(), {u, v});
+        }
+      }
+    }
+    if (edit) edit(&rows);
+    fs::create_directories(annot(a).parent_path());
+    h5::File file = h5::File::create(annot(a).string());
+    const hsize_t n = rows.cameras.size();
+    file.write("camera", {n}, rows.cameras.data());
+    file.write("frame", {n}, rows.frames.data());
+    file.create_group("pose");
+    file.write("pose/3d", {n, hsize_t(rows.joints), 3}, pose_3d.data());
+    file.write("pose/2d", {n, 32, 2}, pose_2d.data());
+  }
+
+  // Coloured Gaussian dots at the distorted projections of the 17 joints, in the full image.
+  void write_image(const FixtureAction& a, int camera, long frame) const {
+    const FixtureCamera& c = cameras[size_t(camera)];
+    const std::vector<double>& body = joints.at(key(a, frame));
+    std::vector<double> level(size_t(kWidth) * size_t(c.height) * 3, kBackground);
+    for (int j = 0; j < kPoseJoints; ++j) {
+      double u, v;
+      project_distorted(c, &body[size_t(3 * kHuman36mJointIndex[j])], &u, &v);
+      const double colour[3] = {200, 10.0 * j, 200 - 10.0 * j};
+      for (int y = int(v) - 6; y <= int(v) + 6; ++y) {
+        for (int x = int(u) - 6; x <= int(u) + 6; ++x) {
+          if (x < 0 || y < 0 || x >= kWidth || y >= c.height) continue;
+          const double g =
+              std::exp(-((x - u) * (x - u) + (y - v) * (y - v)) / (2 * kDotSigma * kDotSigma));
+          for (int k = 0; k < 3; ++k)
+            level[(size_t(y) * kWidth + size_t(x)) * 3 + k] += colour[k] * g;
+        }
+      }
+    }
+    std::vector<uint8_t> rgb(level.size());
+    for (size_t i = 0; i < rgb.size(); ++i)
+      rgb[i] = uint8_t(std::lround(std::min(level[i], 255.0)));
+    const fs::path path = image(a, camera, frame);
+    fs::create_directories(path.parent_path());
+    write_png(path.string(), kWidth, c.height, 3, rgb.data());  // PNG bytes; read by content
+  }
+};
+
+std::string error_of(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// The red-weighted centroid of the dot within 5 pixels of (u, v); false when it reaches the edge.
+bool dot_centroid(const View& view, double u, double v, double* cu, double* cv) {
+  const int x0 = int(std::lround(u)), y0 = int(std::lround(v));
+  if (x0 < 6 || y0 < 6 || x0 >= view.camera.width - 6 || y0 >= view.camera.height - 6) return false;
+  double sum = 0, su = 0, sv = 0;
+  for (int y = y0 - 5; y <= y0 + 5; ++y) {
+    for (int x = x0 - 5; x <= x0 + 5; ++x) {
+      const double w =
+          std::max(0.0, double(view.rgb[(size_t(y) * size_t(view.camera.width) + size_t(x)) * 3]) -
+                            kBackground);
+      sum += w, su += w * x, sv += w * y;
+    }
+  }
+  if (sum <= 0) return false;
+  *cu = su / sum, *cv = sv / sum;
+  return true;
+}
+
+Human36mOptions with_calibration(const Processed& p) {
+  Human36mOptions o;
+  o.calibration = p.calibration.string();
+  return o;
+}
+
+TEST(Human36m, CamerasInMetresCroppedLabelsArePinholeProjectionsAndDotsLieOnThem) {
+  const Processed processed;
+  const Scene scene = import_human36m(processed.root.string(), with_calibration(processed));
+  // S1/Directions-1 and S9/Eating-1, 3 frames x 4 cameras each; Directions-2 lacks a camera.
+  ASSERT_EQ(scene.views.size(), size_t(2 * 3 * 4));
+  EXPECT_EQ(scene.source_format, "human36m");
+  ASSERT_EQ(scene.warnings.size(), 1u);
+  EXPECT_EQ(scene.warnings[0],
+            "human36m: S1/Directions-2 skipped: no rows of camera 54138969 in annot.h5");
+  EXPECT_EQ(scene.skeleton, std::vector<int>(kPoseParents, kPoseParents + kPoseJoints));
+  EXPECT_EQ(scene.joint_names[0], "pelvis");
+  EXPECT_EQ(scene.joint_names[16], "right_wrist");
+  double worst_label = 0, worst_dot = 0, worst_distorted_dot = 0, distortion_shift = 0;
+  int dots = 0, distorted_dots = 0;
+  for (size_t i = 0; i < scene.views.size(); ++i) {
+    const View& view = scene.views[i];
+    const int c = int(i % 4);
+    const FixtureAction& action = processed.actions[i < 12 ? 0 : 2];
+    const long frame = action.frames[(i / 4) % 3];
+    const FixtureCamera& fc = processed.cameras[size_t(c)];
+    char number[16];
+    std::snprintf(number, sizeof number, "%06ld", frame);
+    EXPECT_EQ(view.name, action.subject + "/" + action.name + "/" + number + "/" + kCameraIds[c]);
+    EXPECT_EQ(view.split, action.subject == "S9" ? Split::kTest : Split::kTrain) << view.name;
+    EXPECT_EQ(view.target, c == 0) << view.name;
+    EXPECT_DOUBLE_EQ(view.time, double(frame) / 50);
+    if (c == 0) {
+      EXPECT_EQ(scene.neighbours[i], (std::vector<int>{int(i) + 1, int(i) + 2, int(i) + 3}));
+    }
+    // The calibration's intrinsics, cropped to 160x160 about the centre (a row off the top of
+    // 162, none off 161); R^T and -R^T T / 1000 as the world-to-camera pose.
+    const PinholeCamera<double>& camera = view.camera;
+    const int crop = (fc.height - 160) / 2;
+    EXPECT_EQ(camera.width, kWidth);
+    EXPECT_EQ(camera.height, 160);
+    EXPECT_DOUBLE_EQ(camera.fx, kFocal[0]);
+    EXPECT_DOUBLE_EQ(camera.fy, kFocal[1]);
+    EXPECT_DOUBLE_EQ(camera.cx, kCentre[0]);
+    EXPECT_DOUBLE_EQ(camera.cy, kCentre[1] - crop) << view.name;
+    for (int r = 0; r < 3; ++r) {
+      double t = 0;
+      for (int k = 0; k < 3; ++k) {
+        EXPECT_NEAR(camera.w2c[4 * r + k], fc.r[3 * k + r], 1e-12);
+        t -= fc.r[3 * k + r] * fc.t[k] / 1000;
+      }
+      EXPECT_NEAR(camera.w2c[4 * r + 3], t, 1e-12) << view.name;
+    }
+    const std::vector<double>& body = processed.joints.at(Processed::key(action, frame));
+    for (int j = 0; j < kPoseJoints; ++j) {
+      const double* x = &body[size_t(3 * kHuman36mJointIndex[j])];
+      for (int k = 0; k < 3; ++k) {
+        EXPECT_NEAR(view.pose.joints_world[size_t(3 * j + k)], x[k] / 1000, 1e-9);
+      }
+      double u, v, du, dv;
+      project_pinhole(fc, x, &u, &v);
+      project_distorted(fc, x, &du, &dv);
+      v -= crop, dv -= crop;
+      const double lu = view.pose.joints_image[size_t(2 * j)];
+      const double lv = view.pose.joints_image[size_t(2 * j + 1)];
+      worst_label = std::max(worst_label, std::hypot(lu - u, lv - v));
+      const bool inside = u > -0.5 && u < kWidth - 0.5 && v > -0.5 && v < 160 - 0.5;
+      EXPECT_EQ(view.pose.visible[size_t(j)], inside) << view.name << " " << j;
+      // The dot of joint j in the undistorted, cropped image, where no other dot is near.
+      bool alone = true;
+      for (int o = 0; o < kPoseJoints; ++o) {
+        double ou, ov;
+        project_pinhole(fc, &body[size_t(3 * kHuman36mJointIndex[o])], &ou, &ov);
+        if (o != j && std::hypot(ou - u, ov - crop - v) < 12) alone = false;
+      }
+      double cu, cv;
+      if (!alone || !dot_centroid(view, lu, lv, &cu, &cv)) continue;
+      const double error = std::hypot(cu - lu, cv - lv);
+      worst_dot = std::max(worst_dot, error);
+      ++dots;
+      if (c == kDistortedCamera) {
+        worst_distorted_dot = std::max(worst_distorted_dot, error);
+        distortion_shift = std::max(distortion_shift, std::hypot(du - u, dv - v));
+        ++distorted_dots;
+      }
+    }
+  }
+  std::printf(
+      "labels vs pinhole projections: %.2g px; dots vs labels: worst %.3f px over %d dots, %.3f "
+      "px over %d dots of the distorted camera, whose lens moved them up to %.2f px\n",
+      worst_label, worst_dot, dots, worst_distorted_dot, distorted_dots, distortion_shift);
+  EXPECT_LT(worst_label, 1e-3);
+  EXPECT_GT(dots, 60);
+  EXPECT_GT(distorted_dots, 15);
+  EXPECT_GT(distortion_shift, 2.5) << "the lens must matter for the test to mean anything";
+  EXPECT_LT(worst_dot, 0.5);
+}
+
+TEST(Human36m, OptionsChooseCamerasFramesSubjectsAndSize) {
+  const Processed processed;
+  Human36mOptions o = with_calibration(processed);
+  o.cameras = {"58860488", "55011271"};
+  o.frame_step = 2;  // frames 1 and 3; 1 and 129
+  o.test_subjects = std::vector<std::string>{};
+  o.width = 80;
+  Scene scene = import_human36m(processed.root.string(), o);
+  // Directions-2 has both cameras now: frames 1 of its 1 and 2.
+  ASSERT_EQ(scene.views.size(), size_t(2 * 2 + 1 * 2 + 2 * 2));
+  EXPECT_TRUE(scene.warnings.empty());
+  EXPECT_EQ(scene.views[0].name, "S1/Directions-1/000001/58860488");
+  EXPECT_EQ(scene.views[3].name, "S1/Directions-1/000003/55011271");
+  EXPECT_EQ(scene.views[4].name, "S1/Directions-2/000001/58860488");
+  EXPECT_EQ(scene.views[9].name, "S9/Eating-1/000129/55011271");
+  EXPECT_EQ(scene.views[9].split, Split::kTrain);
+  const PinholeCamera<double>& half = scene.views[0].camera;
+  EXPECT_EQ(half.height, 80);
+  EXPECT_DOUBLE_EQ(half.fx, kFocal[0] / 2);
+  EXPECT_DOUBLE_EQ(half.cx, (kCentre[0] + 0.5) / 2 - 0.5);
+  double u, v;
+  project_pinhole(processed.cameras[2], &processed.joints.at("S1/Directions-1/1")[3 * 15], &u, &v);
+  EXPECT_NEAR(scene.views[0].pose.joints_image[2 * 10], (u + 0.5) / 2 - 0.5, 1e-3) << "head";
+
+  o = with_calibration(processed);
+  o.max_frames = 1;
+  scene = import_human36m((processed.root / "S9").string(), o);
+  ASSERT_EQ(scene.views.size(), size_t(4)) << "one subject folder, one frame";
+  EXPECT_EQ(scene.views[0].name, "S9/Eating-1/000001/54138969");
+  EXPECT_EQ(scene.views[0].split, Split::kTrain) << "S9 alone: nothing held out";
+
+  // pose/2d that the calibration does not explain is reported; the labels stay the calibration's.
+  const std::vector<float> labels = scene.views[0].pose.joints_image;
+  processed.write_annotations(processed.actions[2], [](Annotations* rows) {
+    rows->pose_2d[2 * 3 + 1] += 3;  // row 0, joint 3 (right_ankle), v
+  });
+  scene = import_human36m((processed.root / "S9").string(), o);
+  ASSERT_EQ(scene.warnings.size(), 1u);
+  EXPECT_EQ(scene.warnings[0],
+            "human36m: annot.h5's pose/2d lies up to 3.0 px from the calibration's projection of "
+            "the joints; the labels are the calibration's");
+  EXPECT_EQ(scene.views[0].pose.joints_image, labels);
+}
+
+TEST(Human36m, BadInputIsOneLineNamingTheFile) {
+  const Processed processed;
+  const std::string root = processed.root.string();
+  const auto expect = [&](const Human36mOptions& o, const std::string& needle) {
+    const std::string error = error_of([&] { import_human36m(root, o); });
+    EXPECT_NE(error.find(needle), std::string::npos) << error;
+    EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+  };
+  const Human36mOptions good = with_calibration(processed);
+  Human36mOptions o;
+  expect(o, "human36m: needs --calibration (una-dinosauria's cameras.h5)");
+  o = good;
+  o.cameras = {"54138969", "12345678"};
+  expect(o, "cameras.h5: 'subject1' has no camera 12345678 (--cameras)");
+  o = good;
+  o.test_subjects = std::vector<std::string>{"S1", "S9"};
+  expect(o, "every subject is a test subject (--test_subjects); none is left to train on");
+  o = good;
+  o.width = 100, o.height = 90;
+  expect(o, "--width 100 --height 90: not the aspect of the 160x160 images (100x100 keeps it)");
+
+  // Each damage below is undone by the next, in order.
+  const FixtureAction& eating = processed.actions[2];
+  processed.write_annotations(eating, [](Annotations* rows) {
+    rows->joints = 31;
+    rows->pose_3d.resize(rows->pose_3d.size() / 32 * 31);
+  });
+  expect(good,
+         "S9/Eating-1/annot.h5: 'pose/3d' must be 12 x 32 x 3 (H36M's 32 joints), it has "
+         "31 joints");
+  processed.write_annotations(eating, [](Annotations* rows) { rows->pose_3d[40] = NAN; });
+  expect(good,
+         "S9/Eating-1/annot.h5: row 0: pose/3d joint 13 is not finite or over a kilometre "
+         "away");
+  processed.write_annotations(eating, [](Annotations* rows) { rows->frames[5] = 0; });
+  expect(good, "S9/Eating-1/annot.h5: row 5: 'frame' must be a whole number from 1");
+  processed.write_annotations(eating, nullptr);
+
+  std::vector<FixtureCamera> moved = processed.cameras;
+  moved[1].t[2] += 40;  // 4 cm: its poses no longer meet the others'
+  Processed::write_calibration(processed.calibration, {{"S1", processed.cameras}, {"S9", moved}});
+  expect(good,
+         "S9/Eating-1/annot.h5: frame 000001: camera 55011271's pose/3d, taken to the world "
+         "by " +
+             processed.calibration.string() + ", lies ");
+  std::vector<FixtureCamera> three(processed.cameras.begin(), processed.cameras.begin() + 3);
+  Processed::write_calibration(processed.calibration, {{"S1", processed.cameras}, {"S9", three}});
+  expect(good, "cameras.h5: S9 has 3 cameras, S1 4; choose the same ones with --cameras");
+  Processed::write_calibration(processed.calibration, {{"S1", processed.cameras}});
+  expect(good, "cameras.h5: no group 'subject9' (the cameras of S9)");
+  Processed::write_calibration(processed.calibration,
+                               {{"S1", processed.cameras}, {"S9", processed.cameras}});
+
+  const fs::path image = processed.image(eating, 3, 65);
+  fs::rename(image, image.string() + ".away");
+  expect(good,
+         "S9/Eating-1/imageSequence/60457274/img_000065.jpg: missing (annot.h5 has this "
+         "frame)");
+  const std::vector<uint8_t> small(size_t(100) * 80 * 3, 9);
+  write_png(image.string(), 100, 80, 3, small.data());
+  expect(good, "img_000065.jpg: 100x80 pixels, but the first image of camera 60457274 is 160x161");
+  fs::rename(image.string() + ".away", image);
+
+  EXPECT_NO_THROW(import_human36m(root, good)) << "every damage was undone";
+  const fs::path empty = processed.root / "empty";
+  fs::create_directories(empty);
+  const std::string error = error_of([&] { import_human36m(empty.string(), good); });
+  EXPECT_NE(error.find("empty: not a Human3.6M processed folder (no subject folders S1, S5, ...)"),
+            std::string::npos)
+      << error;
+}
+
+}  // namespace
+}  // namespace mvibr::data
