@@ -121,7 +121,7 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
                          "h36m-fetch's processed folder (S1/Directions-1/annot.h5, "
                          "imageSequence/), or one subject's")(
       "calibration", po::value(&human36m.calibration),
-      "human36m: una-dinosauria's cameras.h5 (3d-pose-baseline's h36m data)")(
+      "human36m: H36M's metadata.xml (in h36m-fetch) or una-dinosauria's cameras.h5")(
       "test_subjects", po::value(&test_subjects),
       "human36m: the test split's subjects, e.g. S9,S11 (the default where others remain)")(
       "frame_step", po::value(&panoptic.frame_step)->default_value(panoptic.frame_step),

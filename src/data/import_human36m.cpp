@@ -5,11 +5,15 @@
 #include "mvibr/data/human36m.h"
 
 #include <algorithm>
+#include <boost/property_tree/ptree.hpp>
+#include <boost/property_tree/xml_parser.hpp>
 #include <cmath>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <sstream>
 
 #include "import_common.h"
 #include "mvibr/core/error.h"
@@ -82,9 +86,17 @@ std::vector<double> read_values(const h5::File& file, const std::string& name, s
   return values;
 }
 
-// The cameras of subject S<n> in cameras.h5 (subject<n>/camera1..): --cameras' by name, else all.
-std::vector<Calibrated> read_calibration(const std::string& path, const std::string& subject,
-                                         const std::vector<std::string>& wanted) {
+// A camera's intrinsics and distortion from f, c, k = [k1 k2 k3], p = [p1 p2]; false when a focal
+// length is not positive.
+bool set_intrinsics(Calibrated* c, const double* f, const double* cc, const double* k,
+                    const double* p) {
+  c->fx = f[0], c->fy = f[1], c->cx = cc[0], c->cy = cc[1];
+  c->distortion = {k[0], k[1], k[2], p[0], p[1]};
+  return f[0] > 0 && f[1] > 0;
+}
+
+// Subject S<n>'s cameras in una-dinosauria's cameras.h5: subject<n>/camera1.. in name order.
+std::vector<Calibrated> read_cameras_h5(const std::string& path, const std::string& subject) {
   h5::LibraryGuard lock(h5::library_lock());
   const h5::File file = h5::File::open_read_only(path);
   const std::string group = "subject" + subject.substr(1);
@@ -94,8 +106,7 @@ std::vector<Calibrated> read_calibration(const std::string& path, const std::str
     if (member.rfind("camera", 0) != 0) continue;
     const std::string at = group + "/" + member + "/";
     Calibrated c;
-    const std::vector<double> name = read_values(file, at + "Name", 8);
-    for (const double code : name) {
+    for (const double code : read_values(file, at + "Name", 8)) {
       if (code < '0' || code > 'z' || code != std::floor(code)) {
         file.fail("'" + at + "Name' is not a camera id (8 character codes)");
       }
@@ -109,15 +120,95 @@ std::vector<Calibrated> read_calibration(const std::string& path, const std::str
                               p = read_values(file, at + "p", 2);
     std::copy(r.begin(), r.end(), c.rotation);
     std::copy(t.begin(), t.end(), c.centre);
-    if (!(f[0] > 0 && f[1] > 0)) file.fail("'" + at + "f' must be positive");
-    c.fx = f[0], c.fy = f[1], c.cx = cc[0], c.cy = cc[1];
-    c.distortion = {k[0], k[1], k[2], p[0], p[1]};
+    if (!set_intrinsics(&c, f.data(), cc.data(), k.data(), p.data())) {
+      file.fail("'" + at + "f' must be positive");
+    }
     all.push_back(c);
   }
+  return all;
+}
+
+// Subject S<n>'s cameras in H36M's metadata.xml (h36m-fetch ships it): <w0> holds 300 numbers,
+// camera k's (from 1) of subject n at 6 (11 (k - 1) + n - 1): three angles a, b, c with
+// world-to-camera rotation Rx(a) Ry(b) Rz(c), then T; its f, c, k, p at 264 + 9 (k - 1). The ids
+// are <dbcameras><index2id>'s items (3d-pose-baseline's cameras.py decodes it the same way).
+std::vector<Calibrated> read_metadata_xml(const std::string& path, const std::string& subject) {
+  constexpr int kSubjects = 11, kCameras = 4, kValues = 300, kIntrinsicsAt = 264;
+  namespace pt = boost::property_tree;
+  pt::ptree root;
+  std::istringstream text(read_text_file(path));
+  std::vector<std::string> ids;
+  std::vector<double> w0;
+  try {
+    pt::read_xml(text, root);
+    const pt::ptree& top = root.begin()->second;
+    for (const auto& item : top.get_child("dbcameras.index2id")) {
+      ids.push_back(item.second.get_value<std::string>());
+    }
+    std::istringstream numbers(top.get<std::string>("w0"));
+    char bracket = 0;
+    numbers >> bracket;
+    for (double v; numbers >> v;) w0.push_back(v);
+  } catch (const pt::ptree_error& e) {
+    throw InvalidArgument(path + ": not H36M's metadata.xml (" + e.what() + ")");
+  }
+  if (w0.size() != kValues || ids.size() != kCameras) {
+    throw InvalidArgument(path + ": <w0> must hold " + std::to_string(kValues) + " numbers and " +
+                          "<dbcameras><index2id> 4 ids; they hold " + std::to_string(w0.size()) +
+                          " and " + std::to_string(ids.size()));
+  }
+  const int number = std::stoi(subject.substr(1));
+  if (number > kSubjects) {
+    throw InvalidArgument(path + ": no cameras of " + subject + " (subjects S1 to S11)");
+  }
+  std::vector<Calibrated> all;
+  for (int k = 0; k < kCameras; ++k) {
+    const double* e = &w0[size_t(6 * (kSubjects * k + number - 1))];
+    const double* in = &w0[size_t(kIntrinsicsAt + 9 * k)];
+    for (int i = 0; i < 6; ++i) {
+      if (!std::isfinite(e[i]) || !std::isfinite(in[i]) || !std::isfinite(in[i + 3])) {
+        throw InvalidArgument(path + ": <w0> is not finite");
+      }
+    }
+    Calibrated c;
+    c.name = ids[size_t(k)];
+    const double sa = std::sin(e[0]), ca = std::cos(e[0]), sb = std::sin(e[1]), cb = std::cos(e[1]),
+                 sc = std::sin(e[2]), cc = std::cos(e[2]);
+    const double w2c[9] = {cb * cc,
+                           -cb * sc,
+                           sb,
+                           ca * sc + sa * sb * cc,
+                           ca * cc - sa * sb * sc,
+                           -sa * cb,
+                           sa * sc - ca * sb * cc,
+                           sa * cc + ca * sb * sc,
+                           ca * cb};
+    for (int i = 0; i < 3; ++i) {
+      for (int j = 0; j < 3; ++j) c.rotation[3 * i + j] = w2c[3 * j + i];
+    }
+    std::copy(e + 3, e + 6, c.centre);
+    if (!set_intrinsics(&c, in, in + 2, in + 4, in + 7)) {
+      throw InvalidArgument(path + ": camera " + c.name + "'s focal length must be positive");
+    }
+    all.push_back(c);
+  }
+  return all;
+}
+
+// The cameras of subject S<n> in the calibration, metadata.xml or cameras.h5 (told by its first
+// byte): --cameras' by name, else all.
+std::vector<Calibrated> read_calibration(const std::string& path, const std::string& subject,
+                                         const std::vector<std::string>& wanted) {
+  std::ifstream file(path, std::ios::binary);
+  char first = 0;
+  if (!file.get(first)) throw InvalidArgument(path + ": cannot read the file (--calibration)");
+  const bool xml = first == '<' || first == '\xef';  // '<', or UTF-8's byte order mark
+  const std::vector<Calibrated> all =
+      xml ? read_metadata_xml(path, subject) : read_cameras_h5(path, subject);
   if (wanted.empty()) {
     if (all.size() < 2) {
-      file.fail("'" + group + "' has " + std::to_string(all.size()) +
-                " camera(s); a pose sample needs 2");
+      throw InvalidArgument(path + ": " + subject + " has " + std::to_string(all.size()) +
+                            " camera(s); a pose sample needs 2");
     }
     return all;
   }
@@ -125,7 +216,9 @@ std::vector<Calibrated> read_calibration(const std::string& path, const std::str
   for (const std::string& name : wanted) {
     const auto found =
         std::find_if(all.begin(), all.end(), [&](const Calibrated& c) { return c.name == name; });
-    if (found == all.end()) file.fail("'" + group + "' has no camera " + name + " (--cameras)");
+    if (found == all.end()) {
+      throw InvalidArgument(path + ": " + subject + " has no camera " + name + " (--cameras)");
+    }
     chosen.push_back(*found);
   }
   return chosen;
@@ -305,7 +398,7 @@ Scene import_human36m(const std::string& source, const Human36mOptions& options)
     throw InvalidArgument("human36m: --frame_step must be at least 1, --max_frames at least 0");
   }
   if (options.calibration.empty()) {
-    throw InvalidArgument("human36m: needs --calibration (una-dinosauria's cameras.h5)");
+    throw InvalidArgument("human36m: needs --calibration (metadata.xml or cameras.h5)");
   }
   const std::vector<Action> actions = find_actions(source);
   std::map<std::string, std::vector<Calibrated>> cameras;  // by subject

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <random>
@@ -166,6 +167,36 @@ struct Processed {
         file.write(at + "/Name", {8, 1}, name);
       }
     }
+  }
+
+  // H36M's metadata.xml with the same cameras for every subject: <w0>'s 300 numbers (angles a, b,
+  // c of the world-to-camera rotation Rx(a) Ry(b) Rz(c) and T per subject and camera, then f, c,
+  // k, p per camera) and the camera ids. `values` numbers are written.
+  void write_metadata_xml(const fs::path& path, size_t values = 300) const {
+    std::vector<double> w0(300, 0.0);
+    for (int k = 0; k < 4; ++k) {
+      const FixtureCamera& f = cameras[size_t(k)];
+      // R_w2c = R^T: entry (i, j) is f.r[3 j + i].
+      const double b = std::asin(f.r[6]), c = std::atan2(-f.r[3], f.r[0]),
+                   a = std::atan2(-f.r[7], f.r[8]);
+      for (int subject = 0; subject < 11; ++subject) {
+        double* e = &w0[size_t(6 * (11 * k + subject))];
+        e[0] = a, e[1] = b, e[2] = c, e[3] = f.t[0], e[4] = f.t[1], e[5] = f.t[2];
+      }
+      const double intrinsics[9] = {kFocal[0], kFocal[1], kCentre[0], kCentre[1], f.k[0],
+                                    f.k[1],    f.k[2],    f.p[0],     f.p[1]};
+      std::copy(intrinsics, intrinsics + 9, &w0[size_t(264 + 9 * k)]);
+    }
+    std::string text = "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<a>\n<w0>[";
+    char number[32];
+    for (size_t i = 0; i < values; ++i) {
+      std::snprintf(number, sizeof number, "%s%.17g", i ? " " : "", w0[i]);
+      text += number;
+    }
+    text += "]</w0>\n<dbcameras><index2id>";
+    for (const char* id : kCameraIds) text += std::string("<item>") + id + "</item>";
+    text += "</index2id></dbcameras>\n</a>\n";
+    std::ofstream(path, std::ios::binary) << text;
   }
 
   // h36m-fetch's annot.h5: rows camera by camera; `edit` may change them before writing.
@@ -351,6 +382,32 @@ TEST(Human36m, CamerasInMetresCroppedLabelsArePinholeProjectionsAndDotsLieOnThem
   EXPECT_LT(worst_dot, 0.5);
 }
 
+TEST(Human36m, MetadataXmlGivesTheCamerasOfCamerasH5) {
+  const Processed processed;
+  const Scene from_h5 = import_human36m(processed.root.string(), with_calibration(processed));
+  Human36mOptions o;
+  o.calibration = (processed.root / "metadata.xml").string();
+  processed.write_metadata_xml(o.calibration);
+  const Scene from_xml = import_human36m(processed.root.string(), o);
+  ASSERT_EQ(from_xml.views.size(), from_h5.views.size());
+  for (size_t i = 0; i < from_h5.views.size(); ++i) {
+    const View &a = from_h5.views[i], &b = from_xml.views[i];
+    EXPECT_EQ(a.name, b.name);
+    for (int k = 0; k < 12; ++k) EXPECT_NEAR(a.camera.w2c[k], b.camera.w2c[k], 1e-12) << a.name;
+    EXPECT_DOUBLE_EQ(a.camera.cy, b.camera.cy);
+    for (size_t k = 0; k < a.pose.joints_image.size(); ++k) {
+      EXPECT_NEAR(a.pose.joints_image[k], b.pose.joints_image[k], 1e-4) << a.name;
+    }
+    EXPECT_EQ(a.rgb, b.rgb) << a.name;
+  }
+  processed.write_metadata_xml(o.calibration, 299);
+  const std::string error = error_of([&] { import_human36m(processed.root.string(), o); });
+  EXPECT_NE(error.find("metadata.xml: <w0> must hold 300 numbers and <dbcameras><index2id> 4 "
+                       "ids; they hold 299 and 4"),
+            std::string::npos)
+      << error;
+}
+
 TEST(Human36m, OptionsChooseCamerasFramesSubjectsAndSize) {
   const Processed processed;
   Human36mOptions o = with_calibration(processed);
@@ -405,10 +462,10 @@ TEST(Human36m, BadInputIsOneLineNamingTheFile) {
   };
   const Human36mOptions good = with_calibration(processed);
   Human36mOptions o;
-  expect(o, "human36m: needs --calibration (una-dinosauria's cameras.h5)");
+  expect(o, "human36m: needs --calibration (metadata.xml or cameras.h5)");
   o = good;
   o.cameras = {"54138969", "12345678"};
-  expect(o, "cameras.h5: 'subject1' has no camera 12345678 (--cameras)");
+  expect(o, "cameras.h5: S1 has no camera 12345678 (--cameras)");
   o = good;
   o.test_subjects = std::vector<std::string>{"S1", "S9"};
   expect(o, "every subject is a test subject (--test_subjects); none is left to train on");

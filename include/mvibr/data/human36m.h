@@ -1,13 +1,14 @@
-// Human3.6M (`mvibr prep --input human36m --source DIR --calibration cameras.h5`) as a pose data
-// set: the layout learnable triangulation trains on, h36m-fetch's processed folder and the
-// cameras of una-dinosauria's 3d-pose-baseline.
+// Human3.6M (`mvibr prep --input human36m --source DIR --calibration FILE`) as a pose data set:
+// the layout learnable triangulation trains on, h36m-fetch's processed folder, and the cameras of
+// H36M's metadata.xml (which h36m-fetch ships) or of una-dinosauria's cameras.h5.
 // - DIR holds subject folders S<n>, each action folders <Action>-<sub> with annot.h5 and
 //   imageSequence/<camera>/img_NNNNNN.jpg (NNNNNN: annot's frame, from 1); a folder without
 //   annot.h5 (MySegmentsMat) is not an action. DIR may also be one subject folder.
 // - annot.h5: per row one camera's frame: camera (N), frame (N) and pose/3d (N x 32 x 3, H36M's
 //   32 joints in millimetres in that camera's frame: D3_Positions_mono); pose/2d (N x 32 x 2,
 //   pixels), where present, is only compared with the calibration's projection.
-// - cameras.h5: subject<n>/camera<k>/{R, T, f, c, k, p, Name}; x_camera = R^T (x_world - T) in
+// - metadata.xml: <w0>'s 300 numbers, decoded as 3d-pose-baseline's cameras.py does; or
+//   cameras.h5: subject<n>/camera<k>/{R, T, f, c, k, p, Name}; x_camera = R^T (x_world - T) in
 //   millimetres; f, c in pixels; k = [k1 k2 k3], p = [p1 p2] in OpenCV's model (as learnable
 //   triangulation undistorts). Name is the camera's id, the image folder's name.
 // - World joints: each camera's pose/3d taken to the world by its calibration; the cameras must
@@ -41,7 +42,7 @@ constexpr double kHuman36mFrameRate = 50;
 extern const std::vector<std::string> kProtocolTestSubjects;  // S9, S11
 
 struct Human36mOptions {
-  std::string calibration;                                // cameras.h5
+  std::string calibration;                                // metadata.xml or cameras.h5
   std::vector<std::string> cameras;                       // camera ids; empty: the calibration's
   std::optional<std::vector<std::string>> test_subjects;  // unset: kProtocolTestSubjects
   int frame_step = 1;                                     // every k-th frame of an action
