@@ -122,6 +122,9 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
                          "imageSequence/), or one subject's")(
       "calibration", po::value(&human36m.calibration),
       "human36m: H36M's metadata.xml (in h36m-fetch) or una-dinosauria's cameras.h5")(
+      "body_crop", po::value(&human36m.body_crop)->default_value(0),
+      "human36m: > 0: each view a square about its joints, this part of the box added each side, "
+      "--width a side (learnable triangulation's person crops); 0: whole frames")(
       "test_subjects", po::value(&test_subjects),
       "human36m: the test split's subjects, e.g. S9,S11 (the default where others remain)")(
       "frame_step", po::value(&panoptic.frame_step)->default_value(panoptic.frame_step),
@@ -233,6 +236,7 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
   only_for("body", "panoptic", from_panoptic);
   only_for("calibration", "human36m", from_human36m);
   only_for("test_subjects", "human36m", from_human36m);
+  only_for("body_crop", "human36m", from_human36m);
   if (from_panoptic) {
     at_least("body", panoptic.body, -1);
     if (!vm["test_sequences"].defaulted()) {

@@ -356,13 +356,51 @@ void project_distorted(const Calibrated& c, const Vec3<double>& x, double* u, do
   *u = c.fx * xd + c.cx, *v = c.fy * yd + c.cy;
 }
 
-// A view to read: its image, its calibration, the crop to the scene's size, and its camera.
+// A view to read: its image and calibration; the native-scale camera it is resampled into (the
+// crop) and the view's camera, that one scaled.
 struct PlannedView {
   fs::path image;
   const Calibrated* calibration;
-  int crop_x, crop_y, crop_width, crop_height;  // in the full image
-  PinholeCamera<double> camera;                 // cropped and scaled: the view's
+  PinholeCamera<double> crop, camera;
 };
+
+// Where the joints (metres) project in `full`'s image: the bounds of those in front; false when
+// none is.
+bool joint_bounds(const PinholeCamera<double>& full, const std::vector<Vec3<double>>& joints,
+                  double* low_u, double* high_u, double* low_v, double* high_v) {
+  *low_u = *low_v = HUGE_VAL, *high_u = *high_v = -HUGE_VAL;
+  for (const Vec3<double>& x : joints) {
+    const Vec3<double> p = transform_point(full.w2c, x);
+    if (!(p.z > 0)) continue;
+    const double u = full.fx * p.x / p.z + full.cx, v = full.fy * p.y / p.z + full.cy;
+    *low_u = std::min(*low_u, u), *high_u = std::max(*high_u, u);
+    *low_v = std::min(*low_v, v), *high_v = std::max(*high_v, v);
+  }
+  return *low_u <= *high_u;
+}
+
+// The crop of a view at the photograph's scale: `full` cropped about its centre to width x
+// height, or with body_crop > 0 a square about the joints' projections, body_crop of the box's
+// side added each side (reaching past the photograph where it must).
+PinholeCamera<double> crop_camera(const PinholeCamera<double>& full, int width, int height,
+                                  const std::vector<Vec3<double>>& joints, double body_crop,
+                                  const std::string& view) {
+  PinholeCamera<double> crop = full;
+  double left = (full.width - width) / 2, top = (full.height - height) / 2;
+  if (body_crop > 0) {
+    double low_u, high_u, low_v, high_v;
+    if (!joint_bounds(full, joints, &low_u, &high_u, &low_v, &high_v)) {
+      throw InvalidArgument(view + ": no joint in front of the camera (--body_crop)");
+    }
+    const double side = std::max(high_u - low_u, high_v - low_v) * (1 + 2 * body_crop);
+    width = height = std::max(8, int(std::lround(side)));
+    left = std::round((low_u + high_u) / 2 - (width - 1) / 2.0);
+    top = std::round((low_v + high_v) / 2 - (height - 1) / 2.0);
+  }
+  crop.cx -= left, crop.cy -= top;
+  crop.width = width, crop.height = height;
+  return crop;
+}
 
 std::vector<uint8_t> read_view_image(const PlannedView& plan) {
   const Calibrated& c = *plan.calibration;
@@ -375,27 +413,27 @@ std::vector<uint8_t> read_view_image(const PlannedView& plan) {
                           " pixels, but the first image of camera " + c.name + " is " +
                           size_text(c.width, c.height));
   }
-  std::vector<uint8_t> rgb = composite_to_rgb(image, 0);
+  const std::vector<uint8_t> rgb = composite_to_rgb(image, 0);
   PinholeCamera<double> full{};
   full.width = c.width, full.height = c.height;
   full.fx = c.fx, full.fy = c.fy, full.cx = c.cx, full.cy = c.cy;
-  if (!c.distortion.is_identity()) rgb = undistort_rgb(rgb, full, c.distortion, 0);
-  const int width = plan.crop_width, height = plan.crop_height;
-  std::vector<uint8_t> cropped(size_t(width) * size_t(height) * 3);
-  for (int y = 0; y < height; ++y) {
-    const uint8_t* row =
-        &rgb[(size_t(y + plan.crop_y) * size_t(c.width) + size_t(plan.crop_x)) * 3];
-    std::copy(row, row + size_t(width) * 3, &cropped[size_t(y) * size_t(width) * 3]);
-  }
-  if (plan.camera.width == width && plan.camera.height == height) return cropped;
-  return downscale_area(cropped, width, height, 3, plan.camera.width, plan.camera.height);
+  const PinholeCamera<double>&crop = plan.crop, &camera = plan.camera;
+  // Shrinking: resampled at the photograph's scale, then area averaged (no aliasing); growing:
+  // resampled straight into the view.
+  if (camera.width > crop.width) return resample_rgb(rgb, full, c.distortion, camera, 0);
+  const std::vector<uint8_t> cropped = resample_rgb(rgb, full, c.distortion, crop, 0);
+  if (camera.width == crop.width && camera.height == crop.height) return cropped;
+  return downscale_area(cropped, crop.width, crop.height, 3, camera.width, camera.height);
 }
 
 }  // namespace
 
 Scene import_human36m(const std::string& source, const Human36mOptions& options) {
-  if (options.frame_step < 1 || options.max_frames < 0) {
-    throw InvalidArgument("human36m: --frame_step must be at least 1, --max_frames at least 0");
+  if (options.frame_step < 1 || options.max_frames < 0 ||
+      !(options.body_crop >= 0 && options.body_crop <= 10)) {
+    throw InvalidArgument(
+        "human36m: --frame_step must be at least 1, --max_frames at least 0, --body_crop in "
+        "[0, 10]");
   }
   if (options.calibration.empty()) {
     throw InvalidArgument("human36m: needs --calibration (metadata.xml or cameras.h5)");
@@ -434,7 +472,14 @@ Scene import_human36m(const std::string& source, const Human36mOptions& options)
       height = height == 0 ? c.height : std::min(height, c.height);
     }
   }
-  const FrameSize size = pose_output_size(width, height, options.width, options.height);
+  if (options.body_crop > 0 && (options.width < 1 || options.height != 0)) {
+    throw InvalidArgument(
+        "human36m: --body_crop needs --width (the side of the square views) "
+        "and no --height");
+  }
+  const FrameSize size = options.body_crop > 0
+                             ? FrameSize{options.width, options.width}
+                             : pose_output_size(width, height, options.width, options.height);
   std::vector<std::string> test_subjects;
   for (const auto& [subject, unused] : cameras) {
     const std::vector<std::string>& held_out =
@@ -489,23 +534,12 @@ Scene import_human36m(const std::string& source, const Human36mOptions& options)
                                " in annot.h5");
       continue;
     }
-    std::vector<PinholeCamera<double>> views;
-    std::vector<std::pair<int, int>> crops;
-    for (const Calibrated& c : subject_cameras) {
-      PinholeCamera<double> camera =
-          pinhole(c, options.calibration + ": " + action.subject + " camera " + c.name);
-      const int crop_x = (c.width - width) / 2, crop_y = (c.height - height) / 2;
-      camera.cx -= crop_x, camera.cy -= crop_y;
-      camera.width = width, camera.height = height;
-      if (size.width != width || size.height != height) {
-        scale_intrinsics(&camera, size.width, size.height);
-      }
-      views.push_back(camera);
-      crops.emplace_back(crop_x, crop_y);
-    }
+    std::vector<PinholeCamera<double>> full_cameras;
     double far_depth = 0.2;
-    for (const PinholeCamera<double>& camera : views) {
-      far_depth = std::max(far_depth, 2 * norm(camera.center()));
+    for (const Calibrated& c : subject_cameras) {
+      full_cameras.push_back(
+          pinhole(c, options.calibration + ": " + action.subject + " camera " + c.name));
+      far_depth = std::max(far_depth, 2 * norm(full_cameras.back().center()));
     }
     const Split split = std::count(test_subjects.begin(), test_subjects.end(), action.subject)
                             ? Split::kTest
@@ -567,7 +601,12 @@ Scene import_human36m(const std::string& source, const Human36mOptions& options)
       for (size_t c = 0; c < subject_cameras.size(); ++c) {
         View view;
         view.name = instant + "/" + subject_cameras[c].name;
-        view.camera = views[c];
+        const PinholeCamera<double> crop =
+            crop_camera(full_cameras[c], width, height, joints, options.body_crop, view.name);
+        view.camera = crop;
+        if (crop.width != size.width || crop.height != size.height) {
+          scale_intrinsics(&view.camera, size.width, size.height);
+        }
         view.near_depth = 0.1;
         view.far_depth = far_depth;
         view.time = double(frame) / kHuman36mFrameRate;
@@ -576,7 +615,7 @@ Scene import_human36m(const std::string& source, const Human36mOptions& options)
         view.pose = label_joints(joints, std::vector<bool>(joints.size(), true), view.camera);
         view.target = c == 0;
         plans.push_back({image_path(action, subject_cameras[c].name, frame), &subject_cameras[c],
-                         crops[c].first, crops[c].second, width, height, views[c]});
+                         crop, view.camera});
         scene.views.push_back(std::move(view));
         scene.neighbours.emplace_back();
         for (size_t other = 1; c == 0 && other < subject_cameras.size(); ++other) {

@@ -19,14 +19,21 @@ void distort_normalized(const Distortion& d, double x, double y, double* x_disto
 std::vector<uint8_t> undistort_rgb(const std::vector<uint8_t>& rgb,
                                    const PinholeCamera<double>& camera, const Distortion& d,
                                    uint8_t background) {
-  const int width = camera.width, height = camera.height;
-  std::vector<uint8_t> out(rgb.size(), background);
+  return resample_rgb(rgb, camera, d, camera, background);
+}
+
+std::vector<uint8_t> resample_rgb(const std::vector<uint8_t>& rgb,
+                                  const PinholeCamera<double>& photographed, const Distortion& d,
+                                  const PinholeCamera<double>& wanted, uint8_t background) {
+  const PinholeCamera<double>& in = photographed;
+  const int width = in.width, height = in.height;
+  std::vector<uint8_t> out(size_t(wanted.width) * size_t(wanted.height) * 3, background);
 #pragma omp parallel for schedule(static)
-  for (int v = 0; v < height; ++v) {
-    for (int u = 0; u < width; ++u) {
+  for (int v = 0; v < wanted.height; ++v) {
+    for (int u = 0; u < wanted.width; ++u) {
       double xd, yd;
-      distort_normalized(d, (u - camera.cx) / camera.fx, (v - camera.cy) / camera.fy, &xd, &yd);
-      double su = camera.fx * xd + camera.cx, sv = camera.fy * yd + camera.cy;
+      distort_normalized(d, (u - wanted.cx) / wanted.fx, (v - wanted.cy) / wanted.fy, &xd, &yd);
+      double su = in.fx * xd + in.cx, sv = in.fy * yd + in.cy;
       // Within the outer half pixel the edge pixel is read; beyond it lies no image.
       if (!(su >= -0.5 && su <= width - 0.5 && sv >= -0.5 && sv <= height - 0.5)) continue;
       su = std::clamp(su, 0.0, double(width - 1));
@@ -38,7 +45,7 @@ std::vector<uint8_t> undistort_rgb(const std::vector<uint8_t>& rgb,
         const auto at = [&](int x, int y) { return double(rgb[(size_t(y) * width + x) * 3 + c]); };
         const double value = (1 - b) * ((1 - a) * at(u0, v0) + a * at(u1, v0)) +
                              b * ((1 - a) * at(u0, v1) + a * at(u1, v1));
-        out[(size_t(v) * width + u) * 3 + c] = uint8_t(std::lround(value));
+        out[(size_t(v) * size_t(wanted.width) + size_t(u)) * 3 + c] = uint8_t(std::lround(value));
       }
     }
   }

@@ -145,6 +145,10 @@ grep -q "(human36m): 12 views of 32x32 (train 6, val 0, test 6)" "$work/h36m.out
 grep -q "skeleton: 17 joints: pelvis right_hip<pelvis" "$work/h36m.inspect" ||
   fail "inspect does not show the 17 joints"
 grep -q "checked .* frames in 1 shard(s): ok" "$work/h36m.inspect" || fail "inspect human36m"
+"$mvibr" prep --input human36m --source "$work/h36m" --calibration "$work/h36m/cameras.h5" \
+  --body_crop 0.2 --width 24 --out "$work/h36m-crops" | tee "$work/h36m-crops.out"
+grep -q "(human36m): 12 views of 24x24 (train 6, val 0, test 6)" "$work/h36m-crops.out" ||
+  fail "human36m body crops"
 expect_error "cameras.h5: S1 has no camera 60457274 (--cameras)" "$mvibr" prep \
   --input human36m --source "$work/h36m" --calibration "$work/h36m/cameras.h5" \
   --cameras 54138969,60457274 --out "$work/bad-h36m"

@@ -17,6 +17,8 @@
 //   skeleton (pose_scene.h), pelvis first.
 // - Images: undistorted into the pinhole image of (f, c), centre-cropped to the smallest
 //   camera's size (1000x1002 and 1000x1000 give 1000x1000), then downscaled to --width/--height.
+//   With body_crop, each view is instead a square about its joints' projections, body_crop of its
+//   side added each side (learnable triangulation's person boxes), at --width a side.
 //   Labels are the pinhole projections of the world joints. H36M has no occlusion labels: a joint
 //   is visible where it projects in front of the camera and into the image.
 // - Instants: the frames every chosen camera has, every frame_step-th, at most max_frames an
@@ -48,6 +50,7 @@ struct Human36mOptions {
   int frame_step = 1;                                     // every k-th frame of an action
   int max_frames = 0;                                     // per action, after skipping; 0: all
   int width = 0, height = 0;                              // output size (0: as cropped)
+  double body_crop = 0;  // > 0: square views about the joints, this part of the box added a side
 };
 
 // A processed folder (or one subject's) as a validated Scene with neighbours. Throws

@@ -31,4 +31,12 @@ std::vector<uint8_t> undistort_rgb(const std::vector<uint8_t>& rgb,
                                    const PinholeCamera<double>& camera, const Distortion& d,
                                    uint8_t background);
 
+// The same for another pinhole camera at the same place: the image `wanted` (its intrinsics and
+// size) would take, read bilinearly from the photograph of `photographed` (its intrinsics and
+// size) through its lens `d`. A crop is `wanted` with the principal point shifted; pixels of no
+// photograph take `background`.
+std::vector<uint8_t> resample_rgb(const std::vector<uint8_t>& rgb,
+                                  const PinholeCamera<double>& photographed, const Distortion& d,
+                                  const PinholeCamera<double>& wanted, uint8_t background);
+
 }  // namespace mvibr::data
