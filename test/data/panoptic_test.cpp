@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "joint_dots.h"
 #include "mvibr/core/error.h"
 #include "mvibr/data/image_io.h"
 #include "mvibr/geom/camera.h"
@@ -31,8 +32,6 @@ using nlohmann::json;
 
 constexpr int kWidth = 320, kHeight = 240;
 constexpr double kFx = 230, kFy = 231.5, kCx = 161.3, kCy = 118.2;
-constexpr int kBackground = 40;  // every channel
-constexpr double kDotSigma = 1.5;
 const char* const kSequenceNames[2] = {"160422_a", "160906_b"};
 const long kFrames[4] = {100, 101, 102, 103};  // 101 has no body
 constexpr int kCameras = 4, kDistortedCamera = 2;
@@ -158,56 +157,19 @@ struct Capture {
            (name + "_" + numbered(frame) + ".png");
   }
 
-  // Coloured Gaussian dots at the distorted projections of the joints.
+  // Dots at the distorted projections of the joints.
   static void write_image(const fs::path& path, const FixtureCamera& c,
                           const std::vector<double>& body) {
-    std::vector<double> level(size_t(kWidth) * kHeight * 3, kBackground);
+    std::vector<double> points;
     for (size_t j = 0; 4 * j < body.size(); ++j) {
       double u, v;
       project_distorted(c, &body[4 * j], &u, &v);
-      const double colour[3] = {200, 10.0 * double(j), 200 - 10.0 * double(j)};
-      for (int y = int(v) - 6; y <= int(v) + 6; ++y) {
-        for (int x = int(u) - 6; x <= int(u) + 6; ++x) {
-          if (x < 0 || y < 0 || x >= kWidth || y >= kHeight) continue;
-          const double g =
-              std::exp(-((x - u) * (x - u) + (y - v) * (y - v)) / (2 * kDotSigma * kDotSigma));
-          for (int k = 0; k < 3; ++k) level[(size_t(y) * kWidth + x) * 3 + k] += colour[k] * g;
-        }
-      }
+      points.insert(points.end(), {u, v});
     }
-    std::vector<uint8_t> rgb(level.size());
-    for (size_t i = 0; i < rgb.size(); ++i)
-      rgb[i] = uint8_t(std::lround(std::min(level[i], 255.0)));
     fs::create_directories(path.parent_path());
-    write_png(path.string(), kWidth, kHeight, 3, rgb.data());
+    write_png(path.string(), kWidth, kHeight, 3, draw_dots(kWidth, kHeight, points).data());
   }
 };
-
-std::string error_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
-// The red-weighted centroid of the dot within 5 pixels of (u, v); false when it reaches the edge.
-bool dot_centroid(const View& view, double u, double v, double* cu, double* cv) {
-  const int x0 = int(std::lround(u)), y0 = int(std::lround(v));
-  if (x0 < 6 || y0 < 6 || x0 >= view.camera.width - 6 || y0 >= view.camera.height - 6) return false;
-  double sum = 0, su = 0, sv = 0;
-  for (int y = y0 - 5; y <= y0 + 5; ++y) {
-    for (int x = x0 - 5; x <= x0 + 5; ++x) {
-      const double w =
-          std::max(0.0, double(view.rgb[(size_t(y) * view.camera.width + x) * 3]) - kBackground);
-      sum += w, su += w * x, sv += w * y;
-    }
-  }
-  if (sum <= 0) return false;
-  *cu = su / sum, *cv = sv / sum;
-  return true;
-}
 
 TEST(Panoptic, CamerasInMetresLabelsArePinholeProjectionsAndDotsLieOnThem) {
   const Capture capture;
@@ -225,8 +187,7 @@ TEST(Panoptic, CamerasInMetresLabelsArePinholeProjectionsAndDotsLieOnThem) {
   EXPECT_EQ(scene.joint_names[2], "Nose");
   EXPECT_EQ(scene.joint_names[3], "lShoulder");
   EXPECT_EQ(scene.joint_names[18], "rEar");
-  double worst_label = 0, worst_dot = 0, worst_distorted_dot = 0, distortion_shift = 0;
-  int dots = 0, distorted_dots = 0;
+  DotTally tally;
   for (size_t i = 0; i < scene.views.size(); ++i) {
     const View& view = scene.views[i];
     const int c = int(i % kCameras), s = int(i / (3 * kCameras));
@@ -262,7 +223,7 @@ TEST(Panoptic, CamerasInMetresLabelsArePinholeProjectionsAndDotsLieOnThem) {
       project_distorted(fc, x, &du, &dv);
       const double lu = view.pose.joints_image[size_t(2 * j)];
       const double lv = view.pose.joints_image[size_t(2 * j + 1)];
-      worst_label = std::max(worst_label, std::hypot(lu - u, lv - v));
+      tally.add_label(std::hypot(lu - u, lv - v));
       const bool inside = u > -0.5 && u < kWidth - 0.5 && v > -0.5 && v < kHeight - 0.5;
       EXPECT_EQ(view.pose.visible[size_t(j)], inside && x[3] > 0.1) << view.name << " " << j;
       // The dot of joint j in the undistorted image, where no other dot is near.
@@ -274,25 +235,11 @@ TEST(Panoptic, CamerasInMetresLabelsArePinholeProjectionsAndDotsLieOnThem) {
       }
       double cu, cv;
       if (!alone || !dot_centroid(view, lu, lv, &cu, &cv)) continue;
-      const double error = std::hypot(cu - lu, cv - lv);
-      worst_dot = std::max(worst_dot, error);
-      ++dots;
-      if (c == kDistortedCamera) {
-        worst_distorted_dot = std::max(worst_distorted_dot, error);
-        distortion_shift = std::max(distortion_shift, std::hypot(du - u, dv - v));
-        ++distorted_dots;
-      }
+      tally.add_dot(std::hypot(cu - lu, cv - lv), c == kDistortedCamera,
+                    std::hypot(du - u, dv - v));
     }
   }
-  std::printf(
-      "labels vs pinhole projections: %.2g px; dots vs labels: worst %.3f px over %d dots, %.3f "
-      "px over %d dots of the distorted camera, whose lens moved them up to %.2f px\n",
-      worst_label, worst_dot, dots, worst_distorted_dot, distorted_dots, distortion_shift);
-  EXPECT_LT(worst_label, 1e-3);
-  EXPECT_GT(dots, 60);
-  EXPECT_GT(distorted_dots, 15);
-  EXPECT_GT(distortion_shift, 2.5) << "the lens must matter for the test to mean anything";
-  EXPECT_LT(worst_dot, 0.5);
+  tally.expect(61, 16);
 }
 
 TEST(Panoptic, OptionsChooseCamerasFramesBodiesAndSize) {
