@@ -245,6 +245,7 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
     }
   } else if (from_human36m) {
     only_for("test_sequences", "synthetic_pose and panoptic", false);
+    human36m.on_image_read = import_options.on_image_read;
     human36m.frame_step = panoptic.frame_step;
     human36m.max_frames = panoptic.max_frames;
     if (vm.count("test_subjects")) {

@@ -636,12 +636,17 @@ Scene import_human36m(const std::string& source, const Human36mOptions& options)
   }
   // The images, read in parallel; the first failure in view order is rethrown.
   std::vector<std::exception_ptr> failures(plans.size());
+  size_t read = 0;
 #pragma omp parallel for schedule(dynamic)
   for (long i = 0; i < long(plans.size()); ++i) {
     try {
       scene.views[size_t(i)].rgb = read_view_image(plans[size_t(i)]);
     } catch (...) {
       failures[size_t(i)] = std::current_exception();
+    }
+    if (options.on_image_read) {
+#pragma omp critical(human36m_progress)
+      options.on_image_read(++read, plans.size());
     }
   }
   for (const std::exception_ptr& failure : failures) {

@@ -28,6 +28,7 @@
 //   other subjects remain to train on (else nothing is held out).
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,6 +52,7 @@ struct Human36mOptions {
   int max_frames = 0;                                     // per action, after skipping; 0: all
   int width = 0, height = 0;                              // output size (0: as cropped)
   double body_crop = 0;  // > 0: square views about the joints, this part of the box added a side
+  std::function<void(size_t, size_t)> on_image_read;  // (read, total) after each image
 };
 
 // A processed folder (or one subject's) as a validated Scene with neighbours. Throws
