@@ -2,6 +2,7 @@
 #include "mvibr/data/dynibar_sources.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <string>
@@ -23,7 +24,58 @@ struct Draws {
 
 constexpr uint32_t kAnchorDraw = 0, kIntervalDraw = 1, kTargetInAnchorDraw = 2, kFirstSlotDraw = 3;
 
+bool same_viewpoint(const PinholeCamera<double>& a, const PinholeCamera<double>& b) {
+  const double scale = std::max(1.0, norm(a.center()));
+  bool same = a.width == b.width && a.height == b.height;
+  for (int i = 0; i < 12 && same; ++i) same = std::abs(a.c2w[i] - b.c2w[i]) <= 1e-6 * scale;
+  const double ka[4] = {a.fx, a.fy, a.cx, a.cy}, kb[4] = {b.fx, b.fy, b.cx, b.cy};
+  for (int i = 0; i < 4 && same; ++i) same = std::abs(ka[i] - kb[i]) <= 1e-6 * std::abs(ka[i]);
+  return same;
+}
+
+// eval_nvidia.py's static views: each viewpoint but the one at t, its frame nearest in time.
+std::vector<int> rig_static_views(const std::vector<SourceCandidate>& pool, int target_frame,
+                                  int target_time, int same_time_frame) {
+  int excluded = -1;
+  for (const SourceCandidate& c : pool) {
+    if (c.frame == same_time_frame) excluded = c.viewpoint;
+  }
+  std::map<int, const SourceCandidate*> nearest;  // viewpoint -> frame
+  for (const SourceCandidate& c : pool) {
+    if (c.frame == target_frame || c.viewpoint < 0 || c.viewpoint == excluded) continue;
+    const SourceCandidate*& best = nearest[c.viewpoint];
+    const int gap = std::abs(c.time_index - target_time);
+    if (!best || gap < std::abs(best->time_index - target_time) ||
+        (gap == std::abs(best->time_index - target_time) && c.time_index < best->time_index)) {
+      best = &c;
+    }
+  }
+  std::set<int> frames;
+  for (const auto& [viewpoint, c] : nearest) frames.insert(c->frame);
+  return std::vector<int>(frames.begin(), frames.end());
+}
+
+bool repeats_a_viewpoint(const std::vector<SourceCandidate>& pool) {
+  std::set<int> seen;
+  for (const SourceCandidate& c : pool) {
+    if (c.viewpoint >= 0 && !seen.insert(c.viewpoint).second) return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+std::vector<int> viewpoint_ids(const std::vector<const PinholeCamera<double>*>& cameras) {
+  std::vector<int> ids(cameras.size());
+  std::vector<const PinholeCamera<double>*> firsts;  // the first camera of each viewpoint
+  for (size_t i = 0; i < cameras.size(); ++i) {
+    size_t id = 0;
+    while (id < firsts.size() && !same_viewpoint(*firsts[id], *cameras[i])) ++id;
+    if (id == firsts.size()) firsts.push_back(cameras[i]);
+    ids[i] = int(id);
+  }
+  return ids;
+}
 
 DynibarSources select_dynibar_sources(const std::vector<SourceCandidate>& pool, int target_frame,
                                       int target_time, const DynibarSourceOptions& options,
@@ -69,6 +121,10 @@ DynibarSources select_dynibar_sources(const std::vector<SourceCandidate>& pool, 
     s.anchor.assign(anchor.begin(), anchor.end());
   }
 
+  if (options.rig_static && repeats_a_viewpoint(pool)) {
+    s.static_views = rig_static_views(pool, target_frame, target_time, frame_at(target_time));
+    return s;
+  }
   // Static views: one per interval-long stretch over t - n interval .. t + n interval.
   const int half = options.static_views / 2;
   const int longest = std::max(1, options.max_range / half);

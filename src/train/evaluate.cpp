@@ -124,7 +124,8 @@ data::ReaderOptions heldout_reader_options(const TrainConfig& c, data::Split spl
   if (c.model == ModelKind::kDynibar) {
     o.dynibar_sources = true;
     o.dynibar = dynibar_source_options(c);
-    o.dynibar.same_time = true;  // as eval_nvidia.py: a held-out camera reads the video's frame
+    o.dynibar.same_time = true;   // as eval_nvidia.py: a held-out camera reads the video's frame
+    o.dynibar.rig_static = true;  // and, on a rig, every other viewpoint's nearest frame
   }
   return o;
 }

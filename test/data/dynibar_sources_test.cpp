@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -159,6 +160,52 @@ TEST(DynibarSources, DrawsDependOnTheKeyAndTheTargetOnly) {
     differ += c.static_views != a.static_views;
   }
   EXPECT_GE(differ, 8);
+}
+
+// A rig's video as the cycling rig films it: frame t at time t from camera t % 4 (viewpoint t % 4),
+// 24 frames; the target a held-out camera at time 5 (frame 100), whose own viewpoint is 2.
+std::vector<SourceCandidate> rig_pool() {
+  std::vector<SourceCandidate> pool;
+  for (int t = 0; t < 24; ++t) pool.push_back({t, t, t % 4});
+  std::stable_sort(pool.begin(), pool.end(),
+                   [](const SourceCandidate& a, const SourceCandidate& b) {
+                     return std::abs(a.time_index - 5) < std::abs(b.time_index - 5);
+                   });
+  return pool;
+}
+
+TEST(DynibarSources, EvaluationOnARigTakesEveryOtherViewpointsNearestFrame) {
+  DynibarSourceOptions options;
+  options.same_time = true;
+  options.rig_static = true;
+  const DynibarSources s = select_dynibar_sources(rig_pool(), 100, 5, options, {7, 1}, 100);
+  EXPECT_EQ(s.same_time, 5);
+  // Frame 5's viewpoint (1) is left out; viewpoint 0: time 4 (1 away, not 8); viewpoint 2: time 6
+  // (not 2); viewpoint 3: times 3 and 7 are both 2 away, the earlier wins.
+  EXPECT_EQ(s.static_views, (std::vector<int>{3, 4, 6}));
+  EXPECT_EQ(s.dynamic, (std::array<int, kFlowCount>{6, 7, 8, 4, 3, 2}));
+
+  // A monocular video repeats no viewpoint: the strewn rule, as in training.
+  std::vector<SourceCandidate> video = video_pool(60, -1);
+  for (SourceCandidate& c : video) c.viewpoint = c.frame;
+  DynibarSourceOptions training = options;
+  training.rig_static = false;
+  EXPECT_EQ(select_dynibar_sources(video, 100, 30, options, {7, 1}, 100).static_views,
+            select_dynibar_sources(video, 100, 30, training, {7, 1}, 100).static_views);
+  // Without viewpoints (-1) the pool repeats none either.
+  EXPECT_EQ(select_dynibar_sources(video_pool(60, -1), 100, 30, options, {7, 1}, 100).static_views,
+            select_dynibar_sources(video, 100, 30, training, {7, 1}, 100).static_views);
+}
+
+TEST(DynibarSources, ViewpointsGroupCamerasWithOnePoseAndIntrinsics) {
+  PinholeCamera<double> a = look_at_camera<double>({3, 0, 1}, {0, 0, 0}, {0, 0, 1}, 50, 64, 48);
+  PinholeCamera<double> b = look_at_camera<double>({0, 3, 1}, {0, 0, 0}, {0, 0, 1}, 50, 64, 48);
+  PinholeCamera<double> a_again = a, a_nudged = a, a_zoomed = a;
+  a_again.c2w[3] += 1e-9;   // rounding
+  a_nudged.c2w[3] += 1e-3;  // a millimetre in a scene of metres
+  a_zoomed.fx *= 1.01;
+  EXPECT_EQ(viewpoint_ids({&a, &b, &a_again, &a_nudged, &a_zoomed, &b}),
+            (std::vector<int>{0, 1, 0, 2, 3, 1}));
 }
 
 TEST(DynibarSources, RejectsOptionsItCannotUse) {

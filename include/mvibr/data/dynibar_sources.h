@@ -7,6 +7,9 @@
 //   between max(2, m - 2) and m = max_range / (static_views / 2), one frame at a random place in
 //   each interval-long stretch, then the pool's best-ranked frames (every fifth, as the published
 //   loader strides its distance ranking) until there are static_views; ascending.
+// - Evaluating a rig's video (rig_static, where the pool repeats a viewpoint): as eval_nvidia.py,
+//   every viewpoint but that of the frame at t gives its frame nearest in time (the earlier of
+//   two); ascending. The held-out camera's own viewpoint at another time is among them.
 // - Drawn from Philox (RandomStream::kSourceSelection) with the target's own id, so the choice is
 //   the same on any rank count and after a resume.
 // - A pool is the target's candidates best first (prep's neighbour list); of several frames at
@@ -30,12 +33,18 @@ struct DynibarSourceOptions {
   // Also the frame at the target's own time (a held-out camera of a rig at a time the video
   // shows): the published evaluation's seventh dynamic source, eval_nvidia.py's offset 0.
   bool same_time = false;
+  bool rig_static = false;  // evaluation: the rig rule for the static views (above)
 };
 
 struct SourceCandidate {
-  int frame;       // the caller's index of the frame
-  int time_index;  // its time step
+  int frame;           // the caller's index of the frame
+  int time_index;      // its time step
+  int viewpoint = -1;  // frames of one rig camera share it (viewpoint_ids); -1: unknown
 };
+
+// Ids that group frames of one viewpoint: cameras with the same intrinsics, size and pose
+// (within 1e-6, relative to the camera centre's distance from the origin where that is over 1).
+std::vector<int> viewpoint_ids(const std::vector<const PinholeCamera<double>*>& cameras);
 
 struct DynibarSources {
   std::array<int, kFlowCount> dynamic;  // frame at t + kFlowOffsets[k], or -1 where there is none
