@@ -33,26 +33,41 @@ bool same_viewpoint(const PinholeCamera<double>& a, const PinholeCamera<double>&
   return same;
 }
 
-// eval_nvidia.py's static views: each viewpoint but the one at t, its frame nearest in time.
+// eval_nvidia.py's static views: each viewpoint but the one at t, its frame nearest in time;
+// then, while there are fewer than `wanted`, each one's next nearest, nearest first.
 std::vector<int> rig_static_views(const std::vector<SourceCandidate>& pool, int target_frame,
-                                  int target_time, int same_time_frame) {
+                                  int target_time, int same_time_frame, int wanted) {
   int excluded = -1;
   for (const SourceCandidate& c : pool) {
     if (c.frame == same_time_frame) excluded = c.viewpoint;
   }
-  std::map<int, const SourceCandidate*> nearest;  // viewpoint -> frame
+  // Per viewpoint its frames by distance in time, the earlier of two first.
+  std::map<int, std::vector<const SourceCandidate*>> by_viewpoint;
   for (const SourceCandidate& c : pool) {
     if (c.frame == target_frame || c.viewpoint < 0 || c.viewpoint == excluded) continue;
-    const SourceCandidate*& best = nearest[c.viewpoint];
-    const int gap = std::abs(c.time_index - target_time);
-    if (!best || gap < std::abs(best->time_index - target_time) ||
-        (gap == std::abs(best->time_index - target_time) && c.time_index < best->time_index)) {
-      best = &c;
-    }
+    by_viewpoint[c.viewpoint].push_back(&c);
   }
-  std::set<int> frames;
-  for (const auto& [viewpoint, c] : nearest) frames.insert(c->frame);
-  return std::vector<int>(frames.begin(), frames.end());
+  const auto nearer = [&](const SourceCandidate* a, const SourceCandidate* b) {
+    const int gap_a = std::abs(a->time_index - target_time);
+    const int gap_b = std::abs(b->time_index - target_time);
+    return gap_a != gap_b ? gap_a < gap_b : a->time_index < b->time_index;
+  };
+  for (auto& [viewpoint, frames] : by_viewpoint) std::sort(frames.begin(), frames.end(), nearer);
+  std::set<int> chosen;
+  for (size_t round = 0;; ++round) {
+    std::vector<const SourceCandidate*> next;
+    for (const auto& [viewpoint, frames] : by_viewpoint) {
+      if (round < frames.size()) next.push_back(frames[round]);
+    }
+    if (next.empty()) break;
+    std::sort(next.begin(), next.end(), nearer);
+    for (const SourceCandidate* c : next) {
+      if (round > 0 && int(chosen.size()) >= wanted) break;
+      chosen.insert(c->frame);
+    }
+    if (int(chosen.size()) >= wanted) break;
+  }
+  return std::vector<int>(chosen.begin(), chosen.end());
 }
 
 bool repeats_a_viewpoint(const std::vector<SourceCandidate>& pool) {
@@ -122,7 +137,8 @@ DynibarSources select_dynibar_sources(const std::vector<SourceCandidate>& pool, 
   }
 
   if (options.rig_static && repeats_a_viewpoint(pool)) {
-    s.static_views = rig_static_views(pool, target_frame, target_time, frame_at(target_time));
+    s.static_views = rig_static_views(pool, target_frame, target_time, frame_at(target_time),
+                                      options.static_views);
     return s;
   }
   // Static views: one per interval-long stretch over t - n interval .. t + n interval.

@@ -178,12 +178,25 @@ TEST(DynibarSources, EvaluationOnARigTakesEveryOtherViewpointsNearestFrame) {
   DynibarSourceOptions options;
   options.same_time = true;
   options.rig_static = true;
-  const DynibarSources s = select_dynibar_sources(rig_pool(), 100, 5, options, {7, 1}, 100);
+  options.static_views = 2;
+  DynibarSources s = select_dynibar_sources(rig_pool(), 100, 5, options, {7, 1}, 100);
   EXPECT_EQ(s.same_time, 5);
   // Frame 5's viewpoint (1) is left out; viewpoint 0: time 4 (1 away, not 8); viewpoint 2: time 6
-  // (not 2); viewpoint 3: times 3 and 7 are both 2 away, the earlier wins.
+  // (not 2); viewpoint 3: times 3 and 7 are both 2 away, the earlier wins. One per viewpoint even
+  // where static_views asks for fewer, as eval_nvidia.py.
   EXPECT_EQ(s.static_views, (std::vector<int>{3, 4, 6}));
   EXPECT_EQ(s.dynamic, (std::array<int, kFlowCount>{6, 7, 8, 4, 3, 2}));
+  // More wanted than viewpoints: each one's next nearest, nearest first (7, then 2 and 8, 3 away,
+  // the earlier first).
+  options.static_views = 4;
+  EXPECT_EQ(select_dynibar_sources(rig_pool(), 100, 5, options, {7, 1}, 100).static_views,
+            (std::vector<int>{3, 4, 6, 7}));
+  options.static_views = 5;
+  EXPECT_EQ(select_dynibar_sources(rig_pool(), 100, 5, options, {7, 1}, 100).static_views,
+            (std::vector<int>{2, 3, 4, 6, 7}));
+  options.static_views = 6;
+  s = select_dynibar_sources(rig_pool(), 100, 5, options, {7, 1}, 100);
+  EXPECT_EQ(s.static_views, (std::vector<int>{2, 3, 4, 6, 7, 8}));
 
   // A monocular video repeats no viewpoint: the strewn rule, as in training.
   std::vector<SourceCandidate> video = video_pool(60, -1);

@@ -9,7 +9,9 @@
 //   loader strides its distance ranking) until there are static_views; ascending.
 // - Evaluating a rig's video (rig_static, where the pool repeats a viewpoint): as eval_nvidia.py,
 //   every viewpoint but that of the frame at t gives its frame nearest in time (the earlier of
-//   two); ascending. The held-out camera's own viewpoint at another time is among them.
+//   two); the held-out camera's own viewpoint at another time is among them. A rig of fewer
+//   viewpoints than static_views then gives each one's next nearest, nearest first, until there
+//   are static_views; ascending.
 // - Drawn from Philox (RandomStream::kSourceSelection) with the target's own id, so the choice is
 //   the same on any rank count and after a resume.
 // - A pool is the target's candidates best first (prep's neighbour list); of several frames at
