@@ -29,6 +29,8 @@ const int kHuman36mJointIndex[kPoseJoints] = {0,  1,  2,  3,  6,  7,  8,  12, 13
                                               14, 15, 17, 18, 19, 25, 26, 27};
 
 const std::vector<std::string> kProtocolTestSubjects = {"S9", "S11"};
+const std::vector<std::string> kDamagedActions = {"S9/Greeting-2", "S9/SittingDown-2",
+                                                  "S9/Waiting-1"};
 
 namespace {
 
@@ -504,6 +506,14 @@ Scene import_human36m(const std::string& source, const Human36mOptions& options)
   std::vector<PlannedView> plans;
   double worst_label = 0;
   for (const Action& action : actions) {
+    const std::string action_name = action.subject + "/" + action.name;
+    if (!options.with_damaged_actions &&
+        std::count(kDamagedActions.begin(), kDamagedActions.end(), action_name)) {
+      scene.warnings.push_back("human36m: " + action_name +
+                               " skipped: its 3D labels are damaged (learnable triangulation "
+                               "leaves it out; --with_damaged_actions keeps it)");
+      continue;
+    }
     const fs::path annot = action.folder / "annot.h5";
     const std::map<std::string, CameraRows> rows = read_annotations(annot);
     const std::vector<Calibrated>& subject_cameras = cameras.at(action.subject);
