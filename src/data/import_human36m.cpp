@@ -39,6 +39,7 @@ namespace fs = std::filesystem;
 constexpr double kMetresPerMillimetre = 1e-3;
 constexpr double kMaxCoordinateMm = 1e6;  // a kilometre from the origin
 constexpr double kLabelNoticePixels = 2;  // pose/2d farther than this from ours is reported
+constexpr int kLargestBox = 4;            // a body crop's side, in photograph sides
 
 struct Calibrated {
   std::string name;
@@ -395,6 +396,13 @@ PinholeCamera<double> crop_camera(const PinholeCamera<double>& full, int width, 
       throw InvalidArgument(view + ": no joint in front of the camera (--body_crop)");
     }
     const double side = std::max(high_u - low_u, high_v - low_v) * (1 + 2 * body_crop);
+    const int largest = kLargestBox * std::max(full.width, full.height);
+    if (!(side <= largest)) {
+      char text[64];
+      std::snprintf(text, sizeof text, "%.0f", side);
+      throw InvalidArgument(view + ": the joints' box is " + text + " pixels a side, over " +
+                            std::to_string(kLargestBox) + " times the photograph's (--body_crop)");
+    }
     width = height = std::max(8, int(std::lround(side)));
     left = std::round((low_u + high_u) / 2 - (width - 1) / 2.0);
     top = std::round((low_v + high_v) / 2 - (height - 1) / 2.0);

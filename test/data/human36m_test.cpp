@@ -330,7 +330,7 @@ TEST(Human36m, CamerasInMetresCroppedLabelsArePinholeProjectionsAndDotsLieOnThem
 }
 
 TEST(Human36m, BodyCropsAreSquaresAboutTheJointsAndDotsLieOnTheirLabels) {
-  const Processed processed;
+  Processed processed;
   Human36mOptions o = with_calibration(processed);
   o.body_crop = 0.25;
   double worst_label = 0, worst_span = 0, worst_centre = 0, worst_dot = 0;
@@ -412,6 +412,21 @@ TEST(Human36m, BodyCropsAreSquaresAboutTheJointsAndDotsLieOnTheirLabels) {
   EXPECT_LT(worst_dot, 0.5);
   EXPECT_EQ(grown, 24) << "both paths of the resampling must run";
   EXPECT_EQ(shrunk, 24);
+
+  // A joint 5 cm in front of camera 0 and a metre aside (labels gone wrong) would make a box of
+  // many photographs.
+  const FixtureCamera& first = processed.cameras[0];
+  double* wrist = &processed.joints.at("S1/Directions-1/2")[3 * 27];
+  for (int i = 0; i < 3; ++i)
+    wrist[i] = first.t[i] + 1000 * first.r[3 * i] + 50 * first.r[3 * i + 2];
+  processed.write_annotations(processed.actions[0], nullptr);
+  o.width = 96;
+  const std::string huge = error_of([&] { import_human36m(processed.root.string(), o); });
+  EXPECT_NE(huge.find("S1/Directions-1/000002/"), std::string::npos) << huge;
+  EXPECT_NE(huge.find("the joints' box is "), std::string::npos) << huge;
+  EXPECT_NE(huge.find(" pixels a side, over 4 times the photograph's (--body_crop)"),
+            std::string::npos)
+      << huge;
 
   o.height = 96;
   const std::string error = error_of([&] { import_human36m(processed.root.string(), o); });
