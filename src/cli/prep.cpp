@@ -125,8 +125,9 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
       "body_crop", po::value(&human36m.body_crop)->default_value(0),
       "human36m: > 0: each view a square about its joints, this part of the box added each side, "
       "--width a side (learnable triangulation's person crops); 0: whole frames")(
-      "with_damaged_actions", po::bool_switch(&human36m.with_damaged_actions),
-      "human36m: also S9's Greeting-2, SittingDown-2 and Waiting-1, whose 3D labels are damaged")(
+      "skip_damaged_actions", po::bool_switch(&human36m.skip_damaged_actions),
+      "human36m: leave out S9's Greeting-2, SittingDown-2 and Waiting-1, whose 3D labels are "
+      "damaged")(
       "test_subjects", po::value(&test_subjects),
       "human36m: the test split's subjects, e.g. S9,S11 (the default where others remain)")(
       "frame_step", po::value(&panoptic.frame_step)->default_value(panoptic.frame_step),
@@ -239,7 +240,7 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
   only_for("calibration", "human36m", from_human36m);
   only_for("test_subjects", "human36m", from_human36m);
   only_for("body_crop", "human36m", from_human36m);
-  only_for("with_damaged_actions", "human36m", from_human36m);
+  only_for("skip_damaged_actions", "human36m", from_human36m);
   if (from_panoptic) {
     at_least("body", panoptic.body, -1);
     if (!vm["test_sequences"].defaulted()) {

@@ -515,11 +515,10 @@ Scene import_human36m(const std::string& source, const Human36mOptions& options)
   double worst_label = 0;
   for (const Action& action : actions) {
     const std::string action_name = action.subject + "/" + action.name;
-    if (!options.with_damaged_actions &&
+    if (options.skip_damaged_actions &&
         std::count(kDamagedActions.begin(), kDamagedActions.end(), action_name)) {
       scene.warnings.push_back("human36m: " + action_name +
-                               " skipped: its 3D labels are damaged (learnable triangulation "
-                               "leaves it out; --with_damaged_actions keeps it)");
+                               " skipped: its 3D labels are damaged (--skip_damaged_actions)");
       continue;
     }
     const fs::path annot = action.folder / "annot.h5";

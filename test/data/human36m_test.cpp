@@ -492,22 +492,21 @@ TEST(Human36m, OptionsChooseCamerasFramesSubjectsAndSize) {
   EXPECT_EQ(scene.views[0].name, "S9/Eating-1/000001/54138969");
   EXPECT_EQ(scene.views[0].split, Split::kTrain) << "S9 alone: nothing held out";
 
-  // S9's damaged actions are left out unless asked for.
+  // S9's damaged actions are imported unless asked not to be.
   fs::copy(processed.root / "S9" / "Eating-1", processed.root / "S9" / "Waiting-1",
            fs::copy_options::recursive);
-  scene = import_human36m((processed.root / "S9").string(), o);
-  ASSERT_EQ(scene.views.size(), size_t(4));
-  ASSERT_EQ(scene.warnings.size(), 1u);
-  EXPECT_EQ(scene.warnings[0],
-            "human36m: S9/Waiting-1 skipped: its 3D labels are damaged (learnable triangulation "
-            "leaves it out; --with_damaged_actions keeps it)");
-  o.with_damaged_actions = true;
   scene = import_human36m((processed.root / "S9").string(), o);
   ASSERT_EQ(scene.views.size(), size_t(8));
   EXPECT_EQ(scene.views[4].name, "S9/Waiting-1/000001/54138969");
   EXPECT_TRUE(scene.warnings.empty());
+  o.skip_damaged_actions = true;
+  scene = import_human36m((processed.root / "S9").string(), o);
+  ASSERT_EQ(scene.views.size(), size_t(4));
+  ASSERT_EQ(scene.warnings.size(), 1u);
+  EXPECT_EQ(scene.warnings[0],
+            "human36m: S9/Waiting-1 skipped: its 3D labels are damaged (--skip_damaged_actions)");
   fs::remove_all(processed.root / "S9" / "Waiting-1");
-  o.with_damaged_actions = false;
+  o.skip_damaged_actions = false;
 
   // pose/2d that the calibration does not explain is reported; the labels stay the calibration's.
   const std::vector<float> labels = scene.views[0].pose.joints_image;

@@ -24,8 +24,9 @@
 // - Instants: the frames every chosen camera has, every frame_step-th, at most max_frames an
 //   action. An action without one of the chosen cameras is skipped with a warning (learnable
 //   triangulation's S11/Directions-2 has no 54138969).
-// - S9's Greeting-2, SittingDown-2 and Waiting-1 have damaged 3D labels: skipped with a warning
-//   (as learnable triangulation's test set leaves them out) unless with_damaged_actions.
+// - S9's Greeting-2, SittingDown-2 and Waiting-1 have damaged 3D labels. Learnable
+//   triangulation's published configs keep them (with_damaged_actions: true), and so does the
+//   import; skip_damaged_actions leaves them out, a warning line each (its dataset's default).
 // - Split by subject: test_subjects are the test split. By default protocol 1's S9 and S11, where
 //   other subjects remain to train on (else nothing is held out).
 #pragma once
@@ -54,7 +55,7 @@ struct Human36mOptions {
   int frame_step = 1;                                     // every k-th frame of an action
   int max_frames = 0;                                     // per action, after skipping; 0: all
   int width = 0, height = 0;                              // output size (0: as cropped)
-  bool with_damaged_actions = false;                      // import kDamagedActions too
+  bool skip_damaged_actions = false;                      // leave kDamagedActions out
   double body_crop = 0;  // > 0: square views about the joints, this part of the box added a side
   std::function<void(size_t, size_t)> on_image_read;  // (read, total) after each image
 };
