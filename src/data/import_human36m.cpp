@@ -215,8 +215,15 @@ std::vector<Calibrated> read_calibration(const std::string& path, const std::str
     }
     return all;
   }
+  if (wanted.size() < 2) {
+    throw InvalidArgument("--cameras names " + std::to_string(wanted.size()) +
+                          " camera; a pose sample needs 2");
+  }
   std::vector<Calibrated> chosen;
   for (const std::string& name : wanted) {
+    if (std::count(wanted.begin(), wanted.end(), name) > 1) {
+      throw InvalidArgument("--cameras names " + name + " twice");
+    }
     const auto found =
         std::find_if(all.begin(), all.end(), [&](const Calibrated& c) { return c.name == name; });
     if (found == all.end()) {
@@ -357,6 +364,64 @@ void project_distorted(const Calibrated& c, const Vec3<double>& x, double* u, do
   double xd, yd;
   distort_normalized(c.distortion, xc / zc, yc / zc, &xd, &yd);
   *u = c.fx * xd + c.cx, *v = c.fy * yd + c.cy;
+}
+
+// One frame's world joints (millimetres, the skeleton's): every camera's pose/3d through its
+// calibration, averaged. Each camera's joints must lie within kHuman36mAgreementMm of the mean
+// of the others'; else InvalidArgument "<before><camera><middle><distance> from the other
+// cameras' (joint <name>)<after>", naming the worst.
+std::vector<Vec3<double>> world_joints(const std::vector<Calibrated>& cameras,
+                                       const std::map<std::string, CameraRows>& rows, long frame,
+                                       const std::string& before, const std::string& middle,
+                                       const std::string& after) {
+  const size_t n = cameras.size();
+  std::vector<Vec3<double>> world(kPoseJoints, Vec3<double>{0, 0, 0});
+  std::vector<std::vector<Vec3<double>>> seen(n);
+  for (size_t c = 0; c < n; ++c) {
+    const std::vector<double>& pose = rows.at(cameras[c].name).pose_3d.at(frame);
+    for (int j = 0; j < kPoseJoints; ++j) {
+      seen[c].push_back(to_world(cameras[c], &pose[size_t(3 * kHuman36mJointIndex[j])]));
+      world[size_t(j)] = world[size_t(j)] + (1.0 / double(n)) * seen[c].back();
+    }
+  }
+  double worst = 0;
+  size_t worst_camera = 0;
+  int worst_joint = 0;
+  for (size_t c = 0; c < n; ++c) {
+    for (int j = 0; j < kPoseJoints; ++j) {
+      const Vec3<double> others =
+          (1.0 / double(n - 1)) * (double(n) * world[size_t(j)] - seen[c][size_t(j)]);
+      const double apart = norm(seen[c][size_t(j)] - others);
+      if (apart > worst) worst = apart, worst_camera = c, worst_joint = j;
+    }
+  }
+  if (worst > kHuman36mAgreementMm) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.1f mm", worst);
+    throw InvalidArgument(before + cameras[worst_camera].name + middle + text +
+                          " from the other cameras' (joint " + kPoseJointNames[worst_joint] + ")" +
+                          after);
+  }
+  return world;
+}
+
+// How far annot.h5's pose/2d of a frame lies from the calibration's distorted projection of the
+// world joints (millimetres), at most, in pixels; 0 where it has none.
+double pose_2d_gap(const std::vector<Calibrated>& cameras,
+                   const std::map<std::string, CameraRows>& rows, long frame,
+                   const std::vector<Vec3<double>>& world) {
+  double worst = 0;
+  for (const Calibrated& c : cameras) {
+    const auto given = rows.at(c.name).pose_2d.find(frame);
+    if (given == rows.at(c.name).pose_2d.end()) continue;
+    for (int j = 0; j < kPoseJoints; ++j) {
+      double u, v;
+      project_distorted(c, world[size_t(j)], &u, &v);
+      const double* label = &given->second[size_t(2 * kHuman36mJointIndex[j])];
+      worst = std::max(worst, std::hypot(u - label[0], v - label[1]));
+    }
+  }
+  return worst;
 }
 
 // A view to read: its image and calibration; the native-scale camera it is resampled into (the
@@ -565,53 +630,14 @@ Scene import_human36m(const std::string& source, const Human36mOptions& options)
     for (size_t i = 0; i < frames.size(); i += size_t(options.frame_step)) {
       if (options.max_frames > 0 && kept == options.max_frames) break;
       const long frame = frames[i];
-      // The world joints: every camera's pose/3d through its calibration, averaged.
-      std::vector<Vec3<double>> world(kPoseJoints, Vec3<double>{0, 0, 0});
-      std::vector<std::vector<Vec3<double>>> seen(subject_cameras.size());
-      for (size_t c = 0; c < subject_cameras.size(); ++c) {
-        const std::vector<double>& pose = rows.at(subject_cameras[c].name).pose_3d.at(frame);
-        for (int j = 0; j < kPoseJoints; ++j) {
-          seen[c].push_back(
-              to_world(subject_cameras[c], &pose[size_t(3 * kHuman36mJointIndex[j])]));
-          world[size_t(j)] =
-              world[size_t(j)] + (1.0 / double(subject_cameras.size())) * seen[c].back();
-        }
-      }
       char number[16];
       std::snprintf(number, sizeof number, "%06ld", frame);
       const std::string instant = action.subject + "/" + action.name + "/" + number;
-      // Each camera's joints against the mean of the others'; the worst names the camera.
-      const double n = double(subject_cameras.size());
-      double worst = 0;
-      size_t worst_camera = 0;
-      int worst_joint = 0;
-      for (size_t c = 0; c < subject_cameras.size(); ++c) {
-        for (int j = 0; j < kPoseJoints; ++j) {
-          const Vec3<double> others = (1.0 / (n - 1)) * (n * world[size_t(j)] - seen[c][size_t(j)]);
-          const double apart = norm(seen[c][size_t(j)] - others);
-          if (apart > worst) worst = apart, worst_camera = c, worst_joint = j;
-        }
-      }
-      if (worst > kHuman36mAgreementMm) {
-        char text[64];
-        std::snprintf(text, sizeof text, "%.1f mm", worst);
-        throw InvalidArgument(
-            annot.string() + ": frame " + number + ": camera " +
-            subject_cameras[worst_camera].name + "'s pose/3d, taken to the world by " +
-            options.calibration + ", lies " + text + " from the other cameras' (joint " +
-            kPoseJointNames[worst_joint] + "); is it " + action.subject + "'s calibration?");
-      }
-      for (size_t c = 0; c < subject_cameras.size(); ++c) {
-        const auto labels_2d = rows.at(subject_cameras[c].name).pose_2d.find(frame);
-        if (labels_2d != rows.at(subject_cameras[c].name).pose_2d.end()) {
-          for (int j = 0; j < kPoseJoints; ++j) {
-            double u, v;
-            project_distorted(subject_cameras[c], world[size_t(j)], &u, &v);
-            const double* given = &labels_2d->second[size_t(2 * kHuman36mJointIndex[j])];
-            worst_label = std::max(worst_label, std::hypot(u - given[0], v - given[1]));
-          }
-        }
-      }
+      const std::vector<Vec3<double>> world = world_joints(
+          subject_cameras, rows, frame, annot.string() + ": frame " + number + ": camera ",
+          "'s pose/3d, taken to the world by " + options.calibration + ", lies ",
+          "; is it " + action.subject + "'s calibration?");
+      worst_label = std::max(worst_label, pose_2d_gap(subject_cameras, rows, frame, world));
       std::vector<Vec3<double>> joints;
       for (const Vec3<double>& x : world) joints.push_back(kMetresPerMillimetre * x);
       const int first = int(scene.views.size());

@@ -535,6 +535,10 @@ TEST(Human36m, BadInputIsOneLineNamingTheFile) {
   o = good;
   o.cameras = {"54138969", "12345678"};
   expect(o, "cameras.h5: S1 has no camera 12345678 (--cameras)");
+  o.cameras = {"54138969"};
+  expect(o, "--cameras names 1 camera; a pose sample needs 2");
+  o.cameras = {"54138969", "55011271", "54138969"};
+  expect(o, "--cameras names 54138969 twice");
   o = good;
   o.test_subjects = std::vector<std::string>{"S1", "S9"};
   expect(o, "every subject is a test subject (--test_subjects); none is left to train on");
