@@ -5,6 +5,7 @@
 #include "mvibr/data/human36m.h"
 
 #include <algorithm>
+#include <atomic>
 #include <boost/property_tree/ptree.hpp>
 #include <boost/property_tree/xml_parser.hpp>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 
 #include "import_common.h"
@@ -428,7 +430,7 @@ double pose_2d_gap(const std::vector<Calibrated>& cameras,
 // crop) and the view's camera, that one scaled.
 struct PlannedView {
   fs::path image;
-  const Calibrated* calibration;
+  const Calibrated* calibration;  // kept alive by Scene::read_rgb
   PinholeCamera<double> crop, camera;
 };
 
@@ -479,9 +481,6 @@ PinholeCamera<double> crop_camera(const PinholeCamera<double>& full, int width, 
 
 std::vector<uint8_t> read_view_image(const PlannedView& plan) {
   const Calibrated& c = *plan.calibration;
-  if (!fs::is_regular_file(plan.image)) {
-    throw InvalidArgument(plan.image.string() + ": missing (annot.h5 has this frame)");
-  }
   const Image image = load_image(plan.image.string());
   if (image.width != c.width || image.height != c.height) {
     throw InvalidArgument(plan.image.string() + ": " + size_text(image.width, image.height) +
@@ -514,7 +513,9 @@ Scene import_human36m(const std::string& source, const Human36mOptions& options)
     throw InvalidArgument("human36m: needs --calibration (metadata.xml or cameras.h5)");
   }
   const std::vector<Action> actions = find_actions(source);
-  std::map<std::string, std::vector<Calibrated>> cameras;  // by subject
+  // By subject; the views to read point into it, so Scene::read_rgb keeps it.
+  const auto calibrations = std::make_shared<std::map<std::string, std::vector<Calibrated>>>();
+  std::map<std::string, std::vector<Calibrated>>& cameras = *calibrations;
   for (const Action& action : actions) {
     if (cameras.count(action.subject)) continue;
     std::vector<Calibrated>& subject = cameras[action.subject] =
@@ -657,8 +658,11 @@ Scene import_human36m(const std::string& source, const Human36mOptions& options)
         view.split = split;
         view.pose = label_joints(joints, std::vector<bool>(joints.size(), true), view.camera);
         view.target = c == 0;
-        plans.push_back({image_path(action, subject_cameras[c].name, frame), &subject_cameras[c],
-                         crop, view.camera});
+        const fs::path image = image_path(action, subject_cameras[c].name, frame);
+        if (!fs::is_regular_file(image)) {
+          throw InvalidArgument(image.string() + ": missing (annot.h5 has this frame)");
+        }
+        plans.push_back({image, &subject_cameras[c], crop, view.camera});
         scene.views.push_back(std::move(view));
         scene.neighbours.emplace_back();
         for (size_t other = 1; c == 0 && other < subject_cameras.size(); ++other) {
@@ -677,24 +681,18 @@ Scene import_human36m(const std::string& source, const Human36mOptions& options)
                   worst_label);
     scene.warnings.push_back(text);
   }
-  // The images, read in parallel; the first failure in view order is rethrown.
-  std::vector<std::exception_ptr> failures(plans.size());
-  size_t read = 0;
-#pragma omp parallel for schedule(dynamic)
-  for (long i = 0; i < long(plans.size()); ++i) {
-    try {
-      scene.views[size_t(i)].rgb = read_view_image(plans[size_t(i)]);
-    } catch (...) {
-      failures[size_t(i)] = std::current_exception();
-    }
-    if (options.on_image_read) {
+  // The images are read as the shards are written, not held: the whole data set at 256 pixels
+  // would take about 150 GB.
+  const auto planned = std::make_shared<const std::vector<PlannedView>>(std::move(plans));
+  const auto read = std::make_shared<std::atomic<size_t>>(0);
+  scene.read_rgb = [calibrations, planned, read, progress = options.on_image_read](size_t view) {
+    std::vector<uint8_t> rgb = read_view_image((*planned)[view]);
+    if (progress) {
 #pragma omp critical(human36m_progress)
-      options.on_image_read(++read, plans.size());
+      progress(++*read, planned->size());
     }
-  }
-  for (const std::exception_ptr& failure : failures) {
-    if (failure) std::rethrow_exception(failure);
-  }
+    return rgb;
+  };
   validate_scene(scene);
   return scene;
 }

@@ -145,7 +145,7 @@ void validate_scene(const Scene& scene) {
                       ", other views are " + std::to_string(width) + "x" + std::to_string(height));
     }
     if (c.width < 2 || c.height < 2) fail(where, "image is smaller than 2x2");
-    if (v.rgb.size() != size_t(c.width) * c.height * 3) {
+    if (v.rgb.size() != size_t(c.width) * c.height * 3 && !(v.rgb.empty() && scene.read_rgb)) {
       fail(where, "has " + std::to_string(v.rgb.size()) + " bytes of pixels, expected " +
                       std::to_string(size_t(c.width) * c.height * 3));
     }

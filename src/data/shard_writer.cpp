@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -69,6 +70,42 @@ std::vector<int> assign_targets(const Scene& scene, int n_shards) {
   return shard_of_view;
 }
 
+// The frames of `frame_views` in order: each view's rgb, or what Scene::read_rgb reads for it,
+// kFramesPerBlock views read in parallel, then written (HDF5 takes one thread). A read pixel
+// count other than the view's fails naming the view; the first failure in order is rethrown.
+constexpr size_t kFramesPerBlock = 32;
+void write_frames(const Scene& scene, const std::vector<int>& frame_views,
+                  const h5::RecordDataset& dataset) {
+  std::vector<std::vector<uint8_t>> block(kFramesPerBlock);
+  std::vector<std::exception_ptr> failures(kFramesPerBlock);
+  for (size_t first = 0; first < frame_views.size(); first += kFramesPerBlock) {
+    const size_t count = std::min(kFramesPerBlock, frame_views.size() - first);
+#pragma omp parallel for schedule(dynamic)
+    for (long k = 0; k < long(count); ++k) {
+      const size_t index = size_t(frame_views[first + size_t(k)]);
+      const View& view = scene.views[index];
+      failures[size_t(k)] = nullptr;
+      if (!view.rgb.empty()) continue;
+      try {
+        block[size_t(k)] = scene.read_rgb(index);
+        const size_t expected = size_t(view.camera.width) * size_t(view.camera.height) * 3;
+        if (block[size_t(k)].size() != expected) {
+          throw InvalidArgument("scene '" + scene.name + "', view " + std::to_string(index) + " (" +
+                                view.name + "): read " + std::to_string(block[size_t(k)].size()) +
+                                " bytes of pixels, expected " + std::to_string(expected));
+        }
+      } catch (...) {
+        failures[size_t(k)] = std::current_exception();
+      }
+    }
+    for (size_t k = 0; k < count; ++k) {
+      if (failures[k]) std::rethrow_exception(failures[k]);
+      const View& view = scene.views[size_t(frame_views[first + k])];
+      dataset.write(first + k, view.rgb.empty() ? block[k].data() : view.rgb.data());
+    }
+  }
+}
+
 void write_shard(const Scene& scene, int shard, const std::vector<int>& shard_of_view,
                  const PrepOptions& options, const std::string& path, long long* frames) {
   // Frames: the shard's targets first, then every source they need, each once.
@@ -114,9 +151,7 @@ void write_shard(const Scene& scene, int shard, const std::vector<int>& shard_of
   };
   const h5::RecordDataset dataset =
       records("frames", frame_views.size(), {height, width, 3}, h5::RecordType::kUInt8);
-  for (size_t f = 0; f < frame_views.size(); ++f) {
-    dataset.write(f, scene.views[size_t(frame_views[f])].rgb.data());
-  }
+  write_frames(scene, frame_views, dataset);
   if (!scene.views[0].motion.empty()) {
     // Every frame's masks (the static model's sources are masked), the targets' flows and
     // disparities (only the losses at a target read them).

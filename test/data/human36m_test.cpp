@@ -23,6 +23,7 @@
 #include "joint_dots.h"
 #include "mvibr/core/error.h"
 #include "mvibr/data/image_io.h"
+#include "mvibr/data/shards.h"
 #include "mvibr/hdf5/hdf5_file.h"
 
 namespace mvibr::data {
@@ -252,9 +253,16 @@ Human36mOptions with_calibration(const Processed& p) {
   return o;
 }
 
+// The import with every view's pixels read (the import leaves them to Scene::read_rgb).
+Scene import_with_pixels(const std::string& source, const Human36mOptions& options) {
+  Scene scene = import_human36m(source, options);
+  for (size_t i = 0; i < scene.views.size(); ++i) scene.views[i].rgb = scene.read_rgb(i);
+  return scene;
+}
+
 TEST(Human36m, CamerasInMetresCroppedLabelsArePinholeProjectionsAndDotsLieOnThem) {
   const Processed processed;
-  const Scene scene = import_human36m(processed.root.string(), with_calibration(processed));
+  const Scene scene = import_with_pixels(processed.root.string(), with_calibration(processed));
   // S1/Directions-1 and S9/Eating-1, 3 frames x 4 cameras each; Directions-2 lacks a camera.
   ASSERT_EQ(scene.views.size(), size_t(2 * 3 * 4));
   EXPECT_EQ(scene.source_format, "human36m");
@@ -338,7 +346,7 @@ TEST(Human36m, BodyCropsAreSquaresAboutTheJointsAndDotsLieOnTheirLabels) {
   // Every box is larger than 96 pixels and smaller than 320: shrunk, then grown.
   for (const int side : {96, 320}) {
     o.width = side;
-    const Scene scene = import_human36m(processed.root.string(), o);
+    const Scene scene = import_with_pixels(processed.root.string(), o);
     ASSERT_EQ(scene.views.size(), size_t(2 * 3 * 4));
     for (const View& view : scene.views) {
       // "S1/Directions-1/000001/54138969"
@@ -421,7 +429,7 @@ TEST(Human36m, BodyCropsAreSquaresAboutTheJointsAndDotsLieOnTheirLabels) {
     wrist[i] = first.t[i] + 1000 * first.r[3 * i] + 50 * first.r[3 * i + 2];
   processed.write_annotations(processed.actions[0], nullptr);
   o.width = 96;
-  const std::string huge = error_of([&] { import_human36m(processed.root.string(), o); });
+  const std::string huge = error_of([&] { import_with_pixels(processed.root.string(), o); });
   EXPECT_NE(huge.find("S1/Directions-1/000002/"), std::string::npos) << huge;
   EXPECT_NE(huge.find("the joints' box is "), std::string::npos) << huge;
   EXPECT_NE(huge.find(" pixels a side, over 4 times the photograph's (--body_crop)"),
@@ -429,19 +437,62 @@ TEST(Human36m, BodyCropsAreSquaresAboutTheJointsAndDotsLieOnTheirLabels) {
       << huge;
 
   o.height = 96;
-  const std::string error = error_of([&] { import_human36m(processed.root.string(), o); });
+  const std::string error = error_of([&] { import_with_pixels(processed.root.string(), o); });
   EXPECT_EQ(error,
             "human36m: --body_crop needs --width (the side of the square views) and no "
             "--height");
 }
 
+TEST(Human36m, PixelsAreReadAsTheShardsAreWrittenAndGiveTheSameShards) {
+  const Processed processed;
+  Human36mOptions o = with_calibration(processed);
+  size_t reads = 0, total = 0;
+  o.on_image_read = [&](size_t read, size_t of) { reads = std::max(reads, read), total = of; };
+  const Scene lazy = import_human36m(processed.root.string(), o);
+  ASSERT_TRUE(lazy.read_rgb);
+  for (const View& view : lazy.views) EXPECT_TRUE(view.rgb.empty()) << view.name;
+  EXPECT_EQ(reads, 0u) << "nothing is read at import";
+  const Scene held = import_with_pixels(processed.root.string(), with_calibration(processed));
+  const fs::path lazy_dir = processed.root / "lazy", held_dir = processed.root / "held";
+  write_prepared_scene(lazy, lazy_dir.string(), {2, 0, "test"});
+  EXPECT_EQ(reads, lazy.views.size()) << "each view read once, as its shard is written";
+  EXPECT_EQ(total, lazy.views.size());
+  Scene held_only = held;
+  held_only.read_rgb = nullptr;
+  write_prepared_scene(held_only, held_dir.string(), {2, 0, "test"});
+  for (int s = 0; s < 2; ++s) {
+    const ShardReader a((lazy_dir / shard_file_name(s, 2)).string());
+    const ShardReader b((held_dir / shard_file_name(s, 2)).string());
+    ASSERT_EQ(a.n_frames(), b.n_frames());
+    std::vector<uint8_t> pixels_a(size_t(a.width()) * size_t(a.height()) * 3), pixels_b = pixels_a;
+    for (int f = 0; f < a.n_frames(); ++f) {
+      a.read_frame(f, pixels_a.data());
+      b.read_frame(f, pixels_b.data());
+      EXPECT_EQ(pixels_a, pixels_b) << "shard " << s << " frame " << f;
+    }
+  }
+  // An image that changed size after the import fails as its shard is written, naming it.
+  const fs::path image = processed.image(processed.actions[2], 1, 65);
+  const std::vector<uint8_t> small(size_t(100) * 80 * 3, 9);
+  write_png(image.string(), 100, 80, 3, small.data());
+  const std::string error = error_of([&] {
+    write_prepared_scene(lazy, (processed.root / "bad").string(), {2, 0, ""});
+  });
+  EXPECT_NE(error.find("img_000065.jpg: 100x80 pixels, but the first image of camera 55011271 is "
+                       "160x160"),
+            std::string::npos)
+      << error;
+  EXPECT_FALSE(fs::exists(processed.root / "bad" / shard_file_name(0, 2)))
+      << "no shard is left half-written";
+}
+
 TEST(Human36m, MetadataXmlGivesTheCamerasOfCamerasH5) {
   const Processed processed;
-  const Scene from_h5 = import_human36m(processed.root.string(), with_calibration(processed));
+  const Scene from_h5 = import_with_pixels(processed.root.string(), with_calibration(processed));
   Human36mOptions o;
   o.calibration = (processed.root / "metadata.xml").string();
   processed.write_metadata_xml(o.calibration);
-  const Scene from_xml = import_human36m(processed.root.string(), o);
+  const Scene from_xml = import_with_pixels(processed.root.string(), o);
   ASSERT_EQ(from_xml.views.size(), from_h5.views.size());
   for (size_t i = 0; i < from_h5.views.size(); ++i) {
     const View &a = from_h5.views[i], &b = from_xml.views[i];
@@ -454,7 +505,7 @@ TEST(Human36m, MetadataXmlGivesTheCamerasOfCamerasH5) {
     EXPECT_EQ(a.rgb, b.rgb) << a.name;
   }
   processed.write_metadata_xml(o.calibration, 299);
-  const std::string error = error_of([&] { import_human36m(processed.root.string(), o); });
+  const std::string error = error_of([&] { import_with_pixels(processed.root.string(), o); });
   EXPECT_NE(error.find("metadata.xml: <w0> must hold 300 numbers and <dbcameras><index2id> 4 "
                        "ids; they hold 299 and 4"),
             std::string::npos)
@@ -468,7 +519,7 @@ TEST(Human36m, OptionsChooseCamerasFramesSubjectsAndSize) {
   o.frame_step = 2;  // frames 1 and 3; 1 and 129
   o.test_subjects = std::vector<std::string>{};
   o.width = 80;
-  Scene scene = import_human36m(processed.root.string(), o);
+  Scene scene = import_with_pixels(processed.root.string(), o);
   // Directions-2 has both cameras now: frames 1 of its 1 and 2.
   ASSERT_EQ(scene.views.size(), size_t(2 * 2 + 1 * 2 + 2 * 2));
   EXPECT_TRUE(scene.warnings.empty());
@@ -487,7 +538,7 @@ TEST(Human36m, OptionsChooseCamerasFramesSubjectsAndSize) {
 
   o = with_calibration(processed);
   o.max_frames = 1;
-  scene = import_human36m((processed.root / "S9").string(), o);
+  scene = import_with_pixels((processed.root / "S9").string(), o);
   ASSERT_EQ(scene.views.size(), size_t(4)) << "one subject folder, one frame";
   EXPECT_EQ(scene.views[0].name, "S9/Eating-1/000001/54138969");
   EXPECT_EQ(scene.views[0].split, Split::kTrain) << "S9 alone: nothing held out";
@@ -495,12 +546,12 @@ TEST(Human36m, OptionsChooseCamerasFramesSubjectsAndSize) {
   // S9's damaged actions are imported unless asked not to be.
   fs::copy(processed.root / "S9" / "Eating-1", processed.root / "S9" / "Waiting-1",
            fs::copy_options::recursive);
-  scene = import_human36m((processed.root / "S9").string(), o);
+  scene = import_with_pixels((processed.root / "S9").string(), o);
   ASSERT_EQ(scene.views.size(), size_t(8));
   EXPECT_EQ(scene.views[4].name, "S9/Waiting-1/000001/54138969");
   EXPECT_TRUE(scene.warnings.empty());
   o.skip_damaged_actions = true;
-  scene = import_human36m((processed.root / "S9").string(), o);
+  scene = import_with_pixels((processed.root / "S9").string(), o);
   ASSERT_EQ(scene.views.size(), size_t(4));
   ASSERT_EQ(scene.warnings.size(), 1u);
   EXPECT_EQ(scene.warnings[0],
@@ -513,7 +564,7 @@ TEST(Human36m, OptionsChooseCamerasFramesSubjectsAndSize) {
   processed.write_annotations(processed.actions[2], [](Annotations* rows) {
     rows->pose_2d[2 * 3 + 1] += 3;  // row 0, joint 3 (right_ankle), v
   });
-  scene = import_human36m((processed.root / "S9").string(), o);
+  scene = import_with_pixels((processed.root / "S9").string(), o);
   ASSERT_EQ(scene.warnings.size(), 1u);
   EXPECT_EQ(scene.warnings[0],
             "human36m: annot.h5's pose/2d lies up to 3.0 px from the calibration's projection of "
@@ -525,7 +576,7 @@ TEST(Human36m, BadInputIsOneLineNamingTheFile) {
   const Processed processed;
   const std::string root = processed.root.string();
   const auto expect = [&](const Human36mOptions& o, const std::string& needle) {
-    const std::string error = error_of([&] { import_human36m(root, o); });
+    const std::string error = error_of([&] { import_with_pixels(root, o); });
     EXPECT_NE(error.find(needle), std::string::npos) << error;
     EXPECT_EQ(error.find('\n'), std::string::npos) << error;
   };
@@ -588,10 +639,10 @@ TEST(Human36m, BadInputIsOneLineNamingTheFile) {
   expect(good, "img_000065.jpg: 100x80 pixels, but the first image of camera 60457274 is 160x161");
   fs::rename(image.string() + ".away", image);
 
-  EXPECT_NO_THROW(import_human36m(root, good)) << "every damage was undone";
+  EXPECT_NO_THROW(import_with_pixels(root, good)) << "every damage was undone";
   const fs::path empty = processed.root / "empty";
   fs::create_directories(empty);
-  const std::string error = error_of([&] { import_human36m(empty.string(), good); });
+  const std::string error = error_of([&] { import_with_pixels(empty.string(), good); });
   EXPECT_NE(error.find("empty: not a Human3.6M processed folder (no subject folders S1, S5, ...)"),
             std::string::npos)
       << error;

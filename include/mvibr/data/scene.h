@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -84,10 +85,15 @@ struct Scene {
   // view has PoseLabels of these joints. Empty elsewhere.
   std::vector<int> skeleton;
   std::vector<std::string> joint_names;
+  // Scenes too large to hold (Human3.6M): view i's pixels for the views whose rgb is empty, read
+  // when the shards are written (a block of frames at a time, in parallel) rather than held.
+  // Empty: every view holds its rgb.
+  std::function<std::vector<uint8_t>(size_t)> read_rgb;
 };
 
 // Throws InvalidArgument naming the scene, the view and what is wrong: no views, sizes that
-// differ or do not match the pixel count, motion arrays of the wrong size (or on some views
+// differ or do not match the pixel count (views left to Scene::read_rgb are checked as it reads
+// them), motion arrays of the wrong size (or on some views
 // only), non-finite flows or disparities, non-finite or non-rigid poses, non-positive focal
 // lengths, near >= far or near <= 0, neighbour indices out of range, pose labels that disagree
 // with the skeleton (missing joints, non-finite values), a view that is no target and no
