@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "import_common.h"
@@ -320,15 +321,18 @@ fs::path image_path(const Sequence& sequence, const std::string& camera, long fr
   return fs::is_regular_file(png) ? png : fs::path(stem.string() + ".jpg");
 }
 
+// A view to read: its sequence, hd camera and frame, and its camera (at the output size).
+struct PlannedView {
+  size_t sequence, camera;
+  long frame;
+  PinholeCamera<double> view_camera;
+};
+
 // One camera's image of a frame: undistorted into the pinhole image of its K, then brought to
 // `camera`'s size (area averaging).
 std::vector<uint8_t> read_view_image(const Sequence& sequence, const HdCamera& hd, long frame,
                                      const PinholeCamera<double>& camera) {
   const fs::path path = image_path(sequence, hd.name, frame);
-  if (!fs::is_regular_file(path)) {
-    throw InvalidArgument(path.string() + ": missing (camera " + hd.name + " of frame " +
-                          std::to_string(frame) + ", which has a 3D body)");
-  }
   const Image image = load_image(path.string());
   const PinholeCamera<double>& full = hd.camera;
   if (image.width != full.width || image.height != full.height) {
@@ -364,7 +368,9 @@ Scene import_panoptic(const std::string& source, const PanopticOptions& options)
         "panoptic: --frame_step must be at least 1, --max_frames and "
         "--test_sequences at least 0");
   }
-  std::vector<Sequence> sequences = find_sequences(source);
+  // The views to read point into it, so Scene::read_rgb keeps it.
+  const auto found = std::make_shared<std::vector<Sequence>>(find_sequences(source));
+  std::vector<Sequence>& sequences = *found;
   const int n_test =
       options.test_sequences >= 0 ? options.test_sequences : (sequences.size() > 1 ? 1 : 0);
   if (n_test >= int(sequences.size())) {
@@ -402,6 +408,7 @@ Scene import_panoptic(const std::string& source, const PanopticOptions& options)
   scene.skeleton.assign(kPanopticParents, kPanopticParents + kPanopticJoints);
   scene.joint_names.assign(kPanopticJointNames, kPanopticJointNames + kPanopticJoints);
   long frames_read = 0, frames_skipped = 0;
+  std::vector<PlannedView> plans;
   for (size_t s = 0; s < sequences.size(); ++s) {
     const Sequence& sequence = sequences[s];
     std::vector<PinholeCamera<double>> cameras;
@@ -434,7 +441,13 @@ Scene import_panoptic(const std::string& source, const PanopticOptions& options)
         view.time = double(frames[i]) / kHdFrameRate;
         view.time_index = kept;
         view.split = split;
-        view.rgb = read_view_image(sequence, sequence.cameras[c], frames[i], view.camera);
+        const fs::path image = image_path(sequence, sequence.cameras[c].name, frames[i]);
+        if (!fs::is_regular_file(image)) {
+          throw InvalidArgument(image.string() + ": missing (camera " + sequence.cameras[c].name +
+                                " of frame " + std::to_string(frames[i]) +
+                                ", which has a 3D body)");
+        }
+        plans.push_back({s, c, frames[i], view.camera});
         view.pose = label_view(joints19, view.camera, options.min_confidence);
         view.target = c == 0;
         scene.views.push_back(std::move(view));
@@ -457,6 +470,14 @@ Scene import_panoptic(const std::string& source, const PanopticOptions& options)
                              (options.body >= 0 ? " with id " + std::to_string(options.body) : "") +
                              " and were skipped");
   }
+  // The images are read as the shards are written, not held (a capture's 31 hd cameras give
+  // tens of thousands of frames).
+  const auto planned = std::make_shared<const std::vector<PlannedView>>(std::move(plans));
+  scene.read_rgb = [found, planned](size_t view) {
+    const PlannedView& p = (*planned)[view];
+    const Sequence& sequence = (*found)[p.sequence];
+    return read_view_image(sequence, sequence.cameras[p.camera], p.frame, p.view_camera);
+  };
   validate_scene(scene);
   return scene;
 }

@@ -171,9 +171,19 @@ struct Capture {
   }
 };
 
+// The import with every view's pixels read (the import leaves them to Scene::read_rgb).
+Scene import_with_pixels(const std::string& source, const PanopticOptions& options) {
+  Scene scene = import_panoptic(source, options);
+  for (size_t i = 0; i < scene.views.size(); ++i) scene.views[i].rgb = scene.read_rgb(i);
+  return scene;
+}
+
 TEST(Panoptic, CamerasInMetresLabelsArePinholeProjectionsAndDotsLieOnThem) {
   const Capture capture;
-  const Scene scene = import_panoptic(capture.root.string(), {});
+  const Scene lazy = import_panoptic(capture.root.string(), {});
+  ASSERT_TRUE(lazy.read_rgb) << "the frames are read as the shards are written";
+  for (const View& view : lazy.views) EXPECT_TRUE(view.rgb.empty()) << view.name;
+  const Scene scene = import_with_pixels(capture.root.string(), {});
   // 2 sequences x 3 frames with a body x 4 hd cameras; the vga camera is not imported.
   ASSERT_EQ(scene.views.size(), size_t(2 * 3 * kCameras));
   EXPECT_EQ(scene.source_format, "panoptic");
@@ -249,7 +259,7 @@ TEST(Panoptic, OptionsChooseCamerasFramesBodiesAndSize) {
   o.frame_step = 2;  // frames 100 and 102
   o.test_sequences = 0;
   o.width = 160;
-  Scene scene = import_panoptic(capture.root.string(), o);
+  Scene scene = import_with_pixels(capture.root.string(), o);
   ASSERT_EQ(scene.views.size(), size_t(2 * 2 * 2));
   EXPECT_EQ(scene.views[0].name, "160422_a/00000100/00_03");
   EXPECT_EQ(scene.views[3].name, "160422_a/00000102/00_01");
@@ -265,7 +275,7 @@ TEST(Panoptic, OptionsChooseCamerasFramesBodiesAndSize) {
   o = {};
   o.max_frames = 1;
   o.height = 60;  // the width follows: 80
-  scene = import_panoptic((capture.root / kSequenceNames[1]).string(), o);
+  scene = import_with_pixels((capture.root / kSequenceNames[1]).string(), o);
   ASSERT_EQ(scene.views.size(), size_t(kCameras));
   EXPECT_EQ(scene.name, kSequenceNames[1]);
   EXPECT_EQ(scene.views[0].camera.width, 80);
@@ -276,7 +286,7 @@ TEST(Panoptic, OptionsChooseCamerasFramesBodiesAndSize) {
   nlohmann::json two = nlohmann::json::parse(std::ifstream(capture.body_file(0, 103)));
   two["bodies"].push_back({{"id", 3}, {"joints19", two["bodies"][0]["joints19"]}});
   write_text(capture.body_file(0, 103), two.dump());
-  scene = import_panoptic((capture.root / kSequenceNames[0]).string(), o);
+  scene = import_with_pixels((capture.root / kSequenceNames[0]).string(), o);
   EXPECT_EQ(scene.views.size(), size_t(kCameras));
   EXPECT_EQ(scene.warnings[0],
             "panoptic: 3 of 4 frames read had no body with id 3 and were skipped");
@@ -286,7 +296,7 @@ TEST(Panoptic, BadInputIsOneLineNamingTheFile) {
   const Capture capture;
   const std::string root = capture.root.string();
   const auto expect = [&](const PanopticOptions& o, const std::string& needle) {
-    const std::string error = error_of([&] { import_panoptic(root, o); });
+    const std::string error = error_of([&] { import_with_pixels(root, o); });
     EXPECT_NE(error.find(needle), std::string::npos) << error;
     EXPECT_EQ(error.find('\n'), std::string::npos) << error;
   };
@@ -322,7 +332,7 @@ TEST(Panoptic, BadInputIsOneLineNamingTheFile) {
   unseen.name = "00_07";
   extra["cameras"].push_back(camera_json(unseen));
   write_text(first_calibration, extra.dump());
-  EXPECT_EQ(import_panoptic(root, o).views.size(), size_t(2 * 3 * kCameras))
+  EXPECT_EQ(import_with_pixels(root, o).views.size(), size_t(2 * 3 * kCameras))
       << "a camera without images is not imported";
   o.cameras = {"00_00", "00_07"};
   expect(o, "160422_a/hdImgs/00_07: no such folder (the images of camera 00_07, --cameras)");
@@ -354,10 +364,10 @@ TEST(Panoptic, BadInputIsOneLineNamingTheFile) {
   expect(o, "160906_b/hdImgs: 3 hd cameras with images (00_00,00_01,00_02), but 160422_a has 4");
   fs::rename(folder.string() + ".away", folder);
 
-  EXPECT_NO_THROW(import_panoptic(root, o)) << "every damage was undone";
+  EXPECT_NO_THROW(import_with_pixels(root, o)) << "every damage was undone";
   const fs::path empty = capture.root / "empty";
   fs::create_directories(empty);
-  const std::string error = error_of([&] { import_panoptic(empty.string(), o); });
+  const std::string error = error_of([&] { import_with_pixels(empty.string(), o); });
   EXPECT_NE(error.find("empty: not a Panoptic folder (no calibration_*.json in it or in its "
                        "sub-folders)"),
             std::string::npos)
