@@ -65,8 +65,11 @@ FrameSize output_size(int full_width, int full_height, const ImportOptions& opti
   return size;
 }
 
+std::string size_text(int width, int height) {
+  return std::to_string(width) + "x" + std::to_string(height);
+}
+
 FrameSize pose_output_size(int width, int height, int wanted_width, int wanted_height) {
-  const auto text = [](int w, int h) { return std::to_string(w) + "x" + std::to_string(h); };
   FrameSize size{width, height};
   if (wanted_width > 0) size.width = wanted_width;
   if (wanted_height > 0) size.height = wanted_height;
@@ -78,11 +81,11 @@ FrameSize pose_output_size(int width, int height, int wanted_width, int wanted_h
       "--width " + std::to_string(size.width) + " --height " + std::to_string(size.height) + ": ";
   if (wanted_width > 0 && wanted_height > 0 && size.height != kept_height &&
       size.width != kept_width) {
-    throw InvalidArgument(asked + "not the aspect of the " + text(width, height) + " images (" +
-                          text(size.width, kept_height) + " keeps it)");
+    throw InvalidArgument(asked + "not the aspect of the " + size_text(width, height) +
+                          " images (" + size_text(size.width, kept_height) + " keeps it)");
   }
   if (size.width > width || size.height > height || size.width < 2 || size.height < 2) {
-    throw InvalidArgument(asked + "the " + text(width, height) +
+    throw InvalidArgument(asked + "the " + size_text(width, height) +
                           " images can only be made smaller, to at least 2x2");
   }
   return size;
@@ -284,9 +287,8 @@ std::vector<Image> load_rgb_images(const std::vector<std::string>& paths, uint8_
 void require_size(const Image& image, const std::string& path, int width, int height,
                   const std::string& expected_by) {
   if (image.width != width || image.height != height) {
-    throw InvalidArgument(path + ": image is " + std::to_string(image.width) + "x" +
-                          std::to_string(image.height) + ", expected " + std::to_string(width) +
-                          "x" + std::to_string(height) + " (" + expected_by + ")");
+    throw InvalidArgument(path + ": image is " + size_text(image.width, image.height) +
+                          ", expected " + size_text(width, height) + " (" + expected_by + ")");
   }
 }
 

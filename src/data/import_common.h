@@ -36,6 +36,9 @@ struct FrameSize {
 FrameSize output_size(int full_width, int full_height, const ImportOptions& options,
                       const std::string& where);
 
+// "640x480".
+std::string size_text(int width, int height);
+
 // Pose data sets: the size views of width x height are written at: wanted_width and/or
 // wanted_height (0: the images'), the aspect kept where only one is given. InvalidArgument (it
 // names --width and --height) when both change the aspect or the views would grow.

@@ -63,10 +63,6 @@ struct CameraRows {
   std::map<long, std::vector<double>> pose_3d, pose_2d;
 };
 
-std::string size_text(int width, int height) {
-  return std::to_string(width) + "x" + std::to_string(height);
-}
-
 bool is_subject_name(const std::string& name) {
   return name.size() >= 2 && name.size() <= 4 && name[0] == 'S' &&
          name.find_first_not_of("0123456789", 1) == std::string::npos;

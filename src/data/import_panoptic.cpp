@@ -55,10 +55,6 @@ struct Sequence {
   std::vector<HdCamera> cameras;  // those imported, in --cameras' or the calibration's order
 };
 
-std::string size_text(int width, int height) {
-  return std::to_string(width) + "x" + std::to_string(height);
-}
-
 json read_json(const std::string& path) {
   try {
     return json::parse(read_text_file(path));

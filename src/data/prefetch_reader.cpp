@@ -228,8 +228,10 @@ struct PrefetchReader::State {
       pool.push_back({frame, shard.frame(frame).time_index});
       cameras.push_back(&shard.frame(frame).camera);
     }
-    const std::vector<int> viewpoints = viewpoint_ids(cameras);
-    for (size_t i = 0; i < pool.size(); ++i) pool[i].viewpoint = viewpoints[i];
+    if (options.dynibar.rig_static) {  // only evaluation's rule reads viewpoints
+      const std::vector<int> viewpoints = viewpoint_ids(cameras);
+      for (size_t i = 0; i < pool.size(); ++i) pool[i].viewpoint = viewpoints[i];
+    }
     DynibarSourceOptions choice = options.dynibar;
     if (options.anchor_growth_steps > 0) {
       const uint64_t index = at.epoch * items.size() + at.position;  // the rank's sample number
