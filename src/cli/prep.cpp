@@ -123,7 +123,8 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
       "calibration", po::value(&human36m.calibration),
       "human36m: H36M's metadata.xml (in h36m-fetch) or una-dinosauria's cameras.h5")(
       "body_crop", po::value(&human36m.body_crop)->default_value(0),
-      "human36m: > 0: each view a square about its joints, this part of the box added each side, "
+      "panoptic and human36m: > 0: each view a square about its joints, this part of the box "
+      "added each side, "
       "--width a side (learnable triangulation's person crops); 0: whole frames")(
       "skip_damaged_actions", po::bool_switch(&human36m.skip_damaged_actions),
       "human36m: leave out S9's Greeting-2, SittingDown-2 and Waiting-1, whose 3D labels are "
@@ -239,10 +240,12 @@ int run_prep(const std::vector<std::string>& args, const std::string& command_li
   only_for("body", "panoptic", from_panoptic);
   only_for("calibration", "human36m", from_human36m);
   only_for("test_subjects", "human36m", from_human36m);
-  only_for("body_crop", "human36m", from_human36m);
+  only_for("body_crop", "panoptic and human36m", captured_pose);
   only_for("skip_damaged_actions", "human36m", from_human36m);
   if (from_panoptic) {
     at_least("body", panoptic.body, -1);
+    panoptic.body_crop = human36m.body_crop;
+    panoptic.on_image_read = import_options.on_image_read;
     if (!vm["test_sequences"].defaulted()) {
       at_least("test_sequences", pose.n_test_sequences, 0);
       panoptic.test_sequences = pose.n_test_sequences;

@@ -110,6 +110,73 @@ PoseLabels label_joints(const std::vector<Vec3<double>>& joints, const std::vect
   return labels;
 }
 
+namespace {
+
+constexpr int kLargestBox = 4;  // a body crop's side, in photograph sides
+
+// Where the joints (metres) in front of `full` project in its image: their bounds; false when
+// none is in front.
+bool joint_bounds(const PinholeCamera<double>& full, const std::vector<Vec3<double>>& joints,
+                  double* low_u, double* high_u, double* low_v, double* high_v) {
+  *low_u = *low_v = HUGE_VAL, *high_u = *high_v = -HUGE_VAL;
+  for (const Vec3<double>& x : joints) {
+    const Vec3<double> p = transform_point(full.w2c, x);
+    if (!(p.z > 0)) continue;
+    const double u = full.fx * p.x / p.z + full.cx, v = full.fy * p.y / p.z + full.cy;
+    *low_u = std::min(*low_u, u), *high_u = std::max(*high_u, u);
+    *low_v = std::min(*low_v, v), *high_v = std::max(*high_v, v);
+  }
+  return *low_u <= *high_u;
+}
+
+}  // namespace
+
+FrameSize body_crop_size(const std::string& format, int wanted_width, int wanted_height) {
+  if (wanted_width < 1 || wanted_height != 0) {
+    throw InvalidArgument(format +
+                          ": --body_crop needs --width (the side of the square views) and no "
+                          "--height");
+  }
+  return {wanted_width, wanted_width};
+}
+
+PinholeCamera<double> crop_camera(const PinholeCamera<double>& full, int width, int height,
+                                  const std::vector<Vec3<double>>& joints, double body_crop,
+                                  const std::string& view) {
+  PinholeCamera<double> crop = full;
+  double left = (full.width - width) / 2, top = (full.height - height) / 2;
+  if (body_crop > 0) {
+    double low_u, high_u, low_v, high_v;
+    if (!joint_bounds(full, joints, &low_u, &high_u, &low_v, &high_v)) {
+      throw InvalidArgument(view + ": no joint in front of the camera (--body_crop)");
+    }
+    const double side = std::max(high_u - low_u, high_v - low_v) * (1 + 2 * body_crop);
+    const int largest = kLargestBox * std::max(full.width, full.height);
+    if (!(side <= largest)) {
+      char text[64];
+      std::snprintf(text, sizeof text, "%.0f", side);
+      throw InvalidArgument(view + ": the joints' box is " + text + " pixels a side, over " +
+                            std::to_string(kLargestBox) + " times the photograph's (--body_crop)");
+    }
+    width = height = std::max(8, int(std::lround(side)));
+    left = std::round((low_u + high_u) / 2 - (width - 1) / 2.0);
+    top = std::round((low_v + high_v) / 2 - (height - 1) / 2.0);
+  }
+  crop.cx -= left, crop.cy -= top;
+  crop.width = width, crop.height = height;
+  return crop;
+}
+
+std::vector<uint8_t> crop_view_rgb(const std::vector<uint8_t>& rgb,
+                                   const PinholeCamera<double>& full, const Distortion& d,
+                                   const PinholeCamera<double>& crop,
+                                   const PinholeCamera<double>& camera) {
+  if (camera.width > crop.width) return resample_rgb(rgb, full, d, camera, 0);
+  const std::vector<uint8_t> cropped = resample_rgb(rgb, full, d, crop, 0);
+  if (camera.width == crop.width && camera.height == crop.height) return cropped;
+  return downscale_area(cropped, crop.width, crop.height, 3, camera.width, camera.height);
+}
+
 void fit_view(View* view, FrameSize size, const std::string& where) {
   PinholeCamera<double>& camera = view->camera;
   if (camera.width == size.width && camera.height == size.height) return;

@@ -8,6 +8,7 @@
 
 #include "mvibr/data/image_io.h"
 #include "mvibr/data/importers.h"
+#include "mvibr/data/undistort.h"
 
 namespace mvibr::data {
 
@@ -48,6 +49,27 @@ FrameSize pose_output_size(int width, int height, int wanted_width, int wanted_h
 // projections, and visible where in front of the camera, inside the image and `confident`.
 PoseLabels label_joints(const std::vector<Vec3<double>>& joints, const std::vector<bool>& confident,
                         const PinholeCamera<double>& camera);
+
+// Pose data sets' body crops (--body_crop M, learnable triangulation's person crops): each view a
+// square about its joints' projections, M of the joints' box added each side.
+// - body_crop_size: the views' size, --width a side; InvalidArgument naming `format` without
+//   --width or with --height.
+// - crop_camera: the camera a view is cut from the photograph of `full` with (at the photograph's
+//   scale): `full` cropped about its centre to width x height, or with M > 0 the square about the
+//   projections of `joints` (metres) in front of it, reaching past the photograph where it must.
+//   InvalidArgument naming `view` when no joint is in front or the square is over 4 photograph
+//   sides (labels gone wrong).
+// - crop_view_rgb: the view `camera` (crop, scaled to the views' size) from the photograph `rgb`
+//   of `full` through its lens `d`. Shrinking, it is resampled into `crop` and then area-averaged
+//   (no aliasing); growing, resampled straight into `camera`.
+FrameSize body_crop_size(const std::string& format, int wanted_width, int wanted_height);
+PinholeCamera<double> crop_camera(const PinholeCamera<double>& full, int width, int height,
+                                  const std::vector<Vec3<double>>& joints, double body_crop,
+                                  const std::string& view);
+std::vector<uint8_t> crop_view_rgb(const std::vector<uint8_t>& rgb,
+                                   const PinholeCamera<double>& full, const Distortion& d,
+                                   const PinholeCamera<double>& crop,
+                                   const PinholeCamera<double>& camera);
 
 // Brings a view (camera and rgb at the size read) to `size`: area-downscaled, intrinsics scaled;
 // InvalidArgument naming `where` when what was read is smaller.

@@ -41,7 +41,6 @@ namespace fs = std::filesystem;
 constexpr double kMetresPerMillimetre = 1e-3;
 constexpr double kMaxCoordinateMm = 1e6;  // a kilometre from the origin
 constexpr double kLabelNoticePixels = 2;  // pose/2d farther than this from ours is reported
-constexpr int kLargestBox = 4;            // a body crop's side, in photograph sides
 
 struct Calibrated {
   std::string name;
@@ -430,51 +429,6 @@ struct PlannedView {
   PinholeCamera<double> crop, camera;
 };
 
-// Where the joints (metres) project in `full`'s image: the bounds of those in front; false when
-// none is.
-bool joint_bounds(const PinholeCamera<double>& full, const std::vector<Vec3<double>>& joints,
-                  double* low_u, double* high_u, double* low_v, double* high_v) {
-  *low_u = *low_v = HUGE_VAL, *high_u = *high_v = -HUGE_VAL;
-  for (const Vec3<double>& x : joints) {
-    const Vec3<double> p = transform_point(full.w2c, x);
-    if (!(p.z > 0)) continue;
-    const double u = full.fx * p.x / p.z + full.cx, v = full.fy * p.y / p.z + full.cy;
-    *low_u = std::min(*low_u, u), *high_u = std::max(*high_u, u);
-    *low_v = std::min(*low_v, v), *high_v = std::max(*high_v, v);
-  }
-  return *low_u <= *high_u;
-}
-
-// The crop of a view at the photograph's scale: `full` cropped about its centre to width x
-// height, or with body_crop > 0 a square about the joints' projections, body_crop of the box's
-// side added each side (reaching past the photograph where it must).
-PinholeCamera<double> crop_camera(const PinholeCamera<double>& full, int width, int height,
-                                  const std::vector<Vec3<double>>& joints, double body_crop,
-                                  const std::string& view) {
-  PinholeCamera<double> crop = full;
-  double left = (full.width - width) / 2, top = (full.height - height) / 2;
-  if (body_crop > 0) {
-    double low_u, high_u, low_v, high_v;
-    if (!joint_bounds(full, joints, &low_u, &high_u, &low_v, &high_v)) {
-      throw InvalidArgument(view + ": no joint in front of the camera (--body_crop)");
-    }
-    const double side = std::max(high_u - low_u, high_v - low_v) * (1 + 2 * body_crop);
-    const int largest = kLargestBox * std::max(full.width, full.height);
-    if (!(side <= largest)) {
-      char text[64];
-      std::snprintf(text, sizeof text, "%.0f", side);
-      throw InvalidArgument(view + ": the joints' box is " + text + " pixels a side, over " +
-                            std::to_string(kLargestBox) + " times the photograph's (--body_crop)");
-    }
-    width = height = std::max(8, int(std::lround(side)));
-    left = std::round((low_u + high_u) / 2 - (width - 1) / 2.0);
-    top = std::round((low_v + high_v) / 2 - (height - 1) / 2.0);
-  }
-  crop.cx -= left, crop.cy -= top;
-  crop.width = width, crop.height = height;
-  return crop;
-}
-
 std::vector<uint8_t> read_view_image(const PlannedView& plan) {
   const Calibrated& c = *plan.calibration;
   const Image image = load_image(plan.image.string());
@@ -487,13 +441,7 @@ std::vector<uint8_t> read_view_image(const PlannedView& plan) {
   PinholeCamera<double> full{};
   full.width = c.width, full.height = c.height;
   full.fx = c.fx, full.fy = c.fy, full.cx = c.cx, full.cy = c.cy;
-  const PinholeCamera<double>&crop = plan.crop, &camera = plan.camera;
-  // Shrinking: resampled at the photograph's scale, then area averaged (no aliasing); growing:
-  // resampled straight into the view.
-  if (camera.width > crop.width) return resample_rgb(rgb, full, c.distortion, camera, 0);
-  const std::vector<uint8_t> cropped = resample_rgb(rgb, full, c.distortion, crop, 0);
-  if (camera.width == crop.width && camera.height == crop.height) return cropped;
-  return downscale_area(cropped, crop.width, crop.height, 3, camera.width, camera.height);
+  return crop_view_rgb(rgb, full, c.distortion, plan.crop, plan.camera);
 }
 
 }  // namespace
@@ -544,13 +492,8 @@ Scene import_human36m(const std::string& source, const Human36mOptions& options)
       height = height == 0 ? c.height : std::min(height, c.height);
     }
   }
-  if (options.body_crop > 0 && (options.width < 1 || options.height != 0)) {
-    throw InvalidArgument(
-        "human36m: --body_crop needs --width (the side of the square views) "
-        "and no --height");
-  }
   const FrameSize size = options.body_crop > 0
-                             ? FrameSize{options.width, options.width}
+                             ? body_crop_size("human36m", options.width, options.height)
                              : pose_output_size(width, height, options.width, options.height);
   std::vector<std::string> test_subjects;
   for (const auto& [subject, unused] : cameras) {

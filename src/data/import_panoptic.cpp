@@ -6,11 +6,13 @@
 #include "mvibr/data/panoptic.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "import_common.h"
 #include "mvibr/core/error.h"
@@ -317,18 +319,21 @@ fs::path image_path(const Sequence& sequence, const std::string& camera, long fr
   return fs::is_regular_file(png) ? png : fs::path(stem.string() + ".jpg");
 }
 
-// A view to read: its sequence, hd camera and frame, and its camera (at the output size).
+// A view to read: its sequence, hd camera and frame; the body crop at the photograph's scale
+// (unset without one) and the view's camera, at the output size.
 struct PlannedView {
   size_t sequence, camera;
   long frame;
+  std::optional<PinholeCamera<double>> crop;
   PinholeCamera<double> view_camera;
 };
 
-// One camera's image of a frame: undistorted into the pinhole image of its K, then brought to
-// `camera`'s size (area averaging).
-std::vector<uint8_t> read_view_image(const Sequence& sequence, const HdCamera& hd, long frame,
-                                     const PinholeCamera<double>& camera) {
-  const fs::path path = image_path(sequence, hd.name, frame);
+// One camera's image of a frame: undistorted into the pinhole image of its K, then brought to the
+// view's size (area averaging), or cut out as the view's body crop.
+std::vector<uint8_t> read_view_image(const Sequence& sequence, const PlannedView& plan) {
+  const HdCamera& hd = sequence.cameras[plan.camera];
+  const PinholeCamera<double>& camera = plan.view_camera;
+  const fs::path path = image_path(sequence, hd.name, plan.frame);
   const Image image = load_image(path.string());
   const PinholeCamera<double>& full = hd.camera;
   if (image.width != full.width || image.height != full.height) {
@@ -337,32 +342,43 @@ std::vector<uint8_t> read_view_image(const Sequence& sequence, const HdCamera& h
                           " " + size_text(full.width, full.height));
   }
   std::vector<uint8_t> rgb = composite_to_rgb(image, 0);
+  if (plan.crop) return crop_view_rgb(rgb, full, hd.distortion, *plan.crop, camera);
   if (!hd.distortion.is_identity()) rgb = undistort_rgb(rgb, full, hd.distortion, 0);
   if (camera.width == full.width) return rgb;
   return downscale_area(rgb, full.width, full.height, 3, camera.width, camera.height);
 }
 
-// A view's labels: joints19 (centimetres, Panoptic's order) in mvibr's order, in metres.
-PoseLabels label_view(const std::vector<double>& joints19, const PinholeCamera<double>& camera,
-                      double min_confidence) {
+// A body's joints19 (centimetres, Panoptic's order) in mvibr's order, in metres, and which are
+// confident.
+struct Body {
   std::vector<Vec3<double>> joints;
   std::vector<bool> confident;
-  for (const int p : kPanopticJointOrder) {
-    const double* joint = &joints19[size_t(4 * p)];
-    joints.push_back({kMetresPerCentimetre * joint[0], kMetresPerCentimetre * joint[1],
-                      kMetresPerCentimetre * joint[2]});
-    confident.push_back(joint[3] > min_confidence);
+
+  Body(const std::vector<double>& joints19, double min_confidence) {
+    for (const int p : kPanopticJointOrder) {
+      const double* joint = &joints19[size_t(4 * p)];
+      joints.push_back({kMetresPerCentimetre * joint[0], kMetresPerCentimetre * joint[1],
+                        kMetresPerCentimetre * joint[2]});
+      confident.push_back(joint[3] > min_confidence);
+    }
   }
-  return label_joints(joints, confident, camera);
-}
+  std::vector<Vec3<double>> confident_joints() const {
+    std::vector<Vec3<double>> kept;
+    for (size_t j = 0; j < joints.size(); ++j) {
+      if (confident[j]) kept.push_back(joints[j]);
+    }
+    return kept;
+  }
+};
 
 }  // namespace
 
 Scene import_panoptic(const std::string& source, const PanopticOptions& options) {
-  if (options.frame_step < 1 || options.max_frames < 0 || options.test_sequences < -1) {
+  if (options.frame_step < 1 || options.max_frames < 0 || options.test_sequences < -1 ||
+      !(options.body_crop >= 0 && options.body_crop <= 10)) {
     throw InvalidArgument(
         "panoptic: --frame_step must be at least 1, --max_frames and "
-        "--test_sequences at least 0");
+        "--test_sequences at least 0, --body_crop in [0, 10]");
   }
   // The views to read point into it, so Scene::read_rgb keeps it.
   const auto found = std::make_shared<std::vector<Sequence>>(find_sequences(source));
@@ -391,9 +407,11 @@ Scene import_panoptic(const std::string& source, const PanopticOptions& options)
                             size_text(a.width, a.height) + "; the views of a scene share a size");
     }
   }
+  const PinholeCamera<double>& photograph = sequences[0].cameras[0].camera;
   const FrameSize size =
-      pose_output_size(sequences[0].cameras[0].camera.width, sequences[0].cameras[0].camera.height,
-                       options.width, options.height);
+      options.body_crop > 0
+          ? body_crop_size("panoptic", options.width, options.height)
+          : pose_output_size(photograph.width, photograph.height, options.width, options.height);
 
   Scene scene;
   scene.name = sequences.size() == 1 ? sequences[0].name : directory_name(source);
@@ -427,11 +445,19 @@ Scene import_panoptic(const std::string& source, const PanopticOptions& options)
         ++frames_skipped;
         continue;
       }
+      const Body body(joints19, options.min_confidence);
       const int first = int(scene.views.size());
       for (size_t c = 0; c < cameras.size(); ++c) {
         View view;
         view.name = sequence.name + "/" + numbered(frames[i]) + "/" + sequence.cameras[c].name;
         view.camera = cameras[c];
+        std::optional<PinholeCamera<double>> crop;
+        if (options.body_crop > 0) {
+          crop = crop_camera(sequence.cameras[c].camera, 0, 0, body.confident_joints(),
+                             options.body_crop, view.name);
+          view.camera = *crop;
+          scale_intrinsics(&view.camera, size.width, size.height);
+        }
         view.near_depth = 0.1;
         view.far_depth = far_depth;
         view.time = double(frames[i]) / kHdFrameRate;
@@ -443,8 +469,8 @@ Scene import_panoptic(const std::string& source, const PanopticOptions& options)
                                 " of frame " + std::to_string(frames[i]) +
                                 ", which has a 3D body)");
         }
-        plans.push_back({s, c, frames[i], view.camera});
-        view.pose = label_view(joints19, view.camera, options.min_confidence);
+        plans.push_back({s, c, frames[i], crop, view.camera});
+        view.pose = label_joints(body.joints, body.confident, view.camera);
         view.target = c == 0;
         scene.views.push_back(std::move(view));
         scene.neighbours.emplace_back();
@@ -469,10 +495,15 @@ Scene import_panoptic(const std::string& source, const PanopticOptions& options)
   // The images are read as the shards are written, not held (a capture's 31 hd cameras give
   // tens of thousands of frames).
   const auto planned = std::make_shared<const std::vector<PlannedView>>(std::move(plans));
-  scene.read_rgb = [found, planned](size_t view) {
-    const PlannedView& p = (*planned)[view];
-    const Sequence& sequence = (*found)[p.sequence];
-    return read_view_image(sequence, sequence.cameras[p.camera], p.frame, p.view_camera);
+  const auto read = std::make_shared<std::atomic<size_t>>(0);
+  scene.read_rgb = [found, planned, read, progress = options.on_image_read](size_t view) {
+    const PlannedView& plan = (*planned)[view];
+    std::vector<uint8_t> rgb = read_view_image((*found)[plan.sequence], plan);
+    if (progress) {
+#pragma omp critical(panoptic_progress)
+      progress(++*read, planned->size());
+    }
+    return rgb;
   };
   validate_scene(scene);
   return scene;

@@ -15,6 +15,7 @@
 
 #include "mvibr/core/error.h"
 #include "mvibr/data/scene.h"
+#include "mvibr/geom/camera.h"
 
 namespace mvibr::data {
 
@@ -93,6 +94,75 @@ struct DotTally {
     EXPECT_GE(distorted_dots, least_distorted);
     EXPECT_GT(distortion_shift, 2.5) << "the lens must matter for the test to mean anything";
     EXPECT_LT(worst_dot, 0.5);
+  }
+};
+
+// Body-crop views (--body_crop) against the joints they were cut about, over a test: labels on
+// the pinhole projections of the world joints; the box of the joints the crop was made about
+// filling 1 / (1 + 2 margin) of the side, centred, within half a photograph pixel (where the
+// crop was rounded to); the dots on their labels; views grown and shrunk from the photograph.
+struct CropTally {
+  double worst_label = 0, worst_span = 0, worst_centre = 0, worst_dot = 0;
+  int dots = 0, grown = 0, shrunk = 0;
+
+  // joints: world, metres; boxed[j]: joint j was in the crop's box; photograph_fx: the camera's
+  // fx in the photograph; whole[j]: joint j's dot lies whole within the photograph.
+  void add_view(const View& view, const std::vector<Vec3<double>>& joints,
+                const std::vector<bool>& boxed, const std::vector<bool>& whole, double margin,
+                double photograph_fx) {
+    const PinholeCamera<double>& camera = view.camera;
+    EXPECT_EQ(camera.width, camera.height) << view.name;
+    (camera.fx > photograph_fx ? grown : shrunk) += 1;
+    // Dots in grown views are larger: the window and the distance to other dots grow alike.
+    const double scale = camera.fx / photograph_fx, grown_by = std::max(1.0, scale);
+    const std::vector<float>& labels = view.pose.joints_image;
+    double low[2] = {1e9, 1e9}, high[2] = {-1e9, -1e9};
+    for (size_t j = 0; j < joints.size(); ++j) {
+      const Vec3<double> p = transform_point(camera.w2c, joints[j]);
+      const double u = camera.fx * p.x / p.z + camera.cx, v = camera.fy * p.y / p.z + camera.cy;
+      const double lu = labels[2 * j], lv = labels[2 * j + 1];
+      // A joint behind the camera has a meaningless label (and is hidden).
+      if (p.z > 0) worst_label = std::max(worst_label, std::hypot(lu - u, lv - v));
+      if (boxed[j]) {
+        low[0] = std::min(low[0], lu), high[0] = std::max(high[0], lu);
+        low[1] = std::min(low[1], lv), high[1] = std::max(high[1], lv);
+      }
+      bool alone = whole[j];
+      for (size_t other = 0; other < joints.size(); ++other) {
+        const double distance = std::hypot(labels[2 * other] - lu, labels[2 * other + 1] - lv);
+        if (other != j && distance < 12 * grown_by) alone = false;
+      }
+      double cu, cv;
+      if (!alone || !dot_centroid(view, lu, lv, &cu, &cv, int(std::lround(5 * grown_by)))) {
+        continue;
+      }
+      worst_dot = std::max(worst_dot, std::hypot(cu - lu, cv - lv));
+      ++dots;
+    }
+    const double span = std::max(high[0] - low[0], high[1] - low[1]), side = camera.width;
+    worst_span = std::max(worst_span, std::abs(span - side / (1 + 2 * margin)) / scale);
+    for (int k = 0; k < 2; ++k) {
+      if (high[k] - low[k] == span) {
+        worst_centre =
+            std::max(worst_centre, std::abs((low[k] + high[k]) / 2 - (side - 1) / 2.0) / scale);
+      }
+    }
+  }
+
+  // Labels within 1e-3 px, box within 0.6 photograph px, at least `least_dots` dots within
+  // 0.5 px, and `views` views each grown and shrunk (both paths of the resampling).
+  void expect(int least_dots, int views) const {
+    std::printf(
+        "body crops: labels vs projections %.2g px, span and centre off by %.2f and %.2f "
+        "photograph px; dots vs labels: worst %.3f px over %d dots; %d views grown, %d shrunk\n",
+        worst_label, worst_span, worst_centre, worst_dot, dots, grown, shrunk);
+    EXPECT_LT(worst_label, 1e-3);
+    EXPECT_LT(worst_span, 0.6);
+    EXPECT_LT(worst_centre, 0.6);
+    EXPECT_GE(dots, least_dots);
+    EXPECT_LT(worst_dot, 0.5);
+    EXPECT_EQ(grown, views);
+    EXPECT_EQ(shrunk, views);
   }
 };
 

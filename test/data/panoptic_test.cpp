@@ -252,6 +252,74 @@ TEST(Panoptic, CamerasInMetresLabelsArePinholeProjectionsAndDotsLieOnThem) {
   tally.expect(61, 16);
 }
 
+TEST(Panoptic, BodyCropsAreSquaresAboutTheConfidentJointsAndDotsLieOnTheirLabels) {
+  Capture capture;
+  // Joint 5 of frame 100 (confidence 0.05) moved far out to the side: the crop leaves it out.
+  std::vector<double>& body100 = capture.joints19.at(std::string(kSequenceNames[0]) + "/100");
+  body100[4 * 5] += 150;
+  nlohmann::json file = nlohmann::json::parse(std::ifstream(capture.body_file(0, 100)));
+  file["bodies"][0]["joints19"] = body100;
+  write_text(capture.body_file(0, 100), file.dump());
+  for (int c = 0; c < kCameras; ++c) {
+    Capture::write_image(capture.image_file(0, c, 100), capture.cameras[size_t(c)], body100);
+  }
+  PanopticOptions o;
+  o.body_crop = 0.25;
+  std::vector<int> reads;
+  o.on_image_read = [&](size_t read, size_t total) {
+    EXPECT_EQ(total, size_t(2 * 3 * kCameras));
+    reads.push_back(int(read));
+  };
+  CropTally tally;
+  // Every box is larger than 96 pixels and smaller than 480: shrunk, then grown.
+  for (const int side : {96, 480}) {
+    o.width = side;
+    reads.clear();
+    const Scene scene = import_with_pixels(capture.root.string(), o);
+    ASSERT_EQ(scene.views.size(), size_t(2 * 3 * kCameras));
+    ASSERT_EQ(reads.size(), scene.views.size()) << "one progress call a view";
+    EXPECT_EQ(reads.back(), int(scene.views.size()));
+    for (const View& view : scene.views) {
+      // "160422_a/00000100/00_02"
+      const std::string sequence = view.name.substr(0, 8);
+      const long frame = std::stol(view.name.substr(9, 8));
+      const int c = view.name.back() - '0';
+      const FixtureCamera& fc = capture.cameras[size_t(c)];
+      EXPECT_EQ(view.camera.width, side);
+      for (int k = 0; k < 9; ++k) EXPECT_NEAR(view.camera.w2c[4 * (k / 3) + k % 3], fc.r[k], 1e-12);
+      EXPECT_NEAR(view.camera.fx / view.camera.fy, kFx / kFy, 1e-12) << "scaled alike";
+      const std::vector<double>& body = capture.joints19.at(sequence + "/" + std::to_string(frame));
+      std::vector<Vec3<double>> joints;
+      std::vector<bool> boxed, whole;
+      for (int j = 0; j < kPanopticJoints; ++j) {
+        const double* x = &body[size_t(4 * kPanopticJointOrder[j])];
+        joints.push_back({x[0] / 100, x[1] / 100, x[2] / 100});
+        boxed.push_back(x[3] > 0.1);
+        double du, dv;
+        project_distorted(fc, x, &du, &dv);
+        whole.push_back(du > 7 && dv > 7 && du < kWidth - 8 && dv < kHeight - 8);
+        EXPECT_EQ(view.pose.visible[size_t(j)] != 0,
+                  x[3] > 0.1 && view.pose.joints_image[size_t(2 * j)] > -0.5 &&
+                      view.pose.joints_image[size_t(2 * j)] < side - 0.5 &&
+                      view.pose.joints_image[size_t(2 * j + 1)] > -0.5 &&
+                      view.pose.joints_image[size_t(2 * j + 1)] < side - 0.5)
+            << view.name << " " << j;
+      }
+      tally.add_view(view, joints, boxed, whole, o.body_crop, kFx);
+    }
+  }
+  tally.expect(60, 24);
+
+  o.height = 96;
+  EXPECT_EQ(error_of([&] { import_panoptic(capture.root.string(), o); }),
+            "panoptic: --body_crop needs --width (the side of the square views) and no --height");
+  o = {};
+  o.body_crop = -1;
+  EXPECT_NE(
+      error_of([&] { import_panoptic(capture.root.string(), o); }).find("--body_crop in [0, 10]"),
+      std::string::npos);
+}
+
 TEST(Panoptic, OptionsChooseCamerasFramesBodiesAndSize) {
   const Capture capture;
   PanopticOptions o;

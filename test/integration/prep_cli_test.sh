@@ -94,6 +94,10 @@ grep -q "^warning: panoptic: 2 of 6 frames read had no body" "$work/panoptic.out
 grep -q "skeleton: 19 joints: BodyCenter Neck<BodyCenter Nose<Neck lShoulder<Neck" \
   "$work/panoptic.inspect" || fail "inspect does not show coco19"
 grep -q "checked .* frames in 1 shard(s): ok" "$work/panoptic.inspect" || fail "inspect panoptic"
+"$mvibr" prep --input panoptic --source "$work/panoptic" --body_crop 0.2 --width 24 \
+  --out "$work/panoptic-crops" | tee "$work/panoptic-crops.out"
+grep -q "(panoptic): 12 views of 24x24 (train 6, val 0, test 6)" "$work/panoptic-crops.out" ||
+  fail "panoptic body crops"
 expect_error "calibration_seq_a.json: no hd camera '00_07' (--cameras)" "$mvibr" prep --input panoptic \
   --source "$work/panoptic" --cameras 00_00,00_07 --out "$work/bad-panoptic"
 echo "== a Human3.6M processed folder (S1 and S9, two cameras, 32 joints a frame), written here"

@@ -8,6 +8,9 @@
 //   integer pixel coordinates are pixel centres as in mvibr, so cx and cy are taken as they are.
 // - Lens distortion is removed: each image is resampled into the pinhole image of the same K
 //   (undistort.h), so a label is the exact pinhole projection of its 3D joint.
+// - With body_crop, each view is a square about the body's confident joints' projections,
+//   body_crop of their box added each side, at `width` a side (learnable triangulation's person
+//   crops; import_common.h's crop rule, as Human3.6M's).
 // - Visibility: a joint is visible where it projects in front of the camera, into the image, and
 //   its confidence exceeds min_confidence (the toolbox's 0.1). Panoptic has no occlusion labels,
 //   so a joint hidden behind the body or another person still counts as visible.
@@ -18,6 +21,7 @@
 //   test_sequences sequences (by folder name) are the test split.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,6 +42,8 @@ struct PanopticOptions {
   int width = 0, height = 0;         // output size (0: full, or kept aspect from the other)
   int body = -1;                     // the body id to import; -1: each frame's first body
   double min_confidence = 0.1;       // a joint at or below it is not visible
+  double body_crop = 0;  // > 0: square views about the joints, this part of the box added a side
+  std::function<void(size_t, size_t)> on_image_read;  // (read, total) after each image
 };
 
 // A folder of sequence folders, or one sequence folder, as a validated Scene with neighbours.
