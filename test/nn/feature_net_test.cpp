@@ -259,6 +259,8 @@ std::map<std::string, std::function<Case()>> all_cases() {
   cases["conv_3x3_stride1"] = [] { return conv_case({2, 4, 6, 9, 8, 3, 1}, false, 2); };
   cases["conv_3x3_stride2_odd"] = [] { return conv_case({2, 5, 4, 10, 7, 3, 2}, true, 3); };
   cases["conv_1x1_stride2"] = [] { return conv_case({2, 6, 3, 9, 10, 1, 2}, false, 4); };
+  // out_conv's shape: 1x1 with a bias, stride 1.
+  cases["conv_1x1_bias"] = [] { return conv_case({3, 7, 5, 6, 9, 1, 1}, true, 9); };
   cases["conv_wide"] = [] { return conv_case({1, 64, 32, 6, 5, 3, 1}, false, 5); };
   // The pose backbone's widest 3x3 (33 outputs: 17 heatmaps, 16 for the confidence head).
   cases["conv_3x3_winograd"] = [] {
