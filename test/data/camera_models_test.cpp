@@ -100,22 +100,6 @@ TEST(Undistort, IdentityLeavesPixelsAlone) {
 // ---------------------------------------------------------------------------------------------
 // COLMAP models
 
-// The cameras of the small COLMAP models below (image ids 1 to 3) and their images' names; the
-// views are imported in name order.
-std::vector<PinholeCamera<double>> colmap_cameras() {
-  return {look_at_camera<double>({3, -1, 2}, {0, 0, 0}, {0, 0, 1}, 50.0, 32, 24),
-          look_at_camera<double>({-2, -3, 1}, {0.1, 0, 0}, {0, 0, 1}, 50.0, 32, 24),
-          look_at_camera<double>({0.5, 3, 1.5}, {0, 0.2, 0}, {0, 0, 1}, 50.0, 32, 24)};
-}
-const char* const kColmapImageNames[] = {"c.png", "a.png", "b.png"};
-
-// A camera's w2c rotation as COLMAP's quaternion (w, x, y, z); these rotations have trace > -1.
-std::array<double, 4> colmap_quaternion(const PinholeCamera<double>& camera) {
-  const double* m = camera.w2c;
-  const double w = 0.5 * std::sqrt(1 + m[0] + m[5] + m[10]);
-  return {w, (m[9] - m[6]) / (4 * w), (m[2] - m[8]) / (4 * w), (m[4] - m[1]) / (4 * w)};
-}
-
 TEST(ImportColmap, TinyTextModelPosesIntrinsicsAndBounds) {
   TempDir dir;
   const std::vector<PinholeCamera<double>> truth = colmap_cameras();
@@ -166,58 +150,14 @@ TEST(ImportColmap, TinyTextModelPosesIntrinsicsAndBounds) {
 }
 
 // What COLMAP writes by default: the same model in cameras.bin, images.bin and points3D.bin,
-// written here field by field as COLMAP's reconstruction_io does, reads as the text one does.
+// written as COLMAP's reconstruction_io does (importer_fixture.h), reads as the text one does.
 TEST(ImportColmap, BinaryModelsReadAsTheirTextTwins) {
   TempDir dir;
-  const std::vector<PinholeCamera<double>> truth = colmap_cameras();
-  std::string cameras_bin, images_bin, points_bin, images_txt;
-  const auto put = [](std::string* out, const auto value) {
-    out->append(reinterpret_cast<const char*>(&value), sizeof(value));
-  };
-  put(&cameras_bin, uint64_t(1));
-  put(&cameras_bin, uint32_t(1));  // camera id
-  put(&cameras_bin, int32_t(4));   // OPENCV
-  put(&cameras_bin, uint64_t(32));
-  put(&cameras_bin, uint64_t(24));
-  for (double p : {50.0, 51.0, 16.0, 12.0, 0.01, -0.002, 0.001, 0.0005}) put(&cameras_bin, p);
-  put(&images_bin, uint64_t(truth.size()));
-  for (size_t i = 0; i < truth.size(); ++i) {
-    const double* m = truth[i].w2c;
-    const std::array<double, 4> q = colmap_quaternion(truth[i]);
-    put(&images_bin, uint32_t(i + 1));
-    for (double x : q) put(&images_bin, x);
-    for (double x : {m[3], m[7], m[11]}) put(&images_bin, x);
-    put(&images_bin, uint32_t(1));
-    images_bin += std::string(kColmapImageNames[i]) + '\0';
-    put(&images_bin, uint64_t(1));  // one 2D point
-    for (double x : {1.0, 2.0}) put(&images_bin, x);
-    put(&images_bin, uint64_t(7));
-    char line[512];
-    std::snprintf(line, sizeof line, "%zu %.17g %.17g %.17g %.17g %.17g %.17g %.17g 1 %s\n", i + 1,
-                  q[0], q[1], q[2], q[3], m[3], m[7], m[11], kColmapImageNames[i]);
-    images_txt += std::string(line) + "1.0 2.0 7\n";
-    write_gradient_png(dir / ("text/images/" + std::string(kColmapImageNames[i])), 32, 24, 3);
-    write_gradient_png(dir / ("binary/images/" + std::string(kColmapImageNames[i])), 32, 24, 3);
-  }
-  put(&points_bin, uint64_t(2));
-  const double points[2][3] = {{0, 0, 0}, {0.2, 0.1, 0.3}};
-  const uint32_t tracks[2][4] = {{1, 0, 3, 0}, {1, 1, 0, 0}};
-  for (int k = 0; k < 2; ++k) {
-    put(&points_bin, uint64_t(k + 1));
-    for (double x : points[k]) put(&points_bin, x);
-    points_bin += std::string("\x0a\x14\x1e", 3);
-    put(&points_bin, 0.5);
-    put(&points_bin, uint64_t(k == 0 ? 2 : 1));
-    for (int e = 0; e < (k == 0 ? 4 : 2); ++e) put(&points_bin, tracks[k][e]);
-  }
-  write_text(dir / "text/sparse/0/cameras.txt",
-             "1 OPENCV 32 24 50 51 16 12 0.01 -0.002 0.001 0.0005\n");
-  write_text(dir / "text/sparse/0/images.txt", images_txt);
-  write_text(dir / "text/sparse/0/points3D.txt",
-             "1 0 0 0 10 20 30 0.5 1 0 3 0\n2 0.2 0.1 0.3 10 20 30 0.5 1 1\n");
-  write_text(dir / "binary/sparse/0/cameras.bin", cameras_bin);
-  write_text(dir / "binary/sparse/0/images.bin", images_bin);
-  write_text(dir / "binary/sparse/0/points3D.bin", points_bin);
+  const ColmapTwins twins = colmap_twins();
+  write_colmap_twin(dir / "text", twins, false);
+  write_colmap_twin(dir / "binary", twins, true);
+  const std::string& images_bin = twins.images_bin;
+  const std::string& cameras_bin = twins.cameras_bin;
   ASSERT_EQ(detect_format(dir / "binary"), "colmap");
   const Scene text = import_scene("auto", dir / "text", ImportOptions{});
   const Scene binary = import_scene("auto", dir / "binary", ImportOptions{});

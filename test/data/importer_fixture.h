@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -27,13 +28,11 @@
 #include "mvibr/data/npy.h"
 #include "mvibr/data/npz.h"
 #include "mvibr/data/undistort.h"
+#include "mvibr/geom/camera.h"
 #include "mvibr/geom/projection.h"
 #include "support/datasets.h"
 
 namespace mvibr::data::testing {
-
-namespace fs = std::filesystem;
-using nlohmann::json;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -71,6 +70,87 @@ inline void write_gradient_png(const std::string& path, int width, int height, i
   for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = uint8_t(i * 7 % 251);
   fs::create_directories(fs::path(path).parent_path());
   write_png(path, width, height, channels, pixels.data());
+}
+
+// The cameras of the small COLMAP models below (image ids 1 to 3) and their images' names; the
+// views are imported in name order.
+inline std::vector<PinholeCamera<double>> colmap_cameras() {
+  return {look_at_camera<double>({3, -1, 2}, {0, 0, 0}, {0, 0, 1}, 50.0, 32, 24),
+          look_at_camera<double>({-2, -3, 1}, {0.1, 0, 0}, {0, 0, 1}, 50.0, 32, 24),
+          look_at_camera<double>({0.5, 3, 1.5}, {0, 0.2, 0}, {0, 0, 1}, 50.0, 32, 24)};
+}
+inline const char* const kColmapImageNames[] = {"c.png", "a.png", "b.png"};
+
+// A camera's w2c rotation as COLMAP's quaternion (w, x, y, z); these rotations have trace > -1.
+inline std::array<double, 4> colmap_quaternion(const PinholeCamera<double>& camera) {
+  const double* m = camera.w2c;
+  const double w = 0.5 * std::sqrt(1 + m[0] + m[5] + m[10]);
+  return {w, (m[9] - m[6]) / (4 * w), (m[2] - m[8]) / (4 * w), (m[4] - m[1]) / (4 * w)};
+}
+
+// The model of colmap_cameras() (one OPENCV camera with a lens, a 2D point per image, two 3D
+// points) as COLMAP writes it by default, cameras.bin, images.bin and points3D.bin field by field
+// as its reconstruction_io does, and as its text twin.
+struct ColmapTwins {
+  std::string cameras_bin, images_bin, points_bin, cameras_txt, images_txt, points_txt;
+};
+
+inline ColmapTwins colmap_twins() {
+  const std::vector<PinholeCamera<double>> truth = colmap_cameras();
+  ColmapTwins m;
+  const auto put = [](std::string* out, const auto value) {
+    out->append(reinterpret_cast<const char*>(&value), sizeof(value));
+  };
+  put(&m.cameras_bin, uint64_t(1));
+  put(&m.cameras_bin, uint32_t(1));  // camera id
+  put(&m.cameras_bin, int32_t(4));   // OPENCV
+  put(&m.cameras_bin, uint64_t(32));
+  put(&m.cameras_bin, uint64_t(24));
+  for (double p : {50.0, 51.0, 16.0, 12.0, 0.01, -0.002, 0.001, 0.0005}) put(&m.cameras_bin, p);
+  put(&m.images_bin, uint64_t(truth.size()));
+  for (size_t i = 0; i < truth.size(); ++i) {
+    const double* w2c = truth[i].w2c;
+    const std::array<double, 4> q = colmap_quaternion(truth[i]);
+    put(&m.images_bin, uint32_t(i + 1));
+    for (double x : q) put(&m.images_bin, x);
+    for (double x : {w2c[3], w2c[7], w2c[11]}) put(&m.images_bin, x);
+    put(&m.images_bin, uint32_t(1));
+    m.images_bin += std::string(kColmapImageNames[i]) + '\0';
+    put(&m.images_bin, uint64_t(1));  // one 2D point
+    for (double x : {1.0, 2.0}) put(&m.images_bin, x);
+    put(&m.images_bin, uint64_t(7));
+    char line[512];
+    std::snprintf(line, sizeof line, "%zu %.17g %.17g %.17g %.17g %.17g %.17g %.17g 1 %s\n", i + 1,
+                  q[0], q[1], q[2], q[3], w2c[3], w2c[7], w2c[11], kColmapImageNames[i]);
+    m.images_txt += std::string(line) + "1.0 2.0 7\n";
+  }
+  put(&m.points_bin, uint64_t(2));
+  const double points[2][3] = {{0, 0, 0}, {0.2, 0.1, 0.3}};
+  const uint32_t tracks[2][4] = {{1, 0, 3, 0}, {1, 1, 0, 0}};
+  for (int k = 0; k < 2; ++k) {
+    put(&m.points_bin, uint64_t(k + 1));
+    for (double x : points[k]) put(&m.points_bin, x);
+    m.points_bin += std::string("\x0a\x14\x1e", 3);
+    put(&m.points_bin, 0.5);
+    put(&m.points_bin, uint64_t(k == 0 ? 2 : 1));
+    for (int e = 0; e < (k == 0 ? 4 : 2); ++e) put(&m.points_bin, tracks[k][e]);
+  }
+  m.cameras_txt = "1 OPENCV 32 24 50 51 16 12 0.01 -0.002 0.001 0.0005\n";
+  m.points_txt = "1 0 0 0 10 20 30 0.5 1 0 3 0\n2 0.2 0.1 0.3 10 20 30 0.5 1 1\n";
+  return m;
+}
+
+// The model's images (32x24 gradients) and sparse/0/ in binary or text, under `dir`.
+inline void write_colmap_twin(const std::string& dir, const ColmapTwins& m, bool binary) {
+  for (const char* name : kColmapImageNames) {
+    write_gradient_png(dir + "/images/" + name, 32, 24, 3);
+  }
+  const std::string sparse = dir + "/sparse/0/";
+  write_text(sparse + (binary ? "cameras.bin" : "cameras.txt"),
+             binary ? m.cameras_bin : m.cameras_txt);
+  write_text(sparse + (binary ? "images.bin" : "images.txt"), binary ? m.images_bin : m.images_txt);
+  write_text(sparse + (binary ? "points3D.bin" : "points3D.txt"),
+             binary ? m.points_bin : m.points_txt);
 }
 
 // Runs `body`, expecting an InvalidArgument whose message contains `needle` (a file name).
