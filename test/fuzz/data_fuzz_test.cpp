@@ -11,6 +11,7 @@
 #include <functional>
 #include <random>
 
+#include "damage.h"
 #include "mvibr/core/error.h"
 #include "mvibr/data/image_io.h"
 #include "mvibr/data/npy.h"
@@ -127,18 +128,7 @@ TEST(DataFuzz, DamagedImagesAndArraysGiveCleanErrors) {
     const fs::path copy = work / input.source.filename();
     for (int round = 0; round < 40; ++round, ++rounds) {
       fs::copy_file(input.source, copy, fs::copy_options::overwrite_existing);
-      const size_t size = fs::file_size(copy);
-      if (round % 4 == 3) {
-        fs::resize_file(copy, rng() % size);
-      } else {
-        std::fstream stream(copy, std::ios::in | std::ios::out | std::ios::binary);
-        // Early bytes hold the headers: aim half of the damage there.
-        const size_t span = round % 2 ? size : std::min<size_t>(size, 256);
-        for (int i = 0; i < 1 + int(rng() % 8); ++i) {
-          stream.seekp(std::streamoff(rng() % span));
-          stream.put(char(rng()));
-        }
-      }
+      mvibr::testing::damage_file(copy, round, rng);
       try {
         input.read(copy.string());
       } catch (const InvalidArgument& e) {

@@ -17,6 +17,7 @@
 
 #include "../data/human36m_fixture.h"
 #include "../data/importer_fixture.h"
+#include "damage.h"
 #include "mvibr/data/dynibar_folder.h"
 #include "mvibr/data/panoptic.h"
 #include "mvibr/data/synthetic_scene.h"
@@ -168,19 +169,7 @@ TEST(ImportFuzz, DamagedImportSourcesGiveCleanErrors) {
         fs::remove_all(damaged);
         fs::copy(source.clean, damaged,
                  fs::copy_options::recursive | fs::copy_options::copy_symlinks);
-        const fs::path path = damaged / file;
-        const size_t size = fs::file_size(path);
-        if (round % 4 == 3) {
-          fs::resize_file(path, rng() % size);
-        } else {
-          std::fstream stream(path, std::ios::in | std::ios::out | std::ios::binary);
-          // Early bytes hold the headers and counts: aim half of the damage there.
-          const size_t span = round % 2 ? size : std::min<size_t>(size, 128);
-          for (int i = 0; i < 1 + int(rng() % 6); ++i) {
-            stream.seekp(std::streamoff(rng() % span));
-            stream.put(char(rng()));
-          }
-        }
+        mvibr::testing::damage_file(damaged / file, round, rng);
         ++tally[source.name].second;
         try {
           source.import(damaged.string());
