@@ -446,6 +446,13 @@ Scene import_panoptic(const std::string& source, const PanopticOptions& options)
         continue;
       }
       const Body body(joints19, options.min_confidence);
+      const std::vector<Vec3<double>> boxed = body.confident_joints();
+      if (options.body_crop > 0 && boxed.empty()) {
+        char threshold[32];
+        std::snprintf(threshold, sizeof threshold, "%g", options.min_confidence);
+        throw InvalidArgument(body_file.string() + ": the body has no joint of confidence above " +
+                              threshold + " to crop about (--body_crop)");
+      }
       const int first = int(scene.views.size());
       for (size_t c = 0; c < cameras.size(); ++c) {
         View view;
@@ -453,8 +460,8 @@ Scene import_panoptic(const std::string& source, const PanopticOptions& options)
         view.camera = cameras[c];
         std::optional<PinholeCamera<double>> crop;
         if (options.body_crop > 0) {
-          crop = crop_camera(sequence.cameras[c].camera, 0, 0, body.confident_joints(),
-                             options.body_crop, view.name);
+          // The crop's size is the joints' box's (0 x 0: no centre crop).
+          crop = crop_camera(sequence.cameras[c].camera, 0, 0, boxed, options.body_crop, view.name);
           view.camera = *crop;
           scale_intrinsics(&view.camera, size.width, size.height);
         }

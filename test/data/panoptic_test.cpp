@@ -310,6 +310,14 @@ TEST(Panoptic, BodyCropsAreSquaresAboutTheConfidentJointsAndDotsLieOnTheirLabels
   }
   tally.expect(60, 24);
 
+  // A body with no confident joint has nothing to crop about.
+  for (size_t j = 0; j < kPanopticJoints; ++j) file["bodies"][0]["joints19"][4 * j + 3] = 0.05;
+  write_text(capture.body_file(0, 100), file.dump());
+  const std::string none = error_of([&] { import_panoptic(capture.root.string(), o); });
+  EXPECT_NE(none.find(capture.body_file(0, 100).string() +
+                      ": the body has no joint of confidence above 0.1 to crop about"),
+            std::string::npos)
+      << none;
   o.height = 96;
   EXPECT_EQ(error_of([&] { import_panoptic(capture.root.string(), o); }),
             "panoptic: --body_crop needs --width (the side of the square views) and no --height");
