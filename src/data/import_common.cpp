@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <optional>
 
 #include "mvibr/core/error.h"
@@ -175,6 +176,19 @@ std::vector<uint8_t> crop_view_rgb(const std::vector<uint8_t>& rgb,
   const std::vector<uint8_t> cropped = resample_rgb(rgb, full, d, crop, 0);
   if (camera.width == crop.width && camera.height == crop.height) return cropped;
   return downscale_area(cropped, crop.width, crop.height, 3, camera.width, camera.height);
+}
+
+std::function<std::vector<uint8_t>(size_t)> reads_with_progress(
+    std::function<std::vector<uint8_t>(size_t)> read, size_t total,
+    std::function<void(size_t, size_t)> progress) {
+  if (!progress) return read;
+  const auto done = std::make_shared<size_t>(0);
+  return [read = std::move(read), total, progress = std::move(progress), done](size_t view) {
+    std::vector<uint8_t> rgb = read(view);
+#pragma omp critical(import_progress)
+    progress(++*done, total);
+    return rgb;
+  };
 }
 
 void fit_view(View* view, FrameSize size, const std::string& where) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,12 @@ std::vector<uint8_t> crop_view_rgb(const std::vector<uint8_t>& rgb,
                                    const PinholeCamera<double>& full, const Distortion& d,
                                    const PinholeCamera<double>& crop,
                                    const PinholeCamera<double>& camera);
+
+// Scene::read_rgb for importers that defer their pixels: `read` (view index -> its pixels),
+// telling `progress` (when set) of each view read, one call at a time: (views read, total).
+std::function<std::vector<uint8_t>(size_t)> reads_with_progress(
+    std::function<std::vector<uint8_t>(size_t)> read, size_t total,
+    std::function<void(size_t, size_t)> progress);
 
 // Brings a view (camera and rgb at the size read) to `size`: area-downscaled, intrinsics scaled;
 // InvalidArgument naming `where` when what was read is smaller.

@@ -5,7 +5,6 @@
 #include "mvibr/data/human36m.h"
 
 #include <algorithm>
-#include <atomic>
 #include <boost/property_tree/ptree.hpp>
 #include <boost/property_tree/xml_parser.hpp>
 #include <cmath>
@@ -623,15 +622,9 @@ Scene import_human36m(const std::string& source, const Human36mOptions& options)
   // The images are read as the shards are written, not held: the whole data set at 256 pixels
   // would take about 150 GB.
   const auto planned = std::make_shared<const std::vector<PlannedView>>(std::move(plans));
-  const auto read = std::make_shared<std::atomic<size_t>>(0);
-  scene.read_rgb = [calibrations, planned, read, progress = options.on_image_read](size_t view) {
-    std::vector<uint8_t> rgb = read_view_image((*planned)[view]);
-    if (progress) {
-#pragma omp critical(human36m_progress)
-      progress(++*read, planned->size());
-    }
-    return rgb;
-  };
+  scene.read_rgb = reads_with_progress(
+      [calibrations, planned](size_t view) { return read_view_image((*planned)[view]); },
+      planned->size(), options.on_image_read);
   validate_scene(scene);
   return scene;
 }

@@ -6,7 +6,6 @@
 #include "mvibr/data/panoptic.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -502,16 +501,12 @@ Scene import_panoptic(const std::string& source, const PanopticOptions& options)
   // The images are read as the shards are written, not held (a capture's 31 hd cameras give
   // tens of thousands of frames).
   const auto planned = std::make_shared<const std::vector<PlannedView>>(std::move(plans));
-  const auto read = std::make_shared<std::atomic<size_t>>(0);
-  scene.read_rgb = [found, planned, read, progress = options.on_image_read](size_t view) {
-    const PlannedView& plan = (*planned)[view];
-    std::vector<uint8_t> rgb = read_view_image((*found)[plan.sequence], plan);
-    if (progress) {
-#pragma omp critical(panoptic_progress)
-      progress(++*read, planned->size());
-    }
-    return rgb;
-  };
+  scene.read_rgb = reads_with_progress(
+      [found, planned](size_t view) {
+        const PlannedView& plan = (*planned)[view];
+        return read_view_image((*found)[plan.sequence], plan);
+      },
+      planned->size(), options.on_image_read);
   validate_scene(scene);
   return scene;
 }
