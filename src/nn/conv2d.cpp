@@ -7,8 +7,10 @@
 // 1.3-4x faster than gemm:jit with the reorders counted (bench/conv_bench). 1x1 convolutions
 // stay plain: on NCHW they are a GEMM without im2col, and their few FLOPs per byte do not pay for
 // the reorders (up to 2x slower blocked). ConvAlgorithm::kWinograd asks for oneDNN's Winograd on
-// 3x3 stride-1 shapes and falls back to direct where it has none. Creating a primitive costs far
-// more than running a small one, so each shape's are built once and cached.
+// 3x3 stride-1 shapes and falls back to direct where it has none (it has none in bf16).
+// ConvOperands::kBf16 asks for bf16 inputs and weights with fp32 outputs: the reorders into the
+// chosen layouts round them, and oneDNN runs its AMX or AVX512-BF16 kernels. Creating a primitive
+// costs far more than running a small one, so each shape's are built once and cached.
 #include <dnnl.hpp>
 
 #include <array>
@@ -31,6 +33,9 @@ namespace {
 using dnnl::memory;
 using Tag = memory::format_tag;
 
+constexpr const char* kNoBf16 =
+    "bf16 convolutions: oneDNN has none for this CPU (they need AVX-512); use fp32";
+
 const dnnl::engine& cpu_engine() {
   static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   return engine;
@@ -49,7 +54,7 @@ struct ConvPrimitives {
   std::unique_ptr<dnnl::convolution_backward_weights> backward_weights;
 };
 
-using ConvKey = std::tuple<int, int, int, int, int, int, int, bool, ConvAlgorithm>;
+using ConvKey = std::tuple<int, int, int, int, int, int, int, bool, ConvAlgorithm, ConvOperands>;
 
 memory::dims dims(int a, int b, int c, int d) {
   return {memory::dim(a), memory::dim(b), memory::dim(c), memory::dim(d)};
@@ -71,12 +76,25 @@ memory::desc layout(const ConvShape& s, const memory::desc& plain) {
   return blocked ? memory::desc(plain.dims(), plain.data_type(), Tag::any) : plain;
 }
 
+bool bf16_operands(const ConvShape& s) {
+  return s.operands == ConvOperands::kBf16 && s.kernel > 1;
+}
+
+// The descriptor of a pass's multiplied operand (input, weights, output gradient): bf16 where
+// the shape asks for it and is not 1x1 (ConvOperands), else as layout().
+memory::desc operand(const ConvShape& s, const memory::desc& plain) {
+  if (bf16_operands(s)) {
+    return memory::desc(plain.dims(), memory::data_type::bf16, Tag::any);
+  }
+  return layout(s, plain);
+}
+
 ConvPrimitives& primitives(const ConvShape& s, bool with_bias) {
   static std::mutex mutex;
   static std::map<ConvKey, std::unique_ptr<ConvPrimitives>> cache;
   check_shape(s);
   const ConvKey key{s.batch,  s.in_channels, s.out_channels, s.in_height, s.in_width,
-                    s.kernel, s.stride,      with_bias,      s.algorithm};
+                    s.kernel, s.stride,      with_bias,      s.algorithm, s.operands};
   std::lock_guard<std::mutex> lock(mutex);
   std::unique_ptr<ConvPrimitives>& entry = cache[key];
   if (entry) return *entry;
@@ -92,8 +110,8 @@ ConvPrimitives& primitives(const ConvShape& s, bool with_bias) {
   const memory::dims strides{s.stride, s.stride}, no_padding{0, 0};
   const auto forward_pd = [&](dnnl::algorithm algorithm) {
     const dnnl::convolution_forward::desc forward(
-        dnnl::prop_kind::forward_training, algorithm, layout(s, p->plain_src),
-        layout(s, p->plain_weights), p->bias, layout(s, p->plain_dst), strides, no_padding,
+        dnnl::prop_kind::forward_training, algorithm, operand(s, p->plain_src),
+        operand(s, p->plain_weights), p->bias, layout(s, p->plain_dst), strides, no_padding,
         no_padding);
     return dnnl::convolution_forward::primitive_desc(forward, cpu_engine());
   };
@@ -106,7 +124,12 @@ ConvPrimitives& primitives(const ConvShape& s, bool with_bias) {
     }
   }
   if (p->algorithm == dnnl::algorithm::convolution_direct) {
-    p->forward_pd = forward_pd(dnnl::algorithm::convolution_direct);
+    try {
+      p->forward_pd = forward_pd(dnnl::algorithm::convolution_direct);
+    } catch (const dnnl::error&) {
+      if (s.operands != ConvOperands::kBf16) throw;
+      throw InvalidArgument(kNoBf16);
+    }
   }
   p->forward = dnnl::convolution_forward(p->forward_pd);
   entry = std::move(p);
@@ -126,7 +149,7 @@ dnnl::convolution_backward_data& backward_data(const ConvShape& s, ConvPrimitive
   return made_once(p.backward_data, [&] {
     const memory::dims strides{s.stride, s.stride}, no_padding{0, 0};
     const dnnl::convolution_backward_data::desc desc(
-        p.algorithm, layout(s, p.plain_src), layout(s, p.plain_weights), layout(s, p.plain_dst),
+        p.algorithm, layout(s, p.plain_src), operand(s, p.plain_weights), operand(s, p.plain_dst),
         strides, no_padding, no_padding);
     p.backward_data_pd =
         dnnl::convolution_backward_data::primitive_desc(desc, cpu_engine(), p.forward_pd);
@@ -138,8 +161,8 @@ dnnl::convolution_backward_weights& backward_weights(const ConvShape& s, ConvPri
   return made_once(p.backward_weights, [&] {
     const memory::dims strides{s.stride, s.stride}, no_padding{0, 0};
     const dnnl::convolution_backward_weights::desc desc(
-        p.algorithm, layout(s, p.plain_src), layout(s, p.plain_weights), p.bias,
-        layout(s, p.plain_dst), strides, no_padding, no_padding);
+        p.algorithm, operand(s, p.plain_src), layout(s, p.plain_weights), p.bias,
+        operand(s, p.plain_dst), strides, no_padding, no_padding);
     p.backward_weights_pd =
         dnnl::convolution_backward_weights::primitive_desc(desc, cpu_engine(), p.forward_pd);
     return std::make_unique<dnnl::convolution_backward_weights>(p.backward_weights_pd);
@@ -226,6 +249,17 @@ class LayoutRun {
 
 }  // namespace
 
+void check_conv_operands(ConvOperands operands) {
+  ConvShape probe;
+  probe.in_height = probe.in_width = probe.kernel = 3;
+  probe.operands = operands;
+  try {
+    primitives(probe, false);
+  } catch (const dnnl::error& e) {
+    fail("set-up", e);
+  }
+}
+
 void conv2d_forward(const ConvShape& shape, const float* x, const float* weight, const float* bias,
                     float* y) {
   try {
@@ -259,27 +293,40 @@ void conv2d_backward_data(const ConvShape& shape, const float* weight, const flo
 
 void conv2d_backward_weights(const ConvShape& shape, const float* x, const float* grad_y,
                              float* grad_weight, float* grad_bias) {
-  // oneDNN overwrites its outputs; parameter gradients accumulate.
+  // oneDNN overwrites its outputs; parameter gradients accumulate. With bf16 operands it would
+  // sum the bias gradient from the rounded output gradient; the bias is added in fp32, so its
+  // gradient is summed here from the fp32 one.
   const size_t weight_count =
       size_t(shape.out_channels) * size_t(shape.in_channels) * size_t(shape.kernel * shape.kernel);
   std::vector<float> weight_step(weight_count), bias_step(size_t(shape.out_channels));
+  const bool bias_by_onednn = grad_bias && !bf16_operands(shape);
   try {
-    ConvPrimitives& p = primitives(shape, grad_bias != nullptr);
+    ConvPrimitives& p = primitives(shape, bias_by_onednn);
     const dnnl::primitive& primitive = backward_weights(shape, p);
     const auto& pd = p.backward_weights_pd;
     LayoutRun run;
     run.input(DNNL_ARG_SRC, p.plain_src, pd.src_desc(), x);
     run.input(DNNL_ARG_DIFF_DST, p.plain_dst, pd.diff_dst_desc(), grad_y);
     run.output(DNNL_ARG_DIFF_WEIGHTS, p.plain_weights, pd.diff_weights_desc(), weight_step.data());
-    if (grad_bias) run.output(DNNL_ARG_DIFF_BIAS, p.bias, p.bias, bias_step.data());
+    if (bias_by_onednn) run.output(DNNL_ARG_DIFF_BIAS, p.bias, p.bias, bias_step.data());
     run.execute(primitive);
   } catch (const dnnl::error& e) {
     fail("backward weights", e);
   }
   for (size_t i = 0; i < weight_count; ++i) grad_weight[i] += weight_step[i];
-  if (grad_bias) {
-    for (int o = 0; o < shape.out_channels; ++o) grad_bias[o] += bias_step[size_t(o)];
+  if (!grad_bias) return;
+  if (!bias_by_onednn) {
+    const size_t plane = size_t(shape.out_height()) * size_t(shape.out_width());
+    for (int n = 0; n < shape.batch; ++n) {
+      for (int o = 0; o < shape.out_channels; ++o) {
+        const float* g = grad_y + (size_t(n) * size_t(shape.out_channels) + size_t(o)) * plane;
+        double sum = 0;
+        for (size_t i = 0; i < plane; ++i) sum += g[i];
+        bias_step[size_t(o)] += float(sum);
+      }
+    }
   }
+  for (int o = 0; o < shape.out_channels; ++o) grad_bias[o] += bias_step[size_t(o)];
 }
 
 }  // namespace mvibr::nn

@@ -233,6 +233,7 @@ ResUNet::ResUNet(const ResUNetOptions& options, ParameterSet* parameters, const 
   graph_.fine_channels = options.coarse_only ? 0 : options.fine_out_ch;
   graph_.shallow = options.shallow;
   graph_.conv_algorithm = options.conv_algorithm;
+  graph_.conv_operands = options.conv_operands;
   graph_.stem = add_unit("conv1", 3, w[0], 7, 2, false, Activation::kRelu, "bn1");
   int in_channels = w[0];
   for (int stage = 0; stage < 3; ++stage) {

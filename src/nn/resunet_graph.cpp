@@ -23,9 +23,9 @@ enum Scratch {
 };
 
 ConvShape conv_shape(const MapBatch& input, int out_channels, int kernel, int stride,
-                     ConvAlgorithm algorithm) {
-  return {input.batch, input.channels, out_channels, input.height,
-          input.width, kernel,         stride,       algorithm};
+                     const ResUNetGraph& graph) {
+  return {input.batch, input.channels, out_channels,         input.height,       input.width,
+          kernel,      stride,         graph.conv_algorithm, graph.conv_operands};
 }
 
 InstanceNormShape norm_shape(const MapBatch& maps) {
@@ -91,7 +91,7 @@ MapBatch ResUNetGraph::unit_forward(MapOps& ops, Workspace& ws, int index, const
   const int pad = (unit.kernel - 1) / 2;
   const MapBatch conv_input = reflect_padded(ops, ws, input, pad);
   const ConvShape shape =
-      conv_shape(conv_input, unit.out_channels, unit.kernel, unit.stride, conv_algorithm);
+      conv_shape(conv_input, unit.out_channels, unit.kernel, unit.stride, *this);
   Workspace::UnitRecord record;
   record.input = input;
   record.conv_output =
@@ -153,7 +153,7 @@ void ResUNetGraph::forward(MapOps& ops, Workspace& ws, int views, int height, in
 
   const int out = out_channels();
   ws.out_ = ws.take(views, out, out_height, out_width);
-  ops.conv2d_forward(conv_shape(ws.features_, out, 1, 1, conv_algorithm), ws.features_.data,
+  ops.conv2d_forward(conv_shape(ws.features_, out, 1, 1, *this), ws.features_.data,
                      params + out_weight, params + out_bias, ws.out_.data);
   ws.forward_done_ = true;
   if (coarse_out) ops.planar_to_channels_last(ws.out_, 0, coarse_channels, coarse_out);
@@ -189,7 +189,7 @@ void ResUNetGraph::unit_backward(MapOps& ops, Workspace& ws, int index, const fl
   const int pad = (unit.kernel - 1) / 2;
   const MapBatch conv_input = reflect_padded(ops, ws, input, pad);
   const ConvShape shape =
-      conv_shape(conv_input, unit.out_channels, unit.kernel, unit.stride, conv_algorithm);
+      conv_shape(conv_input, unit.out_channels, unit.kernel, unit.stride, *this);
   // No bias gradient: the instance norm subtracts each plane's mean, so it is exactly zero.
   ops.conv2d_backward_weights(shape, conv_input.data, grad_out, grads + unit.weight, nullptr);
   if (!grad_in) return;
@@ -243,7 +243,7 @@ void ResUNetGraph::backward(MapOps& ops, Workspace& ws, const float* params, flo
   if (grad_fine && fine_channels > 0) {
     ops.channels_last_to_planar(grad_fine, coarse_channels, fine_channels, grad_out);
   }
-  const ConvShape out_shape = conv_shape(ws.features_, out, 1, 1, conv_algorithm);
+  const ConvShape out_shape = conv_shape(ws.features_, out, 1, 1, *this);
   ops.conv2d_backward_weights(out_shape, ws.features_.data, grad_out.data, grads + out_weight,
                               grads + out_bias);
   float* g = grad_b;

@@ -188,9 +188,13 @@ const std::vector<Key>& keys() {
       {"precision",
        "model",
        enum_member(&C::precision),
-       "the GPU step's GEMMs (fp32 weights, activations and gradients)",
-       {[](const C& c) { return c.precision == Precision::kFp32 || c.device != Device::kCpu; },
-        "needs the GPU step; device = cpu is fp32 only"}},
+       "the GPU step's GEMMs (fp32 weights, activations and gradients); on the CPU, the pose "
+       "model's bf16 convolutions (nn/conv_layers.h: ConvOperands)",
+       {[](const C& c) {
+          return c.precision == Precision::kFp32 || c.device != Device::kCpu ||
+                 (c.precision == Precision::kBf16 && c.model == ModelKind::kPose);
+        },
+        "device = cpu runs fp32, and bf16 only for model = pose"}},
       {"flush_subnormals", "model", &C::flush_subnormals,
        "treat subnormal floats (below 1.2e-38) as zero while training, as "
        "torch.set_flush_denormal(True): CPU arithmetic on them is 30-150x slower"},

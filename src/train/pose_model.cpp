@@ -29,6 +29,8 @@ namespace mvibr::train {
 nn::ResUNetOptions pose_backbone_options(const TrainConfig& c, int joints) {
   nn::ResUNetOptions o = nn::ResUNetOptions::preset(c.feature_net);
   o.conv_algorithm = c.conv_algorithm;
+  o.conv_operands =
+      c.precision == Precision::kBf16 ? nn::ConvOperands::kBf16 : nn::ConvOperands::kFp32;
   o.coarse_only = true;
   o.coarse_out_ch = joints + c.confidence_channels;
   return o;
@@ -161,6 +163,8 @@ struct PoseModel::State : WithStateCopies<PoseModel::State> {
       device = make_pose_device_network(c, PoseNetworks{backbone, head_block, head_hidden, head_out,
                                                         fusion_block, fusion ? &*fusion : nullptr});
       copies = StateCopies(device.get(), &parameters, &adam);
+    } else {
+      nn::check_conv_operands(backbone.graph().conv_operands);
     }
   }
 

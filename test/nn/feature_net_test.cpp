@@ -67,7 +67,10 @@ Case conv_case(ConvShape s, bool bias, uint64_t seed) {
   const size_t n = size_t(s.batch), ci = size_t(s.in_channels), co = size_t(s.out_channels);
   const size_t k = size_t(s.kernel);
   Case c;
-  c.spec = {{"op", "conv"}, {"stride", s.stride}, {"bias", bias}};
+  c.spec = {{"op", "conv"},
+            {"stride", s.stride},
+            {"bias", bias},
+            {"operands", s.operands == ConvOperands::kBf16 ? "bf16" : "fp32"}};
   c.inputs["x"] = random_array({n, ci, size_t(s.in_height), size_t(s.in_width)}, -1, 1, seed);
   c.inputs["weight"] = random_array({co, ci, k, k}, -0.5, 0.5, seed + 1);
   if (bias) c.inputs["bias"] = random_array({co}, -0.5, 0.5, seed + 2);
@@ -265,6 +268,26 @@ std::map<std::string, std::function<Case()>> all_cases() {
   // The pose backbone's widest 3x3 (33 outputs: 17 heatmaps, 16 for the confidence head).
   cases["conv_3x3_winograd"] = [] {
     return conv_case({2, 32, 33, 14, 11, 3, 1, ConvAlgorithm::kWinograd}, false, 6);
+  };
+  // bf16 operands, against the reference on bf16 operands (Bf16Conv2d: the products of the
+  // rounded operands summed exactly), within the fp32 bounds; the pose backbone's shapes: its stem
+  // (7x7 stride 2, with a bias), a 3x3 at stride 1 (Winograd asked for; oneDNN has none in bf16)
+  // and 2, and a 1x1, which stays fp32.
+  const auto bf16_shape = [](ConvShape s) {
+    s.operands = ConvOperands::kBf16;
+    return s;
+  };
+  cases["conv_bf16_7x7_stride2_bias"] = [=] {
+    return conv_case(bf16_shape({2, 3, 16, 21, 19, 7, 2}), true, 20);
+  };
+  cases["conv_bf16_3x3_winograd"] = [=] {
+    return conv_case(bf16_shape({2, 32, 33, 14, 11, 3, 1, ConvAlgorithm::kWinograd}), false, 21);
+  };
+  cases["conv_bf16_3x3_stride2"] = [=] {
+    return conv_case(bf16_shape({2, 16, 32, 12, 13, 3, 2}), false, 22);
+  };
+  cases["conv_bf16_1x1_stays_fp32"] = [=] {
+    return conv_case(bf16_shape({2, 33, 33, 8, 9, 1, 1}), true, 23);
   };
   cases["reflect_pad_1"] = [] { return reflect_pad_case(3, 5, 4, 1, 6); };
   cases["reflect_pad_3"] = [] { return reflect_pad_case(2, 4, 6, 3, 7); };

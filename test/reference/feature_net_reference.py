@@ -69,7 +69,7 @@ def upsample(x):
 def conv(case, p):
     x, weight = load(case, "x", True), load(case, "weight", True)
     bias = load(case, "bias", True) if p["bias"] else None
-    y = F.conv2d(x, weight, bias, stride=p["stride"])
+    y = (conv2d_bf16 if p.get("operands") == "bf16" else F.conv2d)(x, weight, bias, p["stride"])
     backward_and_save(case, "y", y, x=x, weight=weight, bias=bias)
 
 
@@ -121,27 +121,65 @@ class Parameters:
                                f"used but not given: {sorted(set(self.tensors) - given)}")
 
 
-def relu_on_our_side(mask, z, name):
+def bf16(x):
+    """x rounded to bfloat16 (to nearest even, through float32, as the fp32 side rounds)."""
+    return x.to(torch.float32).to(torch.bfloat16).to(torch.float64)
+
+
+class Bf16Conv2d(torch.autograd.Function):
+    """A convolution on bf16 operands (nn/conv_layers.h: ConvOperands::kBf16): the input and
+    weights rounded for the output, the output gradient and weights for the input's gradient, the
+    input and output gradient for the weights'; the products summed exactly. The bias is added
+    unrounded, and its gradient sums the unrounded output gradient."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, stride):
+        ctx.save_for_backward(x, weight)
+        ctx.stride = stride
+        ctx.has_bias = bias is not None
+        return F.conv2d(bf16(x), bf16(weight), bias, stride=stride)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, weight = ctx.saved_tensors
+        g = bf16(grad_y)
+        grad_x = torch.nn.grad.conv2d_input(x.shape, bf16(weight), g, stride=ctx.stride)
+        grad_weight = torch.nn.grad.conv2d_weight(bf16(x), weight.shape, g, stride=ctx.stride)
+        grad_bias = grad_y.sum(dim=(0, 2, 3)) if ctx.has_bias else None
+        return grad_x, grad_weight, grad_bias, None
+
+
+def conv2d_bf16(x, weight, bias=None, stride=1):
+    """F.conv2d with bf16 operands above 1x1; a 1x1 convolution stays as it is."""
+    if weight.shape[-1] == 1:
+        return F.conv2d(x, weight, bias, stride=stride)
+    return Bf16Conv2d.apply(x, weight, bias, stride)
+
+
+def relu_on_our_side(mask, z, name, rounding=1e-4):
     """ReLU with the mask the fp32 side took (mask_<conv>.npy: 1 where its output is positive).
 
     Both sides then differentiate the same branch. Where our mask disagrees with float64's sign,
-    the pre-activation must be within fp32 rounding of the kink, or ours is simply wrong.
+    the pre-activation must be within `rounding` (of the largest) of the kink, or ours is simply
+    wrong: fp32's, or with bf16 operands a bf16 step (2^-8), since a value within fp32 rounding
+    of a bf16 tie rounds one way on each side.
     """
     disagree = (z > 0).to(z.dtype) != mask
     if disagree.any():
         worst = z.detach().abs()[disagree].max().item()
-        if worst > 1e-4 * z.detach().abs().max().item():
+        if worst > rounding * z.detach().abs().max().item():
             raise RuntimeError(f"{name}: our ReLU mask differs where the pre-activation is {worst}")
     return z * mask
 
 
-def resunet_forward(param, images, widths, blocks, relu, norm=instance_norm, shallow=False):
+def resunet_forward(param, images, widths, blocks, relu, norm=instance_norm, shallow=False,
+                    conv=F.conv2d):
     """The ResUNet's output [V, coarse + fine channels, Hf, Wf] of images [V, H, W, 3] in [0, 1].
 
     param(name) gives a parameter by its name without prefix; relu(y, conv_name) is the ReLU
     after that convolution's norm (relu_on_our_side for the parity tests, F.relu elsewhere);
     norm(x, gamma, beta) is InstanceNorm2d(affine) (F.instance_norm computes the same).
-    shallow: DynIBaR's forward, conv1 -> layer1 -> out_conv.
+    shallow: DynIBaR's forward, conv1 -> layer1 -> out_conv. conv: F.conv2d, or conv2d_bf16.
     """
 
     def unit(x, conv_name, norm_name, stride, activation, bias=False, residual=None):
@@ -149,7 +187,7 @@ def resunet_forward(param, images, widths, blocks, relu, norm=instance_norm, sha
         pad = (weight.shape[-1] - 1) // 2
         if pad > 0:
             x = F.pad(x, (pad, pad, pad, pad), mode="reflect")
-        y = F.conv2d(x, weight, param(conv_name + ".bias") if bias else None, stride=stride)
+        y = conv(x, weight, param(conv_name + ".bias") if bias else None, stride=stride)
         y = norm(y, param(norm_name + ".weight"), param(norm_name + ".bias"))
         if residual is not None:
             y = y + residual

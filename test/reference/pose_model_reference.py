@@ -65,11 +65,12 @@ def path_loss(cfg, inputs, points, weights):
 def step(cfg, params, inputs, relu, norm=feature_net.instance_norm):
     """The loss, its terms (3D and 2D; with fusion the fused path's, then the raw path's) and
     the 3D joints of one step. relu and norm: the backbone's
-    (feature_net_reference.resunet_forward)."""
+    (feature_net_reference.resunet_forward); cfg["conv_operands"] "bf16": its convolutions'."""
     B, V, J = cfg["instants"], cfg["views"], cfg["joints"]
     images = inputs["images"] / 255.0
+    conv = feature_net.conv2d_bf16 if cfg.get("conv_operands") == "bf16" else F.conv2d
     out = feature_net.resunet_forward(lambda name: params["backbone." + name], images,
-                                      cfg["widths"], cfg["blocks"], relu, norm)
+                                      cfg["widths"], cfg["blocks"], relu, norm, conv=conv)
     maps = out.permute(0, 2, 3, 1)  # [B V, Hf, Wf, J + K]
     stride = cfg["stride"]
     spec = {"joints": J, "multiplier": cfg["multiplier"], "scale_x": stride,
@@ -101,11 +102,12 @@ def run_case(case):
                   for name, value in checkpoint["model"].items()}
     inputs = {name: torch.from_numpy(np.load(case / f"{name}.npy")).to(torch.float64)
               for name in ["images", "projections", "joints", "joints_2d", "visible"]}
+    rounding = 2.0**-8 if cfg.get("conv_operands") == "bf16" else 1e-4
     masks = {path.stem[len("mask_"):]: torch.from_numpy(np.load(path))
              for path in case.glob("mask_*.npy")}
     loss, terms, joints = step(
         cfg, params, inputs,
-        lambda y, name: feature_net.relu_on_our_side(masks[name], y, name))
+        lambda y, name: feature_net.relu_on_our_side(masks[name], y, name, rounding))
     names = sorted(params)
     grads = torch.autograd.grad(loss, [params[name] for name in names], allow_unused=True)
     np.save(case / "ref_loss.npy", np.array([loss.item()] + [term.item() for term in terms]))

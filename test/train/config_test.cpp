@@ -206,7 +206,7 @@ TEST(TrainConfig, EveryKeyIsParsedListedAndCarried) {
     EXPECT_NE(help.find("--" + key.name + " "), std::string::npos);
     const auto other = kOtherValues.find(key.name);
     ASSERT_NE(other, kOtherValues.end()) << "no test value for a key of the table";
-    // precision bf16 needs the GPU step, which device = cpu refuses: it is set with cuda. The
+    // precision bf16 on device = cpu is the pose model's only: it is set with device auto. The
     // warm-up and the final ratio need the cosine schedule.
     std::vector<std::string> args = {"--" + key.name, other->second};
     if (key.name != "datadir") args.insert(args.end(), {"--datadir", "d"});
@@ -242,9 +242,21 @@ TEST(TrainConfig, EnumeratedKeysNameTheirChoices) {
   EXPECT_NE(error_of({"--datadir", "d", "--sample_mode", "edges"})
                 .find("config key 'sample_mode': must be uniform or center, got 'edges'"),
             std::string::npos);
-  EXPECT_NE(error_of({"--datadir", "d", "--device", "cpu", "--precision", "fp16"})
-                .find("config key 'precision': needs the GPU step"),
+  // On the CPU: fp32, and bf16 for the pose model's convolutions only.
+  const std::string cpu_only =
+      "config key 'precision': device = cpu runs fp32, and bf16 only for "
+      "model = pose";
+  EXPECT_NE(error_of({"--datadir", "d", "--device", "cpu", "--precision", "fp16"}).find(cpu_only),
             std::string::npos);
+  EXPECT_NE(error_of({"--datadir", "d", "--device", "cpu", "--precision", "bf16"}).find(cpu_only),
+            std::string::npos);
+  EXPECT_NE(
+      error_of({"--datadir", "d", "--device", "cpu", "--model", "pose", "--precision", "fp16"})
+          .find(cpu_only),
+      std::string::npos);
+  TrainConfig pose;
+  EXPECT_TRUE(parse_train_config(
+      {"--datadir", "d", "--device", "cpu", "--model", "pose", "--precision", "bf16"}, &pose));
   EXPECT_NE(train_config_help().find("fp32 | bf16 | fp16: "), std::string::npos);
   EXPECT_NE(error_of({"--datadir", "d", "--optimizer", "sgd"})
                 .find("config key 'optimizer': must be adam, adamw or lamb, got 'sgd'"),

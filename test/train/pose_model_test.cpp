@@ -7,7 +7,8 @@
 // meet, and with cross-view fusion the heatmaps' way into and out of the fusion, the two paths'
 // terms and the fusion weights' gradients. Bounds as normwise relative errors: the loss and its
 // terms within 1e-5, the joints within 1e-5, every parameter's gradient within 1e-4 (the project's
-// fp32 bounds) at a multiplier of 10, ten times those at the published 100 (check_step says why).
+// fp32 bounds) at a multiplier of 10, ten times those at the published 100; with bf16
+// convolutions against the reference on bf16 operands, looser (step_bounds says why).
 // Also: the data set's own 2D labels triangulate back to its 3D joints, and samples that disagree
 // are clear errors.
 #include <gtest/gtest.h>
@@ -111,7 +112,8 @@ void write_case(const TrainConfig& c, const PoseModel& model,
                                {"use_confidences", c.use_confidences},
                                {"cross_view_fusion", c.cross_view_fusion},
                                {"instants", B},
-                               {"views", V}};
+                               {"views", V},
+                               {"conv_operands", name_of(c.precision)}};
   std::ofstream(dir / "case.json") << spec.dump();
   const data::View& first = samples[0].target;
   const size_t H = size_t(first.camera.height), W = size_t(first.camera.width);
@@ -176,17 +178,35 @@ double normwise(const std::vector<float>& ours, const std::vector<double>& ref, 
   return scale > 0 ? difference / scale : difference;
 }
 
-// One step on both sides. The softmax multiplies the heatmaps' fp32 rounding by `multiplier`, so
-// the joints and gradients are bounded by 1e-5 and 1e-4 at 10, and by `bound` (10x both) at
-// learnable triangulation's 100.
+// Normwise relative bounds on one step's loss (and its terms), joints and gradients.
+struct StepBounds {
+  double loss = 1e-5, joints = 1e-5, gradients = 1e-4;
+};
+
+// The bounds of a step at `multiplier` in `precision`:
+// - fp32: the softmax multiplies the heatmaps' rounding by the multiplier, so the joints and
+//   gradients get 10x at learnable triangulation's 100;
+// - bf16 convolutions, against the reference on bf16 operands too (multiplier 10): a value within
+//   fp32 rounding of a bf16 tie rounds one way on each side, and on these small maps the instance
+//   norms amplify such flips. The reference alone, its conv inputs moved by relative noise of 1e-6
+//   before rounding, moves its loss by up to 4e-4, joints 9e-3 and gradients 0.27 (0.7 without
+//   rounding at all); ours are within 6e-4, 7e-3 and 2e-2, and the bounds are 2-5x those.
+StepBounds step_bounds(double multiplier, Precision precision) {
+  if (precision == Precision::kBf16) return {2e-3, 2e-2, 1e-1};
+  const double factor = multiplier > 10 ? 10 : 1;
+  return {1e-5, 1e-5 * factor, 1e-4 * factor};
+}
+
+// One step on both sides.
 void check_step(bool use_confidences, double multiplier, const std::string& name,
-                bool fusion = false,
-                nn::ConvAlgorithm conv_algorithm = nn::ConvAlgorithm::kDirect) {
-  const double bound = multiplier > 10 ? 10 : 1;
+                bool fusion = false, nn::ConvAlgorithm conv_algorithm = nn::ConvAlgorithm::kDirect,
+                Precision precision = Precision::kFp32) {
+  const StepBounds bound = step_bounds(multiplier, precision);
   const data::Scene scene = small_pose_scene();
   const std::vector<data::TrainingSample> samples = {instant(scene, 0), instant(scene, 3)};
   TrainConfig config = pose_config(use_confidences, multiplier, fusion);
   config.conv_algorithm = conv_algorithm;
+  config.precision = precision;
   PoseModel model(config, data::kPoseJoints, pose_rig(scene));
   model.initialize(5);
   const fs::path root =
@@ -204,13 +224,14 @@ void check_step(bool use_confidences, double multiplier, const std::string& name
 
   const NpyArray ref_loss = test::read_npy(dir / "ref_loss.npy");
   const auto relative = [](double a, double b) { return std::abs(a - b) / std::abs(b); };
-  EXPECT_LE(relative(ours.loss, ref_loss.data[0]), 1e-5) << ours.loss << " vs " << ref_loss.data[0];
-  EXPECT_LE(relative(ours.term("joints_3d"), ref_loss.data[1]), 1e-5);
-  EXPECT_LE(relative(ours.term("joints_2d"), ref_loss.data[2]), 1e-5);
+  EXPECT_LE(relative(ours.loss, ref_loss.data[0]), bound.loss)
+      << ours.loss << " vs " << ref_loss.data[0];
+  EXPECT_LE(relative(ours.term("joints_3d"), ref_loss.data[1]), bound.loss);
+  EXPECT_LE(relative(ours.term("joints_2d"), ref_loss.data[2]), bound.loss);
   ASSERT_EQ(ref_loss.data.size(), fusion ? 5u : 3u);
   if (fusion) {
-    EXPECT_LE(relative(ours.term("raw_joints_3d"), ref_loss.data[3]), 1e-5);
-    EXPECT_LE(relative(ours.term("raw_joints_2d"), ref_loss.data[4]), 1e-5);
+    EXPECT_LE(relative(ours.term("raw_joints_3d"), ref_loss.data[3]), bound.loss);
+    EXPECT_LE(relative(ours.term("raw_joints_2d"), ref_loss.data[4]), bound.loss);
   }
   std::vector<float> joints;
   for (const PosePrediction& p : predicted) {
@@ -218,7 +239,7 @@ void check_step(bool use_confidences, double multiplier, const std::string& name
     EXPECT_EQ(std::count(p.triangulated.begin(), p.triangulated.end(), 1), data::kPoseJoints);
   }
   const double joint_error = normwise(joints, test::read_npy(dir / "ref_joints.npy").data);
-  EXPECT_LE(joint_error, 1e-5 * bound);
+  EXPECT_LE(joint_error, bound.joints);
 
   const nn::ParameterSet& params = model.parameters();
   double worst = 0;
@@ -254,13 +275,16 @@ void check_step(bool use_confidences, double multiplier, const std::string& name
           std::max(largest, max_abs(test::read_npy(dir / ("ref_grad." + weight + ".npy")).data));
       error = normwise(grad, ref.data, scale);
     }
-    EXPECT_LE(error, 1e-4 * bound) << info.name;
+    EXPECT_LE(error, bound.gradients) << info.name;
     if (std::getenv("MVIBR_VERBOSE")) std::printf("    %-45s %.2e\n", info.name.c_str(), error);
     EXPECT_GT(largest, 0) << info.name << ": a parameter the step should train got no gradient";
     if (error >= worst) {
       worst = error;
       worst_name = info.name;
     }
+  }
+  if (precision == Precision::kBf16) {
+    EXPECT_GT(worst, StepBounds{}.gradients) << "within fp32's bounds: were the operands rounded?";
   }
   std::printf("  %s: loss %.1e, joints %.1e, worst gradient %.1e (%s)\n", name.c_str(),
               relative(ours.loss, ref_loss.data[0]), joint_error, worst, worst_name.c_str());
@@ -282,6 +306,11 @@ TEST(PoseModel, StepWithEqualWeightsMatchesPyTorch) {
 // As configs/pose_synthetic.txt runs it: the published multiplier and Winograd convolutions.
 TEST(PoseModel, StepAtThePublishedMultiplierWithWinogradMatchesPyTorch) {
   check_step(true, 100, "multiplier_100_winograd", false, nn::ConvAlgorithm::kWinograd);
+}
+
+// precision = bf16 on the CPU: the backbone's convolutions above 1x1 on bf16 operands.
+TEST(PoseModel, StepWithBf16ConvolutionsMatchesPyTorch) {
+  check_step(true, 10, "bf16", false, nn::ConvAlgorithm::kWinograd, Precision::kBf16);
 }
 
 // With fusion: the fused path's joints and both paths' terms, and every gradient, the fusion

@@ -26,6 +26,14 @@ struct MapBatch {
 // Winograd kernel for the CPU or the shape, direct runs.
 enum class ConvAlgorithm { kDirect, kWinograd };
 
+// The CPU's operands for the convolutions with a kernel above 1x1 (cuDNN's are fp32):
+// - kFp32: as the callers hold them;
+// - kBf16: inputs, weights and output gradients rounded to bfloat16 (to nearest even), products
+//   summed in fp32, outputs and every gradient fp32. AMX or AVX512-BF16 run these, 4-6x faster
+//   than fp32 on the pose backbone's 3x3 layers (bench/conv_bench). 1x1 convolutions stay fp32:
+//   a GEMM at memory speed, where the conversions cost more than they save.
+enum class ConvOperands { kFp32, kBf16 };
+
 // A 2-D convolution without padding: input [batch, in_channels, in_height, in_width], weights
 // [out_channels, in_channels, kernel, kernel] (PyTorch's layout), output [batch, out_channels,
 // out_height(), out_width()].
@@ -33,9 +41,13 @@ struct ConvShape {
   int batch = 1, in_channels = 1, out_channels = 1;
   int in_height = 1, in_width = 1, kernel = 1, stride = 1;
   ConvAlgorithm algorithm = ConvAlgorithm::kDirect;
+  ConvOperands operands = ConvOperands::kFp32;
   int out_height() const { return (in_height - kernel) / stride + 1; }
   int out_width() const { return (in_width - kernel) / stride + 1; }
 };
+
+// InvalidArgument, in one line, unless this CPU runs convolutions with these operands.
+void check_conv_operands(ConvOperands operands);
 
 // y = conv(x, weight) + bias; bias may be null. oneDNN's primitives are built on a shape's first
 // call and cached.
