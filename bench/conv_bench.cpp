@@ -2,8 +2,10 @@
 // configs/synthetic_bench.txt) in mvibr's conv2d_* against oneDNN called on the callers' plain
 // NCHW/OIHW layouts, side by side in one run. Plain layouts leave oneDNN its im2col + sgemm
 // ("gemm:jit"); mvibr's conv2d asks for the channel-blocked layouts of its direct kernels and
-// reorders around them, and this is where that choice is measured. flops_per_second counts
-// 2 x batch x out_channels x out_pixels x in_channels x kernel^2 per pass.
+// reorders around them, and this is where that choice is measured. Also the pose backbone's
+// convolutions above 1x1 (configs/pose_synthetic.txt: 16 images of 128x128) with fp32 operands
+// (Winograd as the config asks) against bf16 operands (ConvOperands), reorders counted.
+// flops_per_second counts 2 x batch x out_channels x out_pixels x in_channels x kernel^2 per pass.
 //   conv_bench [--benchmark_* flags]
 #include <benchmark/benchmark.h>
 #include <dnnl.hpp>
@@ -26,6 +28,15 @@ const std::vector<ConvShape> kShapes = {
     {10, 32, 32, 40, 52, 3, 1},  {10, 32, 64, 40, 52, 3, 2},   {10, 32, 64, 38, 50, 1, 2},
     {10, 64, 64, 21, 27, 3, 1},  {10, 64, 32, 40, 52, 3, 1},   {10, 32, 64, 78, 102, 3, 1},
     {10, 32, 16, 78, 102, 3, 1}, {10, 64, 64, 76, 100, 1, 1},
+};
+
+// in_channels, out_channels, in_height (= in_width), kernel, stride: the padded inputs of the
+// small ResUNet's 7x7 and 3x3 layers at 128x128 with 33 output channels; batch 16.
+const std::vector<ConvShape> kPoseShapes = {
+    {16, 3, 16, 134, 134, 7, 2}, {16, 16, 16, 66, 66, 3, 2}, {16, 16, 16, 34, 34, 3, 1},
+    {16, 16, 32, 34, 34, 3, 2},  {16, 32, 32, 18, 18, 3, 1}, {16, 32, 64, 18, 18, 3, 2},
+    {16, 64, 64, 10, 10, 3, 1},  {16, 64, 32, 18, 18, 3, 1}, {16, 32, 16, 34, 34, 3, 1},
+    {16, 32, 33, 34, 34, 3, 1},
 };
 
 struct Tensors {
@@ -122,35 +133,48 @@ std::string shape_name(const ConvShape& s) {
          std::to_string(s.kernel) + "s" + std::to_string(s.stride);
 }
 
+const std::pair<Pass, const char*> kPasses[] = {{Pass::kForward, "forward"},
+                                                {Pass::kBackwardData, "backward_data"},
+                                                {Pass::kBackwardWeights, "backward_weights"}};
+
+void register_mvibr(const std::string& name, const ConvShape& s, Pass pass) {
+  benchmark::RegisterBenchmark(name.c_str(), [s, pass](benchmark::State& state) {
+    Tensors t(s);
+    run_mvibr(s, pass, t);  // primitives built, pages touched
+    for (auto _ : state) run_mvibr(s, pass, t);
+    state.counters["flops_per_second"] =
+        benchmark::Counter(flops(s), benchmark::Counter::kIsIterationInvariantRate);
+  })->Unit(benchmark::kMillisecond);
+}
+
 void register_all() {
-  const std::pair<Pass, const char*> passes[] = {{Pass::kForward, "forward"},
-                                                 {Pass::kBackwardData, "backward_data"},
-                                                 {Pass::kBackwardWeights, "backward_weights"}};
   for (const ConvShape& s : kShapes) {
-    for (const auto& [pass, pass_name] : passes) {
+    for (const auto& [pass, pass_name] : kPasses) {
       // The first layer's input is the image: its backward data never runs.
       if (pass == Pass::kBackwardData && s.in_channels == 3) continue;
       const std::string suffix = std::string(pass_name) + "/" + shape_name(s);
-      auto count = [s](benchmark::State& state) {
-        state.counters["flops_per_second"] =
-            benchmark::Counter(flops(s), benchmark::Counter::kIsIterationInvariantRate);
-      };
-      benchmark::RegisterBenchmark(("BM_mvibr_" + suffix).c_str(), [s, pass = pass, count](
-                                                                       benchmark::State& state) {
-        Tensors t(s);
-        run_mvibr(s, pass, t);  // primitives built, pages touched
-        for (auto _ : state) run_mvibr(s, pass, t);
-        count(state);
-      })->Unit(benchmark::kMillisecond);
+      register_mvibr("BM_mvibr_" + suffix, s, pass);
       benchmark::RegisterBenchmark(("BM_plain_onednn_" + suffix).c_str(),
-                                   [s, pass = pass, count](benchmark::State& state) {
+                                   [s, pass = pass](benchmark::State& state) {
                                      Tensors t(s);
                                      PlainOneDnn plain(s, pass);
                                      plain.run(t);
                                      for (auto _ : state) plain.run(t);
-                                     count(state);
+                                     state.counters["flops_per_second"] = benchmark::Counter(
+                                         flops(s), benchmark::Counter::kIsIterationInvariantRate);
                                    })
           ->Unit(benchmark::kMillisecond);
+    }
+  }
+  for (ConvShape s : kPoseShapes) {
+    for (const auto& [pass, pass_name] : kPasses) {
+      if (pass == Pass::kBackwardData && s.in_channels == 3) continue;
+      const std::string suffix = std::string(pass_name) + "/" + shape_name(s);
+      s.algorithm = ConvAlgorithm::kWinograd;
+      s.operands = ConvOperands::kFp32;
+      register_mvibr("BM_pose_fp32_" + suffix, s, pass);
+      s.operands = ConvOperands::kBf16;
+      register_mvibr("BM_pose_bf16_" + suffix, s, pass);
     }
   }
 }

@@ -11,9 +11,11 @@ into memory before the clock starts, so the data costs PyTorch nothing.
 
 Runs WARMUP + STEPS updates of the config's pose_batch instants per rank (its datadir,
 heatmap_multiplier, w_joints_2d and learning rates) and prints one JSON line on rank 0: seconds
-per update and instants per second over the STEPS, and the last loss.
+per update and instants per second over the STEPS, and the last loss. PRECISION bf16 runs the
+forward under torch.autocast("cpu", torch.bfloat16), PyTorch's own mixed precision on the CPU
+(its convolutions and linear layers in bf16).
 
-    pose_torch_ddp.py CHECKPOINT CONFIG RANKS THREADS WARMUP STEPS
+    pose_torch_ddp.py CHECKPOINT CONFIG RANKS THREADS WARMUP STEPS [PRECISION: fp32 | bf16]
 """
 import json
 import os
@@ -143,7 +145,8 @@ def run(rank, args):
             dist.barrier()
             start = time.perf_counter()
         optimizer.zero_grad()
-        loss = model(batches[k], args["heatmap_multiplier"], args["w_joints_2d"], b, views)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args["precision"] == "bf16"):
+            loss = model(batches[k], args["heatmap_multiplier"], args["w_joints_2d"], b, views)
         loss.backward()
         optimizer.step()
     dist.barrier()
@@ -152,6 +155,7 @@ def run(rank, args):
         print(json.dumps({"step_seconds": seconds / steps,
                           "instants_per_second": steps * b * ranks / seconds,
                           "loss": loss.item(), "ranks": ranks, "threads": threads,
+                          "precision": args["precision"],
                           "torch": torch.__version__}))
     dist.destroy_process_group()
 
@@ -164,6 +168,9 @@ def main():
     for key in ["heatmap_multiplier", "w_joints_2d", "lrate_feature", "lrate_mlp"]:
         args[key] = float(config[key])
     args.update(zip(["ranks", "threads", "warmup", "steps"], map(int, sys.argv[3:7])))
+    args["precision"] = sys.argv[7] if len(sys.argv) > 7 else "fp32"
+    if args["precision"] not in ("fp32", "bf16"):
+        sys.exit(f"pose_torch_ddp.py: precision must be fp32 or bf16, got '{args['precision']}'")
     mp.spawn(run, args=(args,), nprocs=args["ranks"])
 
 
