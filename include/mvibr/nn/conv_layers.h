@@ -29,9 +29,10 @@ enum class ConvAlgorithm { kDirect, kWinograd };
 // The CPU's operands for the convolutions with a kernel above 1x1 (cuDNN's are fp32):
 // - kFp32: as the callers hold them;
 // - kBf16: inputs, weights and output gradients rounded to bfloat16 (to nearest even), products
-//   summed in fp32, outputs and every gradient fp32. AMX or AVX512-BF16 run these, 4-6x faster
-//   than fp32 on the pose backbone's 3x3 layers (bench/conv_bench). 1x1 convolutions stay fp32:
-//   a GEMM at memory speed, where the conversions cost more than they save.
+//   summed in fp32, outputs and every gradient fp32. AMX or AVX512-BF16 run these: 1.4x fp32
+//   Winograd over the pose backbone's layers, reorders counted (bench/conv_bench). 1x1
+//   convolutions stay fp32: a GEMM at memory speed, where the conversions cost more than they
+//   save.
 enum class ConvOperands { kFp32, kBf16 };
 
 // A 2-D convolution without padding: input [batch, in_channels, in_height, in_width], weights
