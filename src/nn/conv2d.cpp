@@ -34,7 +34,8 @@ using dnnl::memory;
 using Tag = memory::format_tag;
 
 constexpr const char* kNoBf16 =
-    "bf16 convolutions: oneDNN has none for this CPU (they need AVX-512); use fp32";
+    "precision = bf16: oneDNN has no bf16 convolution for this CPU (it needs AVX-512); set "
+    "precision = fp32";
 
 const dnnl::engine& cpu_engine() {
   static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);

@@ -113,6 +113,11 @@ echo "== render a pose run: every camera of each held-out instant, both skeleton
 pose=(--config "$source_dir/configs/pose_synthetic.txt" --datadir "$work/pose-data"
   --basedir "$work/runs" --pose_batch 1 --confidence_channels 4 --confidence_hidden 8)
 "$mvibr" train "${pose[@]}" --expname pose --n_iters 1 >/dev/null
+# bf16 convolutions on a CPU without AVX-512 (oneDNN held to AVX2): one line, before any step.
+ONEDNN_MAX_CPU_ISA=AVX2 expect_error \
+  "precision = bf16: oneDNN has no bf16 convolution for this CPU (it needs AVX-512)" \
+  "$mvibr" train "${pose[@]}" --expname pose-bf16 --n_iters 1 --precision bf16
+[[ ! -e $work/runs/pose-bf16/checkpoints ]] || fail "the refused bf16 run wrote checkpoints"
 "$mvibr" render --run "$work/runs/pose" | tee "$work/pose-render"
 [[ $(grep -c "^instant [01] synthetic_pose/s01/f00[01]/c0: mpjpe " "$work/pose-render") -eq 2 ]] ||
   fail "expected one line per test instant"
