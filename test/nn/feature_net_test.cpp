@@ -25,6 +25,7 @@
 #include "mvibr/nn/feature_net.h"
 #include "mvibr/synthetic/random_scene.h"
 #include "npy.h"
+#include "support/bf16_convolutions.h"
 
 #include <unistd.h>
 
@@ -277,16 +278,16 @@ std::map<std::string, std::function<Case()>> all_cases() {
     s.operands = ConvOperands::kBf16;
     return s;
   };
-  cases["conv_bf16_7x7_stride2_bias"] = [=] {
+  cases["bf16_conv_7x7_stride2_bias"] = [=] {
     return conv_case(bf16_shape({2, 3, 16, 21, 19, 7, 2}), true, 20);
   };
-  cases["conv_bf16_3x3_winograd"] = [=] {
+  cases["bf16_conv_3x3_winograd"] = [=] {
     return conv_case(bf16_shape({2, 32, 33, 14, 11, 3, 1, ConvAlgorithm::kWinograd}), false, 21);
   };
-  cases["conv_bf16_3x3_stride2"] = [=] {
+  cases["bf16_conv_3x3_stride2"] = [=] {
     return conv_case(bf16_shape({2, 16, 32, 12, 13, 3, 2}), false, 22);
   };
-  cases["conv_bf16_1x1_stays_fp32"] = [=] {
+  cases["bf16_conv_1x1_stays_fp32"] = [=] {
     return conv_case(bf16_shape({2, 33, 33, 8, 9, 1, 1}), true, 23);
   };
   cases["reflect_pad_1"] = [] { return reflect_pad_case(3, 5, 4, 1, 6); };
@@ -450,6 +451,12 @@ void check_all(const std::string& prefix) {
 
 TEST(Conv2d, ForwardAndBackwardMatchPyTorch) {
   check_all("conv_");
+}
+
+// Where the CPU has no bf16 convolutions, their refusal instead.
+TEST(Conv2d, Bf16OperandsMatchPyTorchOnTheSameOperands) {
+  if (testing::bf16_convolutions_refused_here()) return;
+  check_all("bf16_conv_");
 }
 
 TEST(Conv2d, WeightGradientsAccumulate) {

@@ -30,6 +30,7 @@
 #include "mvibr/train/checkpoint.h"
 #include "mvibr/train/pose_model.h"
 #include "npy.h"
+#include "support/bf16_convolutions.h"
 
 namespace mvibr::train {
 namespace {
@@ -310,6 +311,7 @@ TEST(PoseModel, StepAtThePublishedMultiplierWithWinogradMatchesPyTorch) {
 
 // precision = bf16 on the CPU: the backbone's convolutions above 1x1 on bf16 operands.
 TEST(PoseModel, StepWithBf16ConvolutionsMatchesPyTorch) {
+  if (mvibr::testing::bf16_convolutions_refused_here()) return;
   check_step(true, 10, "bf16", false, nn::ConvAlgorithm::kWinograd, Precision::kBf16);
 }
 
