@@ -13,8 +13,8 @@ RESULTS holds what slurm/scaling.sbatch writes (or the same files made by hand):
 
 and DIR receives report.md with the tables and these plots, each referenced from it:
 
-    throughput.png   rays/s against ranks per mode, with the ideal (linear from the smallest
-                     rank count of the mode)
+    throughput.png   rays/s (the pose model's instants/s) against ranks per mode, with the ideal
+                     (linear from the smallest rank count of the mode)
     efficiency.png   scaling efficiency: (rays/s at R / rays/s at R0) / (R / R0)
     phases.png       rank 0's mean step split by phase, one stacked bar per rank count and mode
     allreduce.png    all-reduce busbw against message size, one line per rank count (ranks > 1:
@@ -49,12 +49,20 @@ class ReportError(Exception):
     pass
 
 
+def unit_of(result):
+    """What the result's updates work through: "rays", or the pose model's "instants"."""
+    return result.get("batch_unit", "rays")
+
+
 def read_train(path, ranks_in_name):
     try:
         result = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise ReportError(f"{path}: not a JSON result ({e})")
-    for key in ("bench", "ranks", "global_batch_rays", "rays_per_second", "steps_per_second",
+    if not isinstance(result, dict):
+        raise ReportError(f"{path}: not a `mvibr bench train --json` result")
+    unit = unit_of(result)
+    for key in ("bench", "ranks", f"global_batch_{unit}", f"{unit}_per_second", "steps_per_second",
                 "step_seconds", "phases_rank0"):
         if key not in result:
             raise ReportError(f"{path}: no '{key}' (not a `mvibr bench train --json` result)")
@@ -93,6 +101,9 @@ def load(folder):
             allreduce[ranks] = read_allreduce(path, ranks)
     if not train and not allreduce:
         raise ReportError(f"{folder}: no train-<mode>-r<R>.json or allreduce-r<R>.jsonl files")
+    units = {unit_of(r) for results in train.values() for r in results.values()}
+    if len(units) > 1:
+        raise ReportError(f"{folder}: train results of different models ({', '.join(sorted(units))})")
     sweep = None
     if (folder / "sweep.json").exists():
         sweep = json.loads((folder / "sweep.json").read_text())
@@ -104,17 +115,19 @@ def scaling_rows(results):
     """Per rank count of one mode: the measured numbers and the speed-up and efficiency against
     the smallest rank count."""
     base_ranks = min(results)
-    base_rate = results[base_ranks]["rays_per_second"]
+    rate = unit_of(results[base_ranks]) + "_per_second"
+    base_rate = results[base_ranks][rate]
     rows = []
     for ranks in sorted(results):
         r = results[ranks]
-        speedup = r["rays_per_second"] / base_rate
+        speedup = r[rate] / base_rate
         rows.append({
             "ranks": ranks,
             "result": r,
+            "rate": r[rate],
             "speedup": speedup,
             "efficiency": speedup / (ranks / base_ranks),
-            "ideal_rays_per_second": base_rate * ranks / base_ranks,
+            "ideal_rate": base_rate * ranks / base_ranks,
         })
     return rows
 
@@ -153,17 +166,19 @@ def markdown(train, allreduce, sweep, plots):
     if sweep is not None:
         lines += ["Sweep: `" + json.dumps(sweep, sort_keys=True) + "`", ""]
     for mode, results in train.items():
+        unit = unit_of(next(iter(results.values())))
         lines += [f"## {mode} scaling", "",
-                  "| ranks | global batch (rays) | steps/s | rays/s | rays/s per rank | speed-up | "
-                  "efficiency | step (ms) | all-reduce (ms) | all-reduce hidden | imbalance | "
-                  "peak RSS (MB) |",
+                  f"| ranks | global batch ({unit}) | steps/s | {unit}/s | {unit}/s per rank | "
+                  "speed-up | efficiency | step (ms) | all-reduce (ms) | all-reduce hidden | "
+                  "imbalance | peak RSS (MB) |",
                   "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for row in scaling_rows(results):
             r = row["result"]
             rss = max(r.get("peak_rss_mb_per_rank", [float("nan")]))
             lines.append(
-                f"| {row['ranks']} | {fmt(r['global_batch_rays'])} | {fmt(r['steps_per_second'], 3)} "
-                f"| {fmt(r['rays_per_second'])} | {fmt(r['rays_per_second'] / row['ranks'])} "
+                f"| {row['ranks']} | {fmt(r['global_batch_' + unit])} "
+                f"| {fmt(r['steps_per_second'], 3)} "
+                f"| {fmt(row['rate'])} | {fmt(row['rate'] / row['ranks'])} "
                 f"| {fmt(row['speedup'], 2)} | {fmt(100 * row['efficiency'], 1)}% "
                 f"| {fmt(1e3 * r['step_seconds'], 1)} | {fmt(1e3 * r.get('allreduce_seconds', 0), 2)} "
                 f"| {fmt(100 * r.get('allreduce_hidden_fraction', 0), 0)}% "
@@ -222,17 +237,23 @@ def finish_scaling_plot(fig, ax, train, ylabel, title, path):
     save_figure(fig, path)
 
 
+def train_unit(train):
+    """The unit of every train result (load() refuses a mix)."""
+    return unit_of(next(iter(next(iter(train.values())).values())))
+
+
 def plot_throughput(train, path):
     fig, ax = plt.subplots(figsize=(6, 4.5))
     for index, (mode, results) in enumerate(train.items()):
         rows = scaling_rows(results)
         colour = f"C{index}"
-        ax.plot([r["ranks"] for r in rows], [r["result"]["rays_per_second"] for r in rows], "o-",
+        ax.plot([r["ranks"] for r in rows], [r["rate"] for r in rows], "o-",
                 color=colour, label=f"{mode}: measured")
-        ax.plot([r["ranks"] for r in rows], [r["ideal_rays_per_second"] for r in rows], "--",
+        ax.plot([r["ranks"] for r in rows], [r["ideal_rate"] for r in rows], "--",
                 color=colour, alpha=0.6, label=f"{mode}: ideal")
     ax.set_ylim(bottom=0)
-    finish_scaling_plot(fig, ax, train, "rays / s (whole job)", "Training throughput", path)
+    finish_scaling_plot(fig, ax, train, f"{train_unit(train)} / s (whole job)",
+                        "Training throughput", path)
 
 
 def plot_efficiency(train, path):
@@ -245,7 +266,8 @@ def plot_efficiency(train, path):
     top = max([100] + [100 * r["efficiency"] for res in train.values() for r in scaling_rows(res)])
     ax.set_ylim(0, 1.1 * top)
     finish_scaling_plot(fig, ax, train, "scaling efficiency (%)",
-                        "Scaling efficiency (rays/s against the smallest rank count)", path)
+                        f"Scaling efficiency ({train_unit(train)}/s against the smallest rank "
+                        "count)", path)
 
 
 def plot_phases(train, path):

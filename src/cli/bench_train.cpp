@@ -1,6 +1,7 @@
 // `mvibr bench train`: steady-state training updates of a config (the real training loop, without
-// validation, checkpoints or files): steps and rays per second, the time of each phase, how much
-// all-reduce the backward pass hid, the imbalance between ranks and each rank's peak memory.
+// validation, checkpoints or files): steps and rays (the pose model's instants) per second, the
+// time of each phase, how much all-reduce the backward pass hid, the imbalance between ranks and
+// each rank's peak memory.
 #include <omp.h>
 #include <sys/resource.h>
 
@@ -54,12 +55,14 @@ int run_train_bench(const std::vector<std::string>& args) {
   const auto comm = mpi.world();
   const dist::Topology& t = mpi.topology();
   train::IntervalTimes measured;
+  train::StepWork work{"rays", 0};
   train::RankContext context;
   context.comm = comm.get();
   context.topology = t;
   context.measure_only = true;
   context.on_step = [&](const train::StepReport& r) {
     if (r.step > uint64_t(warmup)) measured.add(r);
+    work = r.work;
   };
   std::ostringstream log;
   train::train(config, log, context);
@@ -75,30 +78,39 @@ int run_train_bench(const std::vector<std::string>& args) {
   const train::JobBackend backend = train::job_backend(config, *comm, t);
   const train::Imbalance balance = train::busy_imbalance(busy_seconds);
   const double step = measured.seconds / n;
-  const double rays = double(config.N_rand) * config.accumulation_steps * t.size;
+  // What an update works through: rays, or the pose model's instants (StepWork).
+  const std::string unit = work.unit;
+  const double batch = double(work.per_rank_step) * t.size;
   const double allreduce = measured.allreduce / n;
   nlohmann::json j = result_header("train", t);
   j["threads_per_rank"] = omp_get_max_threads();
   j["backend"] = backend.reduction;
   j["device"] = backend.device >= 0 ? "cuda " + backend.device_description : "cpu";
   j["precision"] = name_of(backend.precision);
-  j["config"] = {{"N_rand", config.N_rand},
+  const bool rays = unit == "rays";
+  j["config"] = {{"model", name_of(config.model)},
                  {"accumulation_steps", config.accumulation_steps},
-                 {"N_samples", config.N_samples},
-                 {"N_importance", config.N_importance},
-                 {"num_source_views", config.num_source_views},
                  {"feature_net", name_of(config.feature_net)},
-                 {"coarse_feat_dim", config.coarse_feat_dim},
-                 {"fine_feat_dim", config.fine_feat_dim},
                  {"datadir", config.datadir}};
-  j["global_batch_rays"] = rays;
+  if (rays) {
+    j["config"].update({{"N_rand", config.N_rand},
+                        {"N_samples", config.N_samples},
+                        {"N_importance", config.N_importance},
+                        {"num_source_views", config.num_source_views},
+                        {"coarse_feat_dim", config.coarse_feat_dim},
+                        {"fine_feat_dim", config.fine_feat_dim}});
+  } else {
+    j["config"]["pose_batch"] = config.pose_batch;
+  }
+  j["batch_unit"] = unit;
+  j["global_batch_" + unit] = batch;
   j["warmup"] = warmup;
   j["steps"] = steps;
   j["step_seconds"] = step;
   j["steps_per_second"] = 1.0 / step;
-  j["rays_per_second"] = rays / step;
-  j["rays_per_second_per_rank"] = rays / step / t.size;
-  j["samples_per_second"] = rays * (config.N_samples + config.N_importance) / step;
+  j[unit + "_per_second"] = batch / step;
+  j[unit + "_per_second_per_rank"] = batch / step / t.size;
+  if (rays) j["samples_per_second"] = batch * (config.N_samples + config.N_importance) / step;
   j["phases_rank0"] = nlohmann::json::object();
   for (const auto& [name, seconds] : measured.timed_parts()) j["phases_rank0"][name] = seconds / n;
   j["allreduce_seconds"] = allreduce;
@@ -111,12 +123,13 @@ int run_train_bench(const std::vector<std::string>& args) {
   if (vm.count("json")) return 0;
   std::printf(
       "mvibr bench train: %d rank(s) on %d host(s), %d thread(s) each, global batch %.0f "
-      "rays, %d measured steps after %d\n",
-      t.size, t.hosts, omp_get_max_threads(), rays, steps, warmup);
+      "%s, %d measured steps after %d\n",
+      t.size, t.hosts, omp_get_max_threads(), batch, unit.c_str(), steps, warmup);
   std::printf(
-      "  %.3f steps/s   %.0f rays/s   %.0f rays/s per rank   imbalance %.1f%% (slowest "
+      "  %.3f steps/s   %.0f %s/s   %.0f %s/s per rank   imbalance %.1f%% (slowest "
       "rank %d)\n",
-      1.0 / step, rays / step, rays / step / t.size, 100.0 * balance.imbalance, balance.slow_rank);
+      1.0 / step, batch / step, unit.c_str(), batch / step / t.size, unit.c_str(),
+      100.0 * balance.imbalance, balance.slow_rank);
   std::printf("  rank 0's step, %.4f s:\n", step);
   for (const auto& [name, seconds] : measured.timed_parts()) {
     std::printf("    %-22s %9.4f s  %5.1f%%\n", name.c_str(), seconds / n,

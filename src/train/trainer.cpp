@@ -159,8 +159,10 @@ data::ReaderCursor restore_or_initialize(const TrainConfig& config, const std::s
   log << "warning: " << resume << " was written by " << written_by << " rank(s) and this job has "
       << comm.size() << ": the shards are dealt anew and every rank starts its shards at epoch "
       << epoch << ", so the samples differ from a run that kept " << written_by
-      << " rank(s); the global batch is now " << config.N_rand * config.accumulation_steps << " x "
-      << comm.size() << " rays\n";
+      << " rank(s); the global batch is now "
+      << (config.model == ModelKind::kPose ? config.pose_batch : config.N_rand) *
+             config.accumulation_steps
+      << " x " << comm.size() << (config.model == ModelKind::kPose ? " instants\n" : " rays\n");
   return {epoch, 0};
 }
 
@@ -537,6 +539,7 @@ bool TrainingRun::step() {
   report.phases = model_->phase_times();
   report.loss = result.loss;
   report.psnr = result.psnr;
+  report.work = model_->step_work();
   if (context_.on_step) context_.on_step(report);
   interval_.add(report);
   progress_->update(done, result.loss, model_->quality(result).value);

@@ -98,6 +98,24 @@ for ranks, path in ((1, sys.argv[1]), (2, sys.argv[2])):
     assert 0 <= r["allreduce_hidden_fraction"] <= 1, r
 print("bench train json ok; the phases are parts of the step")
 ' "$work/bench-1.json" "$work/bench-2.json"
+
+echo "== the pose model's training benchmark counts instants, and the report reads them"
+mkdir -p "$work/pose-sweep"
+"$mvibr" bench train --config "$source_dir/configs/pose_synthetic.txt" --datadir "$work/pose-data" \
+  --pose_batch 2 --confidence_channels 4 --confidence_hidden 8 --warmup 1 --steps 2 \
+  --out "$work/pose-sweep/train-strong-r1.json" | tee "$work/pose-bench"
+grep -q "global batch 2 instants" "$work/pose-bench" || fail "the pose bench does not count instants"
+/usr/bin/python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["batch_unit"] == "instants" and r["global_batch_instants"] == 2, r
+assert abs(r["instants_per_second"] - 2 * r["steps_per_second"]) < 1e-6 * r["instants_per_second"]
+assert not [key for key in r if "rays" in key or key == "samples_per_second"], r
+print("pose bench train json ok")
+' "$work/pose-sweep/train-strong-r1.json"
+/usr/bin/python3 "$source_dir/tools/report.py" "$work/pose-sweep" >/dev/null
+grep -q "| ranks | global batch (instants) | steps/s | instants/s |" "$work/pose-sweep/report.md" ||
+  fail "the report does not count instants: $(head -20 "$work/pose-sweep/report.md")"
 [[ ! -e "$work/runs/synthetic" ]] || fail "the benchmark wrote a run directory"
 
 # Stops a 2-rank job the documented ways, MVIBR_STOP_TRIES times (1), with nothing left to timing:

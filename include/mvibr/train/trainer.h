@@ -72,6 +72,7 @@ struct StepReport {
   double allreduce_exposed = 0;  // the part of it the backward pass did not hide
   double optimizer = 0;          // gradient norm check and Adam
   double loss = 0, psnr = 0;
+  StepWork work{"rays", 0};  // what this rank's update worked through
 };
 
 // This process's place in the job.
