@@ -1,9 +1,10 @@
 // The pose model through the training loop: it learns (held-out MPJPE below the mean pose's after
-// a short run), a run stopped and resumed on AdamW's warm-up-then-cosine schedule reaches the
-// uninterrupted run's parameters bit for bit (with cross-view fusion too), the fusion weights
-// train at their own rate (lrate_fusion), micro-batches of B instants train as one batch
-// of 2B (the trainer treats ranks and micro-steps alike; train_parallel_test runs 2 ranks), and a
-// model with cross-view fusion scores itself with and without it.
+// a short run; with bf16 convolutions too), a run stopped and resumed on AdamW's
+// warm-up-then-cosine schedule reaches the uninterrupted run's parameters bit for bit (with
+// cross-view fusion, and with bf16 convolutions, too), the fusion weights train at their own rate
+// (lrate_fusion), micro-batches of B instants train as one batch of 2B (the trainer treats ranks
+// and micro-steps alike; train_parallel_test runs 2 ranks), and a model with cross-view fusion
+// scores itself with and without it.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -89,6 +90,29 @@ TEST_F(PoseTraining, StoppedAndResumedFusionRunsReachTheSameParameters) {
   EXPECT_EQ(rest.first_step, 3u);
   EXPECT_EQ(testing::checkpoint_values(config, straight.last_checkpoint),
             testing::checkpoint_values(config, rest.last_checkpoint));
+}
+
+// With bf16 convolutions too: their kernels are deterministic, so a resumed run is still exact, and
+// its parameters are not the fp32 run's.
+TEST_F(PoseTraining, StoppedAndResumedBf16RunsReachTheSameParameters) {
+  if (mvibr::testing::bf16_convolutions_refused_here()) return;
+  std::ostringstream log;
+  const auto bf16_config = [&](const std::string& name) {
+    TrainConfig c = testing::small_pose_config(root_, name, 6, 2);
+    c.precision = Precision::kBf16;
+    return c;
+  };
+  const TrainSummary straight = train(bf16_config("bf16_straight"), log);
+  const TrainConfig config = bf16_config("bf16_stopped");
+  write_stop_request((fs::path(config.basedir) / config.expname).string(), 3, /*create=*/true);
+  EXPECT_EQ(train(config, log).last_step, 3u);
+  const TrainSummary rest = train(config, log);
+  EXPECT_EQ(rest.first_step, 3u);
+  const std::vector<float> values = testing::checkpoint_values(config, straight.last_checkpoint);
+  EXPECT_EQ(values, testing::checkpoint_values(config, rest.last_checkpoint));
+  const TrainConfig fp32_config = testing::small_pose_config(root_, "bf16_as_fp32", 6, 2);
+  EXPECT_NE(values,
+            testing::checkpoint_values(fp32_config, train(fp32_config, log).last_checkpoint));
 }
 
 // Each group trains at its own rate: Adam's first update moves a value by lr g / (|g| + eps),
