@@ -20,6 +20,7 @@
 #include "mvibr/train/pose_evaluate.h"
 #include "mvibr/train/pose_model.h"
 #include "mvibr/train/trainer.h"
+#include "support/bf16_convolutions.h"
 #include "training_fixture.h"
 
 namespace mvibr::train {
@@ -204,36 +205,49 @@ TEST_F(TrainParallel, DifferentConfigsStopAtStartNamingTheKey) {
 // sums and the gradients are summed over the ranks as the trainer sums them, and the result is the
 // step of one rank with every instant (the trainer reads a rank's instants from its own shards,
 // as DDP's DistributedSampler deals them, so whole runs are not compared sample for sample).
-TEST_F(TrainParallel, PoseRanksOfBStepAsOneRankOfTwoB) {
-  const fs::path pose = fs::path(root_) / "pose";
-  if (world_->rank() == 0) testing::prepare_small_pose_data(pose, 1, "train_parallel_test");
-  world_->barrier();
+void check_pose_ranks_step_as_one(dist::Communicator& world, const fs::path& root,
+                                  Precision precision) {
+  const fs::path pose = root / ("pose_" + std::string(name_of(precision)));
+  if (world.rank() == 0) testing::prepare_small_pose_data(pose, 1, "train_parallel_test");
+  world.barrier();
   const std::vector<data::TrainingSample> all =
       pose_instants((pose / "data").string(), data::Split::kTrain, 4);
   ASSERT_EQ(all.size(), 4u);
-  const TrainConfig config = testing::small_pose_config(pose, "pose", 1, 2);
+  TrainConfig config = testing::small_pose_config(pose, "pose", 1, 2);
+  config.precision = precision;
   PoseModel rank_model(config, data::kPoseJoints), whole(config, data::kPoseJoints);
   rank_model.initialize(3);
   whole.initialize(3);
-  const int r = world_->rank();
+  const int r = world.rank();
   const std::vector<data::TrainingSample> mine_samples = {all[size_t(2 * r)],
                                                           all[size_t(2 * r + 1)]};
   rank_model.begin_step(mine_samples);
   LossSums sums = rank_model.accumulate({}, r);
-  world_->all_reduce(sums.data(), sums.size(), dist::ReduceOp::kSum);
+  world.all_reduce(sums.data(), sums.size(), dist::ReduceOp::kSum);
   const StepResult mine = rank_model.end_step(sums, {});
   std::vector<float>& grads = rank_model.parameters().grads();
-  world_->all_reduce(grads.data(), grads.size(), dist::ReduceOp::kSum);
+  world.all_reduce(grads.data(), grads.size(), dist::ReduceOp::kSum);
   const StepResult alone = whole.train_step(all);
   EXPECT_LE(std::abs(mine.loss - alone.loss), 1e-12 * alone.loss);
   const double error = normwise_relative_error(grads, whole.parameters().grads());
   EXPECT_LE(error, 1e-5) << "rank " << r << ": summation order alone";
   if (r == 0) {
-    std::cout << "[          ] pose, 2 ranks x 2 instants vs 1 x 4: loss "
+    std::cout << "[          ] pose, " << name_of(precision)
+              << ", 2 ranks x 2 instants vs 1 x 4: loss "
               << std::abs(mine.loss - alone.loss) / alone.loss << " apart, gradients " << error
               << "\n";
   }
-  world_->barrier();
+  world.barrier();
+}
+
+TEST_F(TrainParallel, PoseRanksOfBStepAsOneRankOfTwoB) {
+  check_pose_ranks_step_as_one(*world_, root_, Precision::kFp32);
+}
+
+// With bf16 convolutions: each image's convolutions do not depend on the others in the batch.
+TEST_F(TrainParallel, PoseRanksOfBStepAsOneRankOfTwoBWithBf16Convolutions) {
+  if (mvibr::testing::bf16_convolutions_refused_here()) return;
+  check_pose_ranks_step_as_one(*world_, root_, Precision::kBf16);
 }
 
 }  // namespace
