@@ -47,25 +47,32 @@ class PoseTraining : public ::testing::Test {
     return c;
   }
 
+  // Trains `straight` through and `stopped` (the same settings under another name) stopped at
+  // step 3 and resumed; both must end on the same parameters, which are returned.
+  static std::vector<float> resumed_exactly(const TrainConfig& straight, const TrainConfig& stopped,
+                                            std::ostringstream& log) {
+    const TrainSummary through = train(straight, log);
+    EXPECT_EQ(through.last_step, 6u);
+    write_stop_request((fs::path(stopped.basedir) / stopped.expname).string(), 3, /*create=*/true);
+    EXPECT_EQ(train(stopped, log).last_step, 3u);
+    const TrainSummary rest = train(stopped, log);
+    EXPECT_EQ(rest.first_step, 3u);
+    const std::vector<float> values = testing::checkpoint_values(stopped, through.last_checkpoint);
+    EXPECT_EQ(values, testing::checkpoint_values(stopped, rest.last_checkpoint));
+    return values;
+  }
+
   static inline fs::path root_;
 };
 
 TEST_F(PoseTraining, StoppedAndResumedRunsReachTheSameParameters) {
   std::ostringstream log;
-  const TrainConfig straight_config =
-      adamw_cosine(testing::small_pose_config(root_, "straight", 6, 2));
-  const TrainSummary straight = train(straight_config, log);
-  EXPECT_EQ(straight.last_step, 6u);
+  const std::vector<float> values =
+      resumed_exactly(adamw_cosine(testing::small_pose_config(root_, "straight", 6, 2)),
+                      adamw_cosine(testing::small_pose_config(root_, "stopped", 6, 2)), log);
   EXPECT_NE(log.str().find("global batch 2 instants (pose_batch 2 x 1 micro-steps x 1 ranks)"),
             std::string::npos)
       << log.str();
-  const TrainConfig config = adamw_cosine(testing::small_pose_config(root_, "stopped", 6, 2));
-  write_stop_request((fs::path(config.basedir) / config.expname).string(), 3, /*create=*/true);
-  EXPECT_EQ(train(config, log).last_step, 3u);
-  const TrainSummary rest = train(config, log);
-  EXPECT_EQ(rest.first_step, 3u);
-  const std::vector<float> values = testing::checkpoint_values(config, straight.last_checkpoint);
-  EXPECT_EQ(values, testing::checkpoint_values(config, rest.last_checkpoint));
   const TrainConfig other_config = testing::small_pose_config(root_, "plain_adam", 6, 2);
   EXPECT_NE(values,
             testing::checkpoint_values(other_config, train(other_config, log).last_checkpoint));
@@ -80,16 +87,7 @@ TEST_F(PoseTraining, StoppedAndResumedFusionRunsReachTheSameParameters) {
     c.lrate_fusion = 1e-4;
     return c;
   };
-  const TrainConfig straight_config = fusion_config("fusion_straight");
-  const TrainSummary straight = train(straight_config, log);
-  EXPECT_EQ(straight.last_step, 6u);
-  const TrainConfig config = fusion_config("fusion_stopped");
-  write_stop_request((fs::path(config.basedir) / config.expname).string(), 3, /*create=*/true);
-  EXPECT_EQ(train(config, log).last_step, 3u);
-  const TrainSummary rest = train(config, log);
-  EXPECT_EQ(rest.first_step, 3u);
-  EXPECT_EQ(testing::checkpoint_values(config, straight.last_checkpoint),
-            testing::checkpoint_values(config, rest.last_checkpoint));
+  resumed_exactly(fusion_config("fusion_straight"), fusion_config("fusion_stopped"), log);
 }
 
 // With bf16 convolutions too: their kernels are deterministic, so a resumed run is still exact, and
@@ -102,14 +100,8 @@ TEST_F(PoseTraining, StoppedAndResumedBf16RunsReachTheSameParameters) {
     c.precision = Precision::kBf16;
     return c;
   };
-  const TrainSummary straight = train(bf16_config("bf16_straight"), log);
-  const TrainConfig config = bf16_config("bf16_stopped");
-  write_stop_request((fs::path(config.basedir) / config.expname).string(), 3, /*create=*/true);
-  EXPECT_EQ(train(config, log).last_step, 3u);
-  const TrainSummary rest = train(config, log);
-  EXPECT_EQ(rest.first_step, 3u);
-  const std::vector<float> values = testing::checkpoint_values(config, straight.last_checkpoint);
-  EXPECT_EQ(values, testing::checkpoint_values(config, rest.last_checkpoint));
+  const std::vector<float> values =
+      resumed_exactly(bf16_config("bf16_straight"), bf16_config("bf16_stopped"), log);
   const TrainConfig fp32_config = testing::small_pose_config(root_, "bf16_as_fp32", 6, 2);
   EXPECT_NE(values,
             testing::checkpoint_values(fp32_config, train(fp32_config, log).last_checkpoint));
