@@ -201,7 +201,8 @@ std::string describe_job(const TrainConfig& c, const RankContext& context,
       << " on " << (t.host.empty() ? "this host" : t.host) << "), backend " << b.reduction << ", "
       << (b.device >= 0 ? "GPU " + std::to_string(b.device) + " (" + b.device_description + ", " +
                               name_of(b.precision) + " GEMMs)"
-                        : std::string("CPU"))
+          : b.precision == Precision::kBf16 ? "CPU (bf16 convolutions)"
+                                            : "CPU")
       << "; global batch " << work.per_rank_step * uint64_t(b.ranks) << " " << work.unit << " ("
       << (c.model == ModelKind::kPose ? "pose_batch " + std::to_string(c.pose_batch)
                                       : "N_rand " + std::to_string(c.N_rand))

@@ -102,6 +102,8 @@ TEST_F(PoseTraining, StoppedAndResumedBf16RunsReachTheSameParameters) {
   };
   const std::vector<float> values =
       resumed_exactly(bf16_config("bf16_straight"), bf16_config("bf16_stopped"), log);
+  EXPECT_NE(log.str().find("CPU (bf16 convolutions); global batch 2 instants"), std::string::npos)
+      << log.str();
   const TrainConfig fp32_config = testing::small_pose_config(root_, "bf16_as_fp32", 6, 2);
   EXPECT_NE(values,
             testing::checkpoint_values(fp32_config, train(fp32_config, log).last_checkpoint));
