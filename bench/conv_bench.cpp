@@ -137,13 +137,17 @@ const std::pair<Pass, const char*> kPasses[] = {{Pass::kForward, "forward"},
                                                 {Pass::kBackwardData, "backward_data"},
                                                 {Pass::kBackwardWeights, "backward_weights"}};
 
+void count_flops(benchmark::State& state, const ConvShape& s) {
+  state.counters["flops_per_second"] =
+      benchmark::Counter(flops(s), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void register_mvibr(const std::string& name, const ConvShape& s, Pass pass) {
   benchmark::RegisterBenchmark(name.c_str(), [s, pass](benchmark::State& state) {
     Tensors t(s);
     run_mvibr(s, pass, t);  // primitives built, pages touched
     for (auto _ : state) run_mvibr(s, pass, t);
-    state.counters["flops_per_second"] =
-        benchmark::Counter(flops(s), benchmark::Counter::kIsIterationInvariantRate);
+    count_flops(state, s);
   })->Unit(benchmark::kMillisecond);
 }
 
@@ -160,8 +164,7 @@ void register_all() {
                                      PlainOneDnn plain(s, pass);
                                      plain.run(t);
                                      for (auto _ : state) plain.run(t);
-                                     state.counters["flops_per_second"] = benchmark::Counter(
-                                         flops(s), benchmark::Counter::kIsIterationInvariantRate);
+                                     count_flops(state, s);
                                    })
           ->Unit(benchmark::kMillisecond);
     }

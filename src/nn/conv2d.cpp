@@ -316,18 +316,19 @@ void conv2d_backward_weights(const ConvShape& shape, const float* x, const float
   }
   for (size_t i = 0; i < weight_count; ++i) grad_weight[i] += weight_step[i];
   if (!grad_bias) return;
-  if (!bias_by_onednn) {
-    const size_t plane = size_t(shape.out_height()) * size_t(shape.out_width());
-    for (int n = 0; n < shape.batch; ++n) {
-      for (int o = 0; o < shape.out_channels; ++o) {
-        const float* g = grad_y + (size_t(n) * size_t(shape.out_channels) + size_t(o)) * plane;
-        double sum = 0;
-        for (size_t i = 0; i < plane; ++i) sum += g[i];
-        bias_step[size_t(o)] += float(sum);
-      }
+  const size_t plane = size_t(shape.out_height()) * size_t(shape.out_width());
+  for (int o = 0; o < shape.out_channels; ++o) {
+    if (bias_by_onednn) {
+      grad_bias[o] += bias_step[size_t(o)];
+      continue;
     }
+    double sum = 0;
+    for (int n = 0; n < shape.batch; ++n) {
+      const float* g = grad_y + (size_t(n) * size_t(shape.out_channels) + size_t(o)) * plane;
+      for (size_t i = 0; i < plane; ++i) sum += g[i];
+    }
+    grad_bias[o] += float(sum);
   }
-  for (int o = 0; o < shape.out_channels; ++o) grad_bias[o] += bias_step[size_t(o)];
 }
 
 }  // namespace mvibr::nn

@@ -156,13 +156,12 @@ data::ReaderCursor restore_or_initialize(const TrainConfig& config, const std::s
   if (written_by == uint64_t(comm.size())) return state.cursors[size_t(comm.rank())];
   uint64_t epoch = 0;
   for (const data::ReaderCursor& c : state.cursors) epoch = std::max(epoch, c.epoch);
+  const StepWork work = model->step_work();
   log << "warning: " << resume << " was written by " << written_by << " rank(s) and this job has "
       << comm.size() << ": the shards are dealt anew and every rank starts its shards at epoch "
       << epoch << ", so the samples differ from a run that kept " << written_by
-      << " rank(s); the global batch is now "
-      << (config.model == ModelKind::kPose ? config.pose_batch : config.N_rand) *
-             config.accumulation_steps
-      << " x " << comm.size() << (config.model == ModelKind::kPose ? " instants\n" : " rays\n");
+      << " rank(s); the global batch is now " << work.per_rank_step << " x " << comm.size() << " "
+      << work.unit << "\n";
   return {epoch, 0};
 }
 
