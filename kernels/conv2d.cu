@@ -57,6 +57,9 @@ void check_shape(const ConvShape& s) {
                           std::to_string(s.kernel) + " convolution cannot run on a " +
                           std::to_string(s.in_height) + "x" + std::to_string(s.in_width) + " map");
   }
+  if (s.layout != MapLayout::kPlanar) {
+    throw InvalidArgument("conv2d on the GPU: maps must be planar (NCHW), not channels last");
+  }
   // cuDNN's 4-D descriptors count elements in int.
   constexpr size_t kLimit = size_t(1) << 31;
   const size_t in = size_t(s.batch) * s.in_channels * s.in_height * s.in_width;

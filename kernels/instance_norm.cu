@@ -27,6 +27,10 @@ void check(const InstanceNormShape& s) {
                           ", channels " + std::to_string(s.channels) + ", plane size " +
                           std::to_string(s.plane_size) + ")");
   }
+  if (s.layout != MapLayout::kPlanar) {
+    throw InvalidArgument(
+        "instance norm on the GPU: maps must be planar (NCHW), not channels last");
+  }
 }
 
 int threads_for_plane(int plane_size) {

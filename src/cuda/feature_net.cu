@@ -30,17 +30,17 @@ class CudaMapOps final : public MapOps {
   std::unique_ptr<MapBuffer> make_buffer() const override {
     return std::make_unique<DeviceBuffer>();
   }
+  MapLayout layout() const override { return MapLayout::kPlanar; }  // cuDNN's NCHW
   void zero(float* data, size_t count) override {
     MVIBR_CUDA_CHECK(cudaMemsetAsync(data, 0, count * sizeof(float), stream()));
   }
   void add_into(size_t count, const float* values, float* target) override {
     cuda::add_into(count, values, target, stream());
   }
-  void channels_last_to_planar(const float* in, int first, int count,
-                               const MapBatch& maps) override {
+  void channels_last_to_maps(const float* in, int first, int count, const MapBatch& maps) override {
     cuda::channels_last_to_planar(in, first, count, maps, stream());
   }
-  void planar_to_channels_last(const MapBatch& maps, int first, int count, float* out) override {
+  void maps_to_channels_last(const MapBatch& maps, int first, int count, float* out) override {
     cuda::planar_to_channels_last(maps, first, count, out, stream());
   }
   void skip_concat_forward(const MapBatch& decoder, const MapBatch& encoder, float* out) override {
@@ -67,32 +67,33 @@ class CudaMapOps final : public MapOps {
                              float* out) override {
     cuda::instance_norm_forward(*context_, shape, x, gamma, beta, residual, activation, out);
   }
+  // Its three kernels in turn (the CPU's runs the three on each plane while it is in cache).
   void instance_norm_backward(const InstanceNormShape& shape, const float* x, const float* gamma,
-                              float* grad, float* grad_gamma, float* grad_beta) override {
+                              Activation activation, const float* out, float* grad,
+                              float* grad_residual, float* grad_gamma, float* grad_beta) override {
+    const size_t count = size_t(shape.batch) * size_t(shape.channels) * size_t(shape.plane_size);
+    cuda::activation_backward(activation, count, out, grad, stream());
+    if (grad_residual) cuda::add_into(count, grad, grad_residual, stream());
     cuda::instance_norm_backward(*context_, shape, x, gamma, grad, grad_gamma, grad_beta);
   }
-  void activation_backward(Activation activation, size_t count, const float* out,
-                           float* grad) override {
-    cuda::activation_backward(activation, count, out, grad, stream());
+  void reflect_pad_forward(const MapBatch& x, int pad, float* padded) override {
+    cuda::reflect_pad_forward(planes(x), x.height, x.width, pad, x.data, padded, stream());
   }
-  void reflect_pad_forward(int planes, int height, int width, int pad, const float* x,
-                           float* padded) override {
-    cuda::reflect_pad_forward(planes, height, width, pad, x, padded, stream());
+  void reflect_pad_backward(const float* grad_padded, int pad, const MapBatch& grad_x) override {
+    cuda::reflect_pad_backward(planes(grad_x), grad_x.height, grad_x.width, pad, grad_padded,
+                               grad_x.data, stream());
   }
-  void reflect_pad_backward(int planes, int height, int width, int pad, const float* grad_padded,
-                            float* grad_x) override {
-    cuda::reflect_pad_backward(planes, height, width, pad, grad_padded, grad_x, stream());
+  void upsample2x_forward(const MapBatch& x, float* y) override {
+    cuda::upsample2x_forward(planes(x), x.height, x.width, x.data, y, stream());
   }
-  void upsample2x_forward(int planes, int height, int width, const float* x, float* y) override {
-    cuda::upsample2x_forward(planes, height, width, x, y, stream());
-  }
-  void upsample2x_backward(int planes, int height, int width, const float* grad_y,
-                           float* grad_x) override {
-    cuda::upsample2x_backward(planes, height, width, grad_y, grad_x, stream());
+  void upsample2x_backward(const float* grad_y, const MapBatch& grad_x) override {
+    cuda::upsample2x_backward(planes(grad_x), grad_x.height, grad_x.width, grad_y, grad_x.data,
+                              stream());
   }
 
  private:
   StreamHandle stream() const { return context_->stream(); }
+  static int planes(const MapBatch& maps) { return maps.batch * maps.channels; }
   Context* context_;
 };
 

@@ -1,16 +1,19 @@
 // Convolution forward, backward data and backward weights through oneDNN (see conv_layers.h).
 // oneDNN rather than a hand-rolled im2col + sgemm: it picks its best implementation per shape
-// and ISA for all three passes. The callers hold plain NCHW maps and OIHW weights, but on plain
-// layouts oneDNN can only run its im2col + JIT sgemm ("gemm:jit"); its direct kernels
-// ("jit:avx2", "brgconv") want channel-blocked layouts. So the 3x3 and 7x7 convolutions ask for
-// the layouts the best kernel wants and are reordered into and out of them around each call:
-// 1.3-4x faster than gemm:jit with the reorders counted (bench/conv_bench). 1x1 convolutions
-// stay plain: on NCHW they are a GEMM without im2col, and their few FLOPs per byte do not pay for
-// the reorders (up to 2x slower blocked). ConvAlgorithm::kWinograd asks for oneDNN's Winograd on
-// 3x3 stride-1 shapes and falls back to direct where it has none (it has none in bf16).
-// ConvOperands::kBf16 asks for bf16 inputs and weights with fp32 outputs: the reorders into the
-// chosen layouts round them, and oneDNN runs its AMX or AVX512-BF16 kernels. Creating a primitive
-// costs far more than running a small one, so each shape's are built once and cached.
+// and ISA for all three passes. The callers hold plain NCHW or NHWC maps (ConvShape::layout) and
+// OIHW weights.
+// - The 3x3 and 7x7 convolutions ask for the layouts the best kernel wants and are reordered into
+//   and out of them around each call. On NCHW oneDNN can only run its im2col + JIT sgemm
+//   ("gemm:jit"); its direct kernels ("jit:avx2", "brgconv") are 1.3-4x faster with the reorders
+//   counted (bench/conv_bench). On NHWC they mostly take the maps as they are.
+// - 1x1 convolutions keep the callers' maps: on NCHW a GEMM without im2col, whose few FLOPs per
+//   byte do not pay for reorders (up to 2x slower blocked); on NHWC oneDNN's 1x1 kernels.
+// - ConvAlgorithm::kWinograd asks for oneDNN's Winograd on 3x3 stride-1 shapes and falls back to
+//   direct where it has none (it has none in bf16).
+// - ConvOperands::kBf16 asks for bf16 inputs and weights with fp32 outputs: the reorders into the
+//   chosen layouts round them, and oneDNN runs its AMX or AVX512-BF16 kernels.
+// - Creating a primitive costs far more than running a small one, so each shape's are built
+//   once and cached.
 #include <dnnl.hpp>
 
 #include <array>
@@ -55,7 +58,8 @@ struct ConvPrimitives {
   std::unique_ptr<dnnl::convolution_backward_weights> backward_weights;
 };
 
-using ConvKey = std::tuple<int, int, int, int, int, int, int, bool, ConvAlgorithm, ConvOperands>;
+using ConvKey =
+    std::tuple<int, int, int, int, int, int, int, bool, ConvAlgorithm, ConvOperands, MapLayout>;
 
 memory::dims dims(int a, int b, int c, int d) {
   return {memory::dim(a), memory::dim(b), memory::dim(c), memory::dim(d)};
@@ -70,10 +74,15 @@ void check_shape(const ConvShape& s) {
   }
 }
 
+enum class Operand { kMaps, kWeights };
+
 // The descriptor a primitive is asked for: the same shape, its layout left to oneDNN
-// (format_tag::any) for the convolutions that run blocked (see the top of the file).
-memory::desc layout(const ConvShape& s, const memory::desc& plain) {
-  const bool blocked = s.kernel > 1;
+// (format_tag::any) for the convolutions that run blocked (see the top of the file), and for
+// the weights of any convolution on NHWC maps: there oneDNN has only its reference kernel for
+// OIHW weights (100x slower).
+memory::desc layout(const ConvShape& s, const memory::desc& plain, Operand what) {
+  const bool blocked =
+      s.kernel > 1 || (what == Operand::kWeights && s.layout == MapLayout::kChannelsLast);
   return blocked ? memory::desc(plain.dims(), plain.data_type(), Tag::any) : plain;
 }
 
@@ -83,37 +92,37 @@ bool bf16_operands(const ConvShape& s) {
 
 // The descriptor of a pass's multiplied operand (input, weights, output gradient): bf16 where
 // the shape asks for it and is not 1x1 (ConvOperands), else as layout().
-memory::desc operand(const ConvShape& s, const memory::desc& plain) {
+memory::desc operand(const ConvShape& s, const memory::desc& plain, Operand what) {
   if (bf16_operands(s)) {
     return memory::desc(plain.dims(), memory::data_type::bf16, Tag::any);
   }
-  return layout(s, plain);
+  return layout(s, plain, what);
 }
 
 ConvPrimitives& primitives(const ConvShape& s, bool with_bias) {
   static std::mutex mutex;
   static std::map<ConvKey, std::unique_ptr<ConvPrimitives>> cache;
   check_shape(s);
-  const ConvKey key{s.batch,  s.in_channels, s.out_channels, s.in_height, s.in_width,
-                    s.kernel, s.stride,      with_bias,      s.algorithm, s.operands};
+  const ConvKey key{s.batch,  s.in_channels, s.out_channels, s.in_height, s.in_width, s.kernel,
+                    s.stride, with_bias,     s.algorithm,    s.operands,  s.layout};
   std::lock_guard<std::mutex> lock(mutex);
   std::unique_ptr<ConvPrimitives>& entry = cache[key];
   if (entry) return *entry;
   auto p = std::make_unique<ConvPrimitives>();
   const auto f32 = memory::data_type::f32;
-  p->plain_src =
-      memory::desc(dims(s.batch, s.in_channels, s.in_height, s.in_width), f32, Tag::nchw);
+  const Tag maps = s.layout == MapLayout::kPlanar ? Tag::nchw : Tag::nhwc;
+  p->plain_src = memory::desc(dims(s.batch, s.in_channels, s.in_height, s.in_width), f32, maps);
   p->plain_weights =
       memory::desc(dims(s.out_channels, s.in_channels, s.kernel, s.kernel), f32, Tag::oihw);
   p->bias = with_bias ? memory::desc({memory::dim(s.out_channels)}, f32, Tag::x) : memory::desc();
   p->plain_dst =
-      memory::desc(dims(s.batch, s.out_channels, s.out_height(), s.out_width()), f32, Tag::nchw);
+      memory::desc(dims(s.batch, s.out_channels, s.out_height(), s.out_width()), f32, maps);
   const memory::dims strides{s.stride, s.stride}, no_padding{0, 0};
   const auto forward_pd = [&](dnnl::algorithm algorithm) {
     const dnnl::convolution_forward::desc forward(
-        dnnl::prop_kind::forward_training, algorithm, operand(s, p->plain_src),
-        operand(s, p->plain_weights), p->bias, layout(s, p->plain_dst), strides, no_padding,
-        no_padding);
+        dnnl::prop_kind::forward_training, algorithm, operand(s, p->plain_src, Operand::kMaps),
+        operand(s, p->plain_weights, Operand::kWeights), p->bias,
+        layout(s, p->plain_dst, Operand::kMaps), strides, no_padding, no_padding);
     return dnnl::convolution_forward::primitive_desc(forward, cpu_engine());
   };
   if (s.algorithm == ConvAlgorithm::kWinograd && s.kernel == 3 && s.stride == 1) {
@@ -150,7 +159,8 @@ dnnl::convolution_backward_data& backward_data(const ConvShape& s, ConvPrimitive
   return made_once(p.backward_data, [&] {
     const memory::dims strides{s.stride, s.stride}, no_padding{0, 0};
     const dnnl::convolution_backward_data::desc desc(
-        p.algorithm, layout(s, p.plain_src), operand(s, p.plain_weights), operand(s, p.plain_dst),
+        p.algorithm, layout(s, p.plain_src, Operand::kMaps),
+        operand(s, p.plain_weights, Operand::kWeights), operand(s, p.plain_dst, Operand::kMaps),
         strides, no_padding, no_padding);
     p.backward_data_pd =
         dnnl::convolution_backward_data::primitive_desc(desc, cpu_engine(), p.forward_pd);
@@ -162,8 +172,9 @@ dnnl::convolution_backward_weights& backward_weights(const ConvShape& s, ConvPri
   return made_once(p.backward_weights, [&] {
     const memory::dims strides{s.stride, s.stride}, no_padding{0, 0};
     const dnnl::convolution_backward_weights::desc desc(
-        p.algorithm, operand(s, p.plain_src), layout(s, p.plain_weights), p.bias,
-        operand(s, p.plain_dst), strides, no_padding, no_padding);
+        p.algorithm, operand(s, p.plain_src, Operand::kMaps),
+        layout(s, p.plain_weights, Operand::kWeights), p.bias,
+        operand(s, p.plain_dst, Operand::kMaps), strides, no_padding, no_padding);
     p.backward_weights_pd =
         dnnl::convolution_backward_weights::primitive_desc(desc, cpu_engine(), p.forward_pd);
     return std::make_unique<dnnl::convolution_backward_weights>(p.backward_weights_pd);
@@ -316,16 +327,20 @@ void conv2d_backward_weights(const ConvShape& shape, const float* x, const float
   }
   for (size_t i = 0; i < weight_count; ++i) grad_weight[i] += weight_step[i];
   if (!grad_bias) return;
-  const size_t plane = size_t(shape.out_height()) * size_t(shape.out_width());
+  if (bias_by_onednn) {
+    for (int o = 0; o < shape.out_channels; ++o) grad_bias[o] += bias_step[size_t(o)];
+    return;
+  }
+  const MapBatch grad{const_cast<float*>(grad_y), shape.batch,       shape.out_channels,
+                      shape.out_height(),         shape.out_width(), shape.layout};
   for (int o = 0; o < shape.out_channels; ++o) {
-    if (bias_by_onednn) {
-      grad_bias[o] += bias_step[size_t(o)];
-      continue;
-    }
     double sum = 0;
-    for (int n = 0; n < shape.batch; ++n) {
-      const float* g = grad_y + (size_t(n) * size_t(shape.out_channels) + size_t(o)) * plane;
-      for (size_t i = 0; i < plane; ++i) sum += g[i];
+    for (int n = 0; n < grad.batch; ++n) {
+      for (int row = 0; row < grad.height; ++row) {
+        for (int column = 0; column < grad.width; ++column) {
+          sum += grad_y[grad.offset(n, o, row, column)];
+        }
+      }
     }
     grad_bias[o] += float(sum);
   }

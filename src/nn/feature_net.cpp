@@ -16,9 +16,18 @@ namespace mvibr::nn {
 namespace {
 
 // Channels [first, first + count) of maps → [V, H, W, count] (the rendering core's layout), and
-// its transpose back, which overwrites those channels of `maps`.
+// its transpose back, which overwrites those channels of `maps`. Channels-last maps: a slice of
+// each pixel's channels.
 void channels_to_last(const MapBatch& maps, int first, int count, float* out) {
   const size_t plane = maps.plane_size();
+  if (maps.layout == MapLayout::kChannelsLast) {
+    const size_t pixels = size_t(maps.batch) * plane;
+    for (size_t i = 0; i < pixels; ++i) {
+      std::copy_n(maps.data + i * size_t(maps.channels) + size_t(first), count,
+                  out + i * size_t(count));
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static)
   for (int v = 0; v < maps.batch; ++v) {
     const float* in = maps.data + (size_t(v) * size_t(maps.channels) + size_t(first)) * plane;
@@ -31,6 +40,14 @@ void channels_to_last(const MapBatch& maps, int first, int count, float* out) {
 
 void channels_from_last(const float* grad, int first, int count, MapBatch grad_maps) {
   const size_t plane = grad_maps.plane_size();
+  if (grad_maps.layout == MapLayout::kChannelsLast) {
+    const size_t pixels = size_t(grad_maps.batch) * plane;
+    for (size_t i = 0; i < pixels; ++i) {
+      std::copy_n(grad + i * size_t(count), count,
+                  grad_maps.data + i * size_t(grad_maps.channels) + size_t(first));
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static)
   for (int v = 0; v < grad_maps.batch; ++v) {
     const float* in = grad + size_t(v) * plane * size_t(count);
@@ -52,7 +69,38 @@ SkipPlacement skip_placement(const MapBatch& decoder, const MapBatch& encoder) {
   return {(decoder.height - encoder.height) / 2, (decoder.width - encoder.width) / 2};
 }
 
+// Whether decoder pixel (y, x) has an encoder pixel, and which: (y - top, x - left).
+bool encoder_pixel(const SkipPlacement& at, const MapBatch& encoder, int y, int x) {
+  return y >= at.top && y - at.top < encoder.height && x >= at.left && x - at.left < encoder.width;
+}
+
+// Channels last: each pixel's decoder channels, then its encoder channels or zeros.
+void skip_concat_channels_last(const MapBatch& decoder, const MapBatch& encoder, MapBatch out) {
+  const SkipPlacement at = skip_placement(decoder, encoder);
+  const size_t decoder_channels = size_t(decoder.channels);
+  const size_t encoder_channels = size_t(encoder.channels);
+#pragma omp parallel for schedule(static)
+  for (int v = 0; v < out.batch; ++v) {
+    for (int y = 0; y < out.height; ++y) {
+      for (int x = 0; x < out.width; ++x) {
+        float* target = out.data + out.offset(v, 0, y, x);
+        std::copy_n(decoder.data + decoder.offset(v, 0, y, x), decoder_channels, target);
+        if (encoder_pixel(at, encoder, y, x)) {
+          std::copy_n(encoder.data + encoder.offset(v, 0, y - at.top, x - at.left),
+                      encoder_channels, target + decoder_channels);
+        } else {
+          std::fill_n(target + decoder_channels, encoder_channels, 0.0f);
+        }
+      }
+    }
+  }
+}
+
 void skip_concat(const MapBatch& decoder, const MapBatch& encoder, MapBatch out) {
+  if (out.layout == MapLayout::kChannelsLast) {
+    skip_concat_channels_last(decoder, encoder, out);
+    return;
+  }
   const SkipPlacement at = skip_placement(decoder, encoder);
   const size_t plane = out.plane_size(), decoder_values = size_t(decoder.channels) * plane;
   const size_t encoder_plane = encoder.plane_size(), encoder_width = size_t(encoder.width);
@@ -78,6 +126,26 @@ void skip_concat(const MapBatch& decoder, const MapBatch& encoder, MapBatch out)
 void skip_concat_gradient(const float* grad_out, const MapBatch& decoder, const MapBatch& encoder,
                           float* grad_decoder, float* grad_encoder) {
   const SkipPlacement at = skip_placement(decoder, encoder);
+  if (decoder.layout == MapLayout::kChannelsLast) {
+    const size_t decoder_channels = size_t(decoder.channels);
+    const size_t encoder_channels = size_t(encoder.channels);
+    const size_t channels = decoder_channels + encoder_channels;
+#pragma omp parallel for schedule(static)
+    for (int v = 0; v < decoder.batch; ++v) {
+      for (int y = 0; y < decoder.height; ++y) {
+        for (int x = 0; x < decoder.width; ++x) {
+          const size_t pixel = decoder.offset(v, 0, y, x) / decoder_channels;
+          const float* source = grad_out + pixel * channels;
+          std::copy_n(source, decoder_channels, grad_decoder + pixel * decoder_channels);
+          if (encoder_pixel(at, encoder, y, x)) {
+            std::copy_n(source + decoder_channels, encoder_channels,
+                        grad_encoder + encoder.offset(v, 0, y - at.top, x - at.left));
+          }
+        }
+      }
+    }
+    return;
+  }
   const size_t plane = decoder.plane_size(), decoder_values = size_t(decoder.channels) * plane;
   const size_t encoder_plane = encoder.plane_size(), encoder_width = size_t(encoder.width);
   const size_t channels = size_t(decoder.channels + encoder.channels);
@@ -115,24 +183,25 @@ class HostBuffer final : public MapBuffer {
 
 class CpuMapOps final : public MapOps {
  public:
+  explicit CpuMapOps(MapLayout layout) : layout_(layout) {}
   std::unique_ptr<MapBuffer> make_buffer() const override { return std::make_unique<HostBuffer>(); }
+  MapLayout layout() const override { return layout_; }
   void zero(float* data, size_t count) override { std::fill(data, data + count, 0.0f); }
   void add_into(size_t count, const float* values, float* target) override {
     const long long n = static_cast<long long>(count);
 #pragma omp parallel for schedule(static)
     for (long long i = 0; i < n; ++i) target[i] += values[i];
   }
-  void channels_last_to_planar(const float* in, int first, int count,
-                               const MapBatch& maps) override {
+  void channels_last_to_maps(const float* in, int first, int count, const MapBatch& maps) override {
     channels_from_last(in, first, count, maps);
   }
-  void planar_to_channels_last(const MapBatch& maps, int first, int count, float* out) override {
+  void maps_to_channels_last(const MapBatch& maps, int first, int count, float* out) override {
     channels_to_last(maps, first, count, out);
   }
   void skip_concat_forward(const MapBatch& decoder, const MapBatch& encoder, float* out) override {
     skip_concat(decoder, encoder,
                 MapBatch{out, decoder.batch, decoder.channels + encoder.channels, decoder.height,
-                         decoder.width});
+                         decoder.width, decoder.layout});
   }
   void skip_concat_backward(const float* grad_out, const MapBatch& decoder, const MapBatch& encoder,
                             float* grad_decoder, float* grad_encoder) override {
@@ -156,28 +225,38 @@ class CpuMapOps final : public MapOps {
     nn::instance_norm_forward(shape, x, gamma, beta, residual, activation, out);
   }
   void instance_norm_backward(const InstanceNormShape& shape, const float* x, const float* gamma,
-                              float* grad, float* grad_gamma, float* grad_beta) override {
-    nn::instance_norm_backward(shape, x, gamma, grad, grad_gamma, grad_beta);
+                              Activation activation, const float* out, float* grad,
+                              float* grad_residual, float* grad_gamma, float* grad_beta) override {
+    nn::instance_norm_backward(shape, x, gamma, activation, out, grad, grad_residual, grad_gamma,
+                               grad_beta);
   }
-  void activation_backward(Activation activation, size_t count, const float* out,
-                           float* grad) override {
-    nn::activation_backward(activation, count, out, grad);
+  // Planar maps are channels-last maps of one channel, a batch of planes.
+  void reflect_pad_forward(const MapBatch& x, int pad, float* padded) override {
+    const auto [batch, channels] = images_and_channels(x);
+    reflect_pad_forward_channels_last(batch, x.height, x.width, channels, pad, x.data, padded);
   }
-  void reflect_pad_forward(int planes, int height, int width, int pad, const float* x,
-                           float* padded) override {
-    nn::reflect_pad_forward(planes, height, width, pad, x, padded);
+  void reflect_pad_backward(const float* grad_padded, int pad, const MapBatch& grad_x) override {
+    const auto [batch, channels] = images_and_channels(grad_x);
+    reflect_pad_backward_channels_last(batch, grad_x.height, grad_x.width, channels, pad,
+                                       grad_padded, grad_x.data);
   }
-  void reflect_pad_backward(int planes, int height, int width, int pad, const float* grad_padded,
-                            float* grad_x) override {
-    nn::reflect_pad_backward(planes, height, width, pad, grad_padded, grad_x);
+  void upsample2x_forward(const MapBatch& x, float* y) override {
+    const auto [batch, channels] = images_and_channels(x);
+    upsample2x_forward_channels_last(batch, x.height, x.width, channels, x.data, y);
   }
-  void upsample2x_forward(int planes, int height, int width, const float* x, float* y) override {
-    nn::upsample2x_forward(planes, height, width, x, y);
+  void upsample2x_backward(const float* grad_y, const MapBatch& grad_x) override {
+    const auto [batch, channels] = images_and_channels(grad_x);
+    upsample2x_backward_channels_last(batch, grad_x.height, grad_x.width, channels, grad_y,
+                                      grad_x.data);
   }
-  void upsample2x_backward(int planes, int height, int width, const float* grad_y,
-                           float* grad_x) override {
-    nn::upsample2x_backward(planes, height, width, grad_y, grad_x);
+
+ private:
+  static std::pair<int, int> images_and_channels(const MapBatch& maps) {
+    if (maps.layout == MapLayout::kPlanar) return {maps.batch * maps.channels, 1};
+    return {maps.batch, maps.channels};
   }
+
+  MapLayout layout_;
 };
 
 }  // namespace
@@ -290,22 +369,22 @@ void ResUNet::initialize(Initializer& initializer) {
   initializer.uniform(values + graph_.out_bias, size_t(out), bound);
 }
 
-MapOps& cpu_map_ops() {
-  static CpuMapOps ops;
-  return ops;
+MapOps& cpu_map_ops(MapLayout layout) {
+  static CpuMapOps planar(MapLayout::kPlanar), channels_last(MapLayout::kChannelsLast);
+  return layout == MapLayout::kPlanar ? planar : channels_last;
 }
 
 void ResUNet::forward(int views, int height, int width, const float* images, Workspace* workspace,
                       float* coarse_out, float* fine_out) const {
   if (!workspace) throw InvalidArgument("feature network forward: needs a workspace");
-  graph_.forward(cpu_map_ops(), *workspace, views, height, width, images,
+  graph_.forward(cpu_map_ops(options_.map_layout), *workspace, views, height, width, images,
                  parameters_->values().data(), coarse_out, fine_out);
 }
 
 void ResUNet::backward(Workspace* workspace, const float* grad_coarse,
                        const float* grad_fine) const {
   if (!workspace) throw InvalidArgument("feature network backward: needs a workspace");
-  graph_.backward(cpu_map_ops(), *workspace, parameters_->values().data(),
+  graph_.backward(cpu_map_ops(options_.map_layout), *workspace, parameters_->values().data(),
                   parameters_->grads().data(), grad_coarse, grad_fine);
 }
 

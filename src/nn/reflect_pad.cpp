@@ -1,7 +1,8 @@
 // Reflect padding, forward and backward (see conv_layers.h). IBRNet pads every convolution with
 // padding_mode='reflect', which oneDNN does not have, so the padded map is built here and the
 // convolution runs unpadded on it; backward folds the border's gradient back onto the rows and
-// columns it was copied from.
+// columns it was copied from. One implementation for both layouts: planar maps are channels-last
+// maps of one channel, a batch of planes.
 #include <string>
 #include <vector>
 
@@ -33,26 +34,30 @@ std::vector<int> source_indices(int n, int pad) {
   return source;
 }
 
-// Calls visit(padded element, the element it copies) for every element of the padded planes,
-// row by row, left to right. Planes are independent, so the threads split them and each
-// writes only its own planes, in the map or in its gradient.
+// Calls visit(padded values, the values they copy, count) over every padded row of every image
+// [height, width, channels], left to right: a border pixel's channels, then the row's interior
+// in one run. Images are independent, so the threads split them and each writes only its own,
+// in the map or in its gradient; each value is visited in the same order for any thread count.
 template <typename Padded, typename Source, typename Visit>
-void for_each_padded_element(int planes, int height, int width, int pad, Padded* padded,
-                             Source* source, Visit visit) {
+void for_each_padded_run(int batch, int height, int width, int channels, int pad, Padded* padded,
+                         Source* source, Visit visit) {
   check(height, width, pad);
-  const int padded_height = height + 2 * pad, padded_width = width + 2 * pad;
+  const size_t padded_height = size_t(height + 2 * pad), padded_width = size_t(width + 2 * pad);
+  const size_t c = size_t(channels), row = size_t(width) * c;
   const std::vector<int> rows = source_indices(height, pad), columns = source_indices(width, pad);
 #pragma omp parallel for schedule(static)
-  for (int p = 0; p < planes; ++p) {
-    Padded* padded_plane = padded + size_t(p) * size_t(padded_height) * size_t(padded_width);
-    Source* source_plane = source + size_t(p) * size_t(height) * size_t(width);
-    for (int i = 0; i < padded_height; ++i) {
-      Padded* padded_row = padded_plane + size_t(i) * size_t(padded_width);
-      Source* source_row = source_plane + size_t(rows[size_t(i)]) * size_t(width);
-      for (int j = 0; j < pad; ++j) visit(padded_row[j], source_row[columns[size_t(j)]]);
-      for (int j = 0; j < width; ++j) visit(padded_row[pad + j], source_row[j]);
-      for (int j = pad + width; j < padded_width; ++j) {
-        visit(padded_row[j], source_row[columns[size_t(j)]]);
+  for (int n = 0; n < batch; ++n) {
+    Padded* padded_image = padded + size_t(n) * padded_height * padded_width * c;
+    Source* source_image = source + size_t(n) * size_t(height) * row;
+    for (size_t i = 0; i < padded_height; ++i) {
+      Padded* padded_row = padded_image + i * padded_width * c;
+      Source* source_row = source_image + size_t(rows[i]) * row;
+      for (size_t j = 0; j < size_t(pad); ++j) {
+        visit(padded_row + j * c, source_row + size_t(columns[j]) * c, c);
+      }
+      visit(padded_row + size_t(pad) * c, source_row, row);
+      for (size_t j = size_t(pad + width); j < padded_width; ++j) {
+        visit(padded_row + j * c, source_row + size_t(columns[j]) * c, c);
       }
     }
   }
@@ -60,16 +65,30 @@ void for_each_padded_element(int planes, int height, int width, int pad, Padded*
 
 }  // namespace
 
+void reflect_pad_forward_channels_last(int batch, int height, int width, int channels, int pad,
+                                       const float* x, float* padded) {
+  for_each_padded_run(batch, height, width, channels, pad, padded, x,
+                      [](float* out, const float* in, size_t count) {
+                        for (size_t k = 0; k < count; ++k) out[k] = in[k];
+                      });
+}
+
+void reflect_pad_backward_channels_last(int batch, int height, int width, int channels, int pad,
+                                        const float* grad_padded, float* grad_x) {
+  for_each_padded_run(batch, height, width, channels, pad, grad_padded, grad_x,
+                      [](const float* grad_out, float* grad_in, size_t count) {
+                        for (size_t k = 0; k < count; ++k) grad_in[k] += grad_out[k];
+                      });
+}
+
 void reflect_pad_forward(int planes, int height, int width, int pad, const float* x,
                          float* padded) {
-  for_each_padded_element(planes, height, width, pad, padded, x,
-                          [](float& out, const float& in) { out = in; });
+  reflect_pad_forward_channels_last(planes, height, width, 1, pad, x, padded);
 }
 
 void reflect_pad_backward(int planes, int height, int width, int pad, const float* grad_padded,
                           float* grad_x) {
-  for_each_padded_element(planes, height, width, pad, grad_padded, grad_x,
-                          [](const float& grad_out, float& grad_in) { grad_in += grad_out; });
+  reflect_pad_backward_channels_last(planes, height, width, 1, pad, grad_padded, grad_x);
 }
 
 }  // namespace mvibr::nn

@@ -24,12 +24,19 @@ enum Scratch {
 
 ConvShape conv_shape(const MapBatch& input, int out_channels, int kernel, int stride,
                      const ResUNetGraph& graph) {
-  return {input.batch, input.channels, out_channels,         input.height,       input.width,
-          kernel,      stride,         graph.conv_algorithm, graph.conv_operands};
+  return {input.batch, input.channels, out_channels,         input.height,        input.width,
+          kernel,      stride,         graph.conv_algorithm, graph.conv_operands, input.layout};
 }
 
 InstanceNormShape norm_shape(const MapBatch& maps) {
-  return {maps.batch, maps.channels, int(maps.plane_size())};
+  return {maps.batch, maps.channels, int(maps.plane_size()), maps.layout};
+}
+
+// The same maps at another address.
+MapBatch at(const MapBatch& maps, float* data) {
+  MapBatch moved = maps;
+  moved.data = data;
+  return moved;
 }
 
 float* zeroed(MapOps& ops, float* data, size_t count) {
@@ -51,7 +58,7 @@ size_t ResUNetGraph::Workspace::bytes() const {
 }
 
 MapBatch ResUNetGraph::Workspace::take(int batch, int channels, int height, int width) {
-  MapBatch maps{nullptr, batch, channels, height, width};
+  MapBatch maps{nullptr, batch, channels, height, width, layout_};
   if (next_ == buffers_.size()) buffers_.push_back(ops_.make_buffer());
   maps.data = buffers_[next_++]->reserve(maps.size());
   return maps;
@@ -68,8 +75,7 @@ MapBatch ResUNetGraph::reflect_padded(MapOps& ops, Workspace& ws, const MapBatch
   padded.height += 2 * pad;
   padded.width += 2 * pad;
   padded.data = ws.scratch(kPadded, padded.size());
-  ops.reflect_pad_forward(input.batch * input.channels, input.height, input.width, pad, input.data,
-                          padded.data);
+  ops.reflect_pad_forward(input, pad, padded.data);
   return padded;
 }
 
@@ -113,10 +119,11 @@ void ResUNetGraph::forward(MapOps& ops, Workspace& ws, int views, int height, in
     throw InvalidArgument("feature network forward: needs at least one view, images, parameters");
   }
   ws.next_ = 0;
+  ws.layout_ = ops.layout();
   ws.forward_done_ = false;
   ws.records_.assign(units.size(), {});
   ws.images_ = ws.take(views, 3, height, width);
-  ops.channels_last_to_planar(images, 0, 3, ws.images_);
+  ops.channels_last_to_maps(images, 0, 3, ws.images_);
 
   MapBatch x = unit_forward(ops, ws, stem, ws.images_, nullptr, params);
   for (int stage = 0; stage < (shallow ? 1 : 3); ++stage) {
@@ -132,7 +139,7 @@ void ResUNetGraph::forward(MapOps& ops, Workspace& ws, int views, int height, in
   // Decoder: upsample, conv, then the skip from the encoder at that resolution.
   const auto upsample = [&](const MapBatch& in) {
     MapBatch up = ws.take(in.batch, in.channels, 2 * in.height, 2 * in.width);
-    ops.upsample2x_forward(in.batch * in.channels, in.height, in.width, in.data, up.data);
+    ops.upsample2x_forward(in, up.data);
     return up;
   };
   const auto skip = [&](const MapBatch& decoder, const MapBatch& encoder) {
@@ -156,9 +163,9 @@ void ResUNetGraph::forward(MapOps& ops, Workspace& ws, int views, int height, in
   ops.conv2d_forward(conv_shape(ws.features_, out, 1, 1, *this), ws.features_.data,
                      params + out_weight, params + out_bias, ws.out_.data);
   ws.forward_done_ = true;
-  if (coarse_out) ops.planar_to_channels_last(ws.out_, 0, coarse_channels, coarse_out);
+  if (coarse_out) ops.maps_to_channels_last(ws.out_, 0, coarse_channels, coarse_out);
   if (fine_out && fine_channels > 0) {
-    ops.planar_to_channels_last(ws.out_, coarse_channels, fine_channels, fine_out);
+    ops.maps_to_channels_last(ws.out_, coarse_channels, fine_channels, fine_out);
   }
 }
 
@@ -180,10 +187,9 @@ void ResUNetGraph::unit_backward(MapOps& ops, Workspace& ws, int index, const fl
   const Unit& unit = units[size_t(index)];
   const Workspace::UnitRecord& record = ws.records_[size_t(index)];
   const MapBatch& input = record.input;
-  ops.activation_backward(unit.activation, record.output.size(), record.output.data, grad_out);
-  if (grad_residual) ops.add_into(record.output.size(), grad_out, grad_residual);
   ops.instance_norm_backward(norm_shape(record.output), record.conv_output.data,
-                             params + unit.gamma, grad_out, grads + unit.gamma, grads + unit.beta);
+                             params + unit.gamma, unit.activation, record.output.data, grad_out,
+                             grad_residual, grads + unit.gamma, grads + unit.beta);
 
   // The padded input is rebuilt rather than kept: it costs one copy and saves its memory.
   const int pad = (unit.kernel - 1) / 2;
@@ -196,8 +202,7 @@ void ResUNetGraph::unit_backward(MapOps& ops, Workspace& ws, int index, const fl
   float* grad_conv_input = ws.scratch(kGradPadded, conv_input.size());
   ops.conv2d_backward_data(shape, params + unit.weight, grad_out, grad_conv_input);
   if (pad > 0) {
-    ops.reflect_pad_backward(input.batch * input.channels, input.height, input.width, pad,
-                             grad_conv_input, grad_in);
+    ops.reflect_pad_backward(grad_conv_input, pad, at(input, grad_in));
   } else {
     ops.add_into(input.size(), grad_conv_input, grad_in);
   }
@@ -239,9 +244,9 @@ void ResUNetGraph::backward(MapOps& ops, Workspace& ws, const float* params, flo
   const int out = out_channels();
   MapBatch grad_out = ws.out_;
   grad_out.data = zeroed(ops, grad_a, ws.out_.size());
-  if (grad_coarse) ops.channels_last_to_planar(grad_coarse, 0, coarse_channels, grad_out);
+  if (grad_coarse) ops.channels_last_to_maps(grad_coarse, 0, coarse_channels, grad_out);
   if (grad_fine && fine_channels > 0) {
-    ops.channels_last_to_planar(grad_fine, coarse_channels, fine_channels, grad_out);
+    ops.channels_last_to_maps(grad_fine, coarse_channels, fine_channels, grad_out);
   }
   const ConvShape out_shape = conv_shape(ws.features_, out, 1, 1, *this);
   ops.conv2d_backward_weights(out_shape, ws.features_.data, grad_out.data, grads + out_weight,
@@ -268,8 +273,10 @@ void ResUNetGraph::backward(MapOps& ops, Workspace& ws, const float* params, flo
     ops.skip_concat_backward(grad_skip, decoder, encoder, g, grad_encoder);
     float* grad_up = zeroed(ops, spare(g), level.up.size());
     unit_backward(ops, ws, level.upconv, params, grads, g, grad_up, nullptr);
-    ops.upsample2x_backward(level.up.batch * level.up.channels, level.up.height / 2,
-                            level.up.width / 2, grad_up, g);
+    MapBatch grad_below = at(level.up, g);
+    grad_below.height /= 2;
+    grad_below.width /= 2;
+    ops.upsample2x_backward(grad_up, grad_below);
   }
 
   // Encoder, last block first; a stage's input gradient starts from the skip's.

@@ -1,6 +1,7 @@
 // Bilinear upsampling by 2 with align_corners=True, forward and backward (see conv_layers.h): the
 // decoder's upconv layers. With align_corners the output's corners sit on the input's corners,
-// so output index o samples the input at o (n - 1) / (2n - 1), PyTorch's source index.
+// so output index o samples the input at o (n - 1) / (2n - 1), PyTorch's source index. One
+// implementation for both layouts: planar maps are channels-last maps of one channel.
 #include <vector>
 
 #include "mvibr/nn/conv_layers.h"
@@ -30,51 +31,70 @@ std::vector<Tap> taps(int n) {
 
 }  // namespace
 
-void upsample2x_forward(int planes, int height, int width, const float* x, float* y) {
+void upsample2x_forward_channels_last(int batch, int height, int width, int channels,
+                                      const float* x, float* y) {
   const std::vector<Tap> rows = taps(height), columns = taps(width);
-  const size_t in_size = size_t(height) * size_t(width), out_width = size_t(2 * width);
+  const size_t c = size_t(channels), in_row = size_t(width) * c, out_width = size_t(2 * width);
+  const size_t in_size = size_t(height) * in_row;
 #pragma omp parallel for schedule(static)
-  for (int p = 0; p < planes; ++p) {
-    const float* in = x + size_t(p) * in_size;
-    float* out = y + size_t(p) * 4 * in_size;
+  for (int n = 0; n < batch; ++n) {
+    const float* in = x + size_t(n) * in_size;
+    float* out = y + size_t(n) * 4 * in_size;
     for (size_t i = 0; i < rows.size(); ++i) {
       const Tap r = rows[i];
-      const float* low = in + size_t(r.low) * size_t(width);
-      const float* high = in + size_t(r.high) * size_t(width);
-      float* out_row = out + i * out_width;
+      const float* low = in + size_t(r.low) * in_row;
+      const float* high = in + size_t(r.high) * in_row;
       for (size_t j = 0; j < out_width; ++j) {
-        const Tap c = columns[j];
-        out_row[j] = r.low_weight * (c.low_weight * low[c.low] + c.high_weight * low[c.high]) +
-                     r.high_weight * (c.low_weight * high[c.low] + c.high_weight * high[c.high]);
+        const Tap t = columns[j];
+        const float *low_left = low + size_t(t.low) * c, *low_right = low + size_t(t.high) * c;
+        const float *high_left = high + size_t(t.low) * c, *high_right = high + size_t(t.high) * c;
+        float* out_pixel = out + (i * out_width + j) * c;
+        for (size_t k = 0; k < c; ++k) {
+          out_pixel[k] =
+              r.low_weight * (t.low_weight * low_left[k] + t.high_weight * low_right[k]) +
+              r.high_weight * (t.low_weight * high_left[k] + t.high_weight * high_right[k]);
+        }
       }
     }
   }
 }
 
-void upsample2x_backward(int planes, int height, int width, const float* grad_y, float* grad_x) {
+void upsample2x_backward_channels_last(int batch, int height, int width, int channels,
+                                       const float* grad_y, float* grad_x) {
   const std::vector<Tap> rows = taps(height), columns = taps(width);
-  const size_t in_size = size_t(height) * size_t(width), out_width = size_t(2 * width);
-  // One plane per thread: the scatter stays inside it.
+  const size_t c = size_t(channels), in_row = size_t(width) * c, out_width = size_t(2 * width);
+  const size_t in_size = size_t(height) * in_row;
+  // One image per thread: the scatter stays inside it.
 #pragma omp parallel for schedule(static)
-  for (int p = 0; p < planes; ++p) {
-    const float* in = grad_y + size_t(p) * 4 * in_size;
-    float* out = grad_x + size_t(p) * in_size;
+  for (int n = 0; n < batch; ++n) {
+    const float* in = grad_y + size_t(n) * 4 * in_size;
+    float* out = grad_x + size_t(n) * in_size;
     for (size_t k = 0; k < in_size; ++k) out[k] = 0.0f;
     for (size_t i = 0; i < rows.size(); ++i) {
       const Tap r = rows[i];
-      float* low = out + size_t(r.low) * size_t(width);
-      float* high = out + size_t(r.high) * size_t(width);
-      const float* in_row = in + i * out_width;
+      float* low = out + size_t(r.low) * in_row;
+      float* high = out + size_t(r.high) * in_row;
       for (size_t j = 0; j < out_width; ++j) {
-        const Tap c = columns[j];
-        const float g = in_row[j];
-        low[c.low] += r.low_weight * c.low_weight * g;
-        low[c.high] += r.low_weight * c.high_weight * g;
-        high[c.low] += r.high_weight * c.low_weight * g;
-        high[c.high] += r.high_weight * c.high_weight * g;
+        const Tap t = columns[j];
+        float *low_left = low + size_t(t.low) * c, *low_right = low + size_t(t.high) * c;
+        float *high_left = high + size_t(t.low) * c, *high_right = high + size_t(t.high) * c;
+        const float* g = in + (i * out_width + j) * c;
+        // In this order for every channel; the four may be the same pixel at an edge.
+        for (size_t k = 0; k < c; ++k) low_left[k] += r.low_weight * t.low_weight * g[k];
+        for (size_t k = 0; k < c; ++k) low_right[k] += r.low_weight * t.high_weight * g[k];
+        for (size_t k = 0; k < c; ++k) high_left[k] += r.high_weight * t.low_weight * g[k];
+        for (size_t k = 0; k < c; ++k) high_right[k] += r.high_weight * t.high_weight * g[k];
       }
     }
   }
+}
+
+void upsample2x_forward(int planes, int height, int width, const float* x, float* y) {
+  upsample2x_forward_channels_last(planes, height, width, 1, x, y);
+}
+
+void upsample2x_backward(int planes, int height, int width, const float* grad_y, float* grad_x) {
+  upsample2x_backward_channels_last(planes, height, width, 1, grad_y, grad_x);
 }
 
 }  // namespace mvibr::nn

@@ -25,6 +25,7 @@
 #include "mvibr/nn/feature_net.h"
 #include "mvibr/synthetic/random_scene.h"
 #include "npy.h"
+#include "relu_masks.h"
 #include "support/bf16_convolutions.h"
 
 #include <unistd.h>
@@ -62,6 +63,35 @@ struct Case {
   std::function<Arrays(const Arrays&)> run;
 };
 
+// The reference's NCHW values [batch, channels, height, width] laid out as `layout`, and back.
+std::vector<float> laid_out(const std::vector<float>& planar, MapBatch maps, MapLayout layout) {
+  std::vector<float> result(planar.size());
+  maps.layout = layout;
+  size_t i = 0;
+  for (int n = 0; n < maps.batch; ++n) {
+    for (int c = 0; c < maps.channels; ++c) {
+      for (int y = 0; y < maps.height; ++y) {
+        for (int x = 0; x < maps.width; ++x) result[maps.offset(n, c, y, x)] = planar[i++];
+      }
+    }
+  }
+  return result;
+}
+
+std::vector<float> planar(const std::vector<float>& values, MapBatch maps, MapLayout layout) {
+  std::vector<float> result(values.size());
+  maps.layout = layout;
+  size_t i = 0;
+  for (int n = 0; n < maps.batch; ++n) {
+    for (int c = 0; c < maps.channels; ++c) {
+      for (int y = 0; y < maps.height; ++y) {
+        for (int x = 0; x < maps.width; ++x) result[i++] = values[maps.offset(n, c, y, x)];
+      }
+    }
+  }
+  return result;
+}
+
 // --- layers ----------------------------------------------------------------------------------
 
 Case conv_case(ConvShape s, bool bias, uint64_t seed) {
@@ -78,8 +108,11 @@ Case conv_case(ConvShape s, bool bias, uint64_t seed) {
   const std::vector<size_t> out_shape{n, co, size_t(s.out_height()), size_t(s.out_width())};
   c.inputs["grad_y"] = random_array(out_shape, -1, 1, seed + 3);
   c.run = [s, bias, out_shape](const Arrays& in) {
-    const auto x = floats(in.at("x")), weight = floats(in.at("weight"));
-    const auto grad_y = floats(in.at("grad_y"));
+    const MapBatch input{nullptr, s.batch, s.in_channels, s.in_height, s.in_width};
+    const MapBatch output{nullptr, s.batch, s.out_channels, s.out_height(), s.out_width()};
+    const auto x = laid_out(floats(in.at("x")), input, s.layout);
+    const auto weight = floats(in.at("weight"));
+    const auto grad_y = laid_out(floats(in.at("grad_y")), output, s.layout);
     std::vector<float> b = bias ? floats(in.at("bias")) : std::vector<float>();
     std::vector<float> y(grad_y.size()), grad_x(x.size()), grad_weight(weight.size(), 0.0f),
         grad_bias(b.size(), 0.0f);
@@ -87,8 +120,8 @@ Case conv_case(ConvShape s, bool bias, uint64_t seed) {
     conv2d_backward_data(s, weight.data(), grad_y.data(), grad_x.data());
     conv2d_backward_weights(s, x.data(), grad_y.data(), grad_weight.data(),
                             bias ? grad_bias.data() : nullptr);
-    Arrays out{{"y", array(y, out_shape)},
-               {"grad_x", array(grad_x, in.at("x").shape)},
+    Arrays out{{"y", array(planar(y, output, s.layout), out_shape)},
+               {"grad_x", array(planar(grad_x, input, s.layout), in.at("x").shape)},
                {"grad_weight", array(grad_weight, in.at("weight").shape)}};
     if (bias) out["grad_bias"] = array(grad_bias, {b.size()});
     return out;
@@ -96,7 +129,10 @@ Case conv_case(ConvShape s, bool bias, uint64_t seed) {
   return c;
 }
 
-Case reflect_pad_case(int planes, int height, int width, int pad, uint64_t seed) {
+// Planar: `planes` maps. Channels last: planes = batch x channels, laid out [batch, height,
+// width, channels] for our side (the reference pads and upsamples the planes).
+Case reflect_pad_case(int planes, int height, int width, int pad, uint64_t seed,
+                      MapLayout layout = MapLayout::kPlanar, int channels = 1) {
   const size_t p = size_t(planes), h = size_t(height), w = size_t(width);
   const std::vector<size_t> padded{p, h + 2 * size_t(pad), w + 2 * size_t(pad)};
   Case c;
@@ -104,11 +140,22 @@ Case reflect_pad_case(int planes, int height, int width, int pad, uint64_t seed)
   c.inputs["x"] = random_array({p, h, w}, -1, 1, seed);
   c.inputs["grad_y"] = random_array(padded, -1, 1, seed + 1);
   c.run = [=](const Arrays& in) {
-    const auto x = floats(in.at("x")), grad_y = floats(in.at("grad_y"));
+    const int batch = planes / channels;
+    const MapBatch maps{nullptr, batch, channels, height, width};
+    const MapBatch padded_maps{nullptr, batch, channels, height + 2 * pad, width + 2 * pad};
+    const auto x = laid_out(floats(in.at("x")), maps, layout);
+    const auto grad_y = laid_out(floats(in.at("grad_y")), padded_maps, layout);
     std::vector<float> y(grad_y.size()), grad_x(x.size(), 0.0f);
-    reflect_pad_forward(planes, height, width, pad, x.data(), y.data());
-    reflect_pad_backward(planes, height, width, pad, grad_y.data(), grad_x.data());
-    return Arrays{{"y", array(y, padded)}, {"grad_x", array(grad_x, {p, h, w})}};
+    if (layout == MapLayout::kPlanar) {
+      reflect_pad_forward(planes, height, width, pad, x.data(), y.data());
+      reflect_pad_backward(planes, height, width, pad, grad_y.data(), grad_x.data());
+    } else {
+      reflect_pad_forward_channels_last(batch, height, width, channels, pad, x.data(), y.data());
+      reflect_pad_backward_channels_last(batch, height, width, channels, pad, grad_y.data(),
+                                         grad_x.data());
+    }
+    return Arrays{{"y", array(planar(y, padded_maps, layout), padded)},
+                  {"grad_x", array(planar(grad_x, maps, layout), {p, h, w})}};
   };
   return c;
 }
@@ -118,7 +165,7 @@ const char* activation_name(Activation a) {
 }
 
 Case instance_norm_case(int batch, int channels, int height, int width, Activation activation,
-                        bool residual, uint64_t seed) {
+                        bool residual, uint64_t seed, MapLayout layout = MapLayout::kPlanar) {
   const std::vector<size_t> shape{size_t(batch), size_t(channels), size_t(height), size_t(width)};
   Case c;
   c.spec = {
@@ -128,42 +175,56 @@ Case instance_norm_case(int batch, int channels, int height, int width, Activati
   c.inputs["beta"] = random_array({size_t(channels)}, -0.5, 0.5, seed + 2);
   if (residual) c.inputs["residual"] = random_array(shape, -1, 1, seed + 3);
   c.inputs["grad_out"] = random_array(shape, -1, 1, seed + 4);
-  const InstanceNormShape s{batch, channels, height * width};
+  const InstanceNormShape s{batch, channels, height * width, layout};
   c.run = [=](const Arrays& in) {
-    const auto x = floats(in.at("x"));
+    const MapBatch maps{nullptr, batch, channels, height, width};
+    const auto x = laid_out(floats(in.at("x")), maps, layout);
     const auto gamma = floats(in.at("gamma")), beta = floats(in.at("beta"));
-    const std::vector<float> res = residual ? floats(in.at("residual")) : std::vector<float>();
+    const std::vector<float> res =
+        residual ? laid_out(floats(in.at("residual")), maps, layout) : std::vector<float>();
     std::vector<float> out(x.size());
     instance_norm_forward(s, x.data(), gamma.data(), beta.data(), residual ? res.data() : nullptr,
                           activation, out.data());
-    auto grad = floats(in.at("grad_out"));
-    activation_backward(activation, grad.size(), out.data(), grad.data());
-    const std::vector<float> grad_residual = grad;
+    auto grad = laid_out(floats(in.at("grad_out")), maps, layout);
+    std::vector<float> grad_residual(residual ? grad.size() : 0, 0.0f);
     std::vector<float> grad_gamma(gamma.size(), 0.0f), grad_beta(beta.size(), 0.0f);
-    instance_norm_backward(s, x.data(), gamma.data(), grad.data(), grad_gamma.data(),
+    instance_norm_backward(s, x.data(), gamma.data(), activation, out.data(), grad.data(),
+                           residual ? grad_residual.data() : nullptr, grad_gamma.data(),
                            grad_beta.data());
-    Arrays result{{"out", array(out, shape)},
-                  {"grad_x", array(grad, shape)},
+    Arrays result{{"out", array(planar(out, maps, layout), shape)},
+                  {"grad_x", array(planar(grad, maps, layout), shape)},
                   {"grad_gamma", array(grad_gamma, {size_t(channels)})},
                   {"grad_beta", array(grad_beta, {size_t(channels)})}};
-    if (residual) result["grad_residual"] = array(grad_residual, shape);
+    if (residual) result["grad_residual"] = array(planar(grad_residual, maps, layout), shape);
     return result;
   };
   return c;
 }
 
-Case upsample_case(int planes, int height, int width, uint64_t seed) {
+Case upsample_case(int planes, int height, int width, uint64_t seed,
+                   MapLayout layout = MapLayout::kPlanar, int channels = 1) {
   const size_t p = size_t(planes), h = size_t(height), w = size_t(width);
   Case c;
   c.spec = {{"op", "upsample"}};
   c.inputs["x"] = random_array({p, h, w}, -1, 1, seed);
   c.inputs["grad_y"] = random_array({p, 2 * h, 2 * w}, -1, 1, seed + 1);
   c.run = [=](const Arrays& in) {
-    const auto x = floats(in.at("x")), grad_y = floats(in.at("grad_y"));
+    const int batch = planes / channels;
+    const MapBatch maps{nullptr, batch, channels, height, width};
+    const MapBatch up{nullptr, batch, channels, 2 * height, 2 * width};
+    const auto x = laid_out(floats(in.at("x")), maps, layout);
+    const auto grad_y = laid_out(floats(in.at("grad_y")), up, layout);
     std::vector<float> y(grad_y.size()), grad_x(x.size());
-    upsample2x_forward(planes, height, width, x.data(), y.data());
-    upsample2x_backward(planes, height, width, grad_y.data(), grad_x.data());
-    return Arrays{{"y", array(y, {p, 2 * h, 2 * w})}, {"grad_x", array(grad_x, {p, h, w})}};
+    if (layout == MapLayout::kPlanar) {
+      upsample2x_forward(planes, height, width, x.data(), y.data());
+      upsample2x_backward(planes, height, width, grad_y.data(), grad_x.data());
+    } else {
+      upsample2x_forward_channels_last(batch, height, width, channels, x.data(), y.data());
+      upsample2x_backward_channels_last(batch, height, width, channels, grad_y.data(),
+                                        grad_x.data());
+    }
+    return Arrays{{"y", array(planar(y, up, layout), {p, 2 * h, 2 * w})},
+                  {"grad_x", array(planar(grad_x, maps, layout), {p, h, w})}};
   };
   return c;
 }
@@ -229,13 +290,7 @@ Case resunet_case(const ResUNetOptions& options, int views, int height, int widt
   std::vector<float> coarse(v * h * w * coarse_channels), fine(v * h * w * fine_channels);
   ResUNet::Workspace workspace;
   net.forward(views, height, width, images.data(), &workspace, coarse.data(), fine.data());
-  for (const ResUNet::UnitOutput& unit : net.unit_outputs(workspace)) {
-    if (unit.activation != Activation::kRelu) continue;
-    const MapBatch& m = unit.output;
-    NpyArray mask{{size_t(m.batch), size_t(m.channels), size_t(m.height), size_t(m.width)}, {}};
-    for (size_t i = 0; i < m.size(); ++i) mask.data.push_back(m.data[i] > 0.0f ? 1.0 : 0.0);
-    c.inputs["mask_" + unit.name] = mask;
-  }
+  for (auto& [unit, mask] : test::relu_masks(net, workspace)) c.inputs["mask_" + unit] = mask;
   const auto grad_coarse = floats(c.inputs.at("grad_coarse"));
   const std::vector<float> grad_fine =
       fine_channels > 0 ? floats(c.inputs.at("grad_fine")) : std::vector<float>();
@@ -331,6 +386,67 @@ std::map<std::string, std::function<Case()>> all_cases() {
   };
   cases["resunet_ibrnet_67x69"] = [] {
     return resunet_case(ResUNetOptions::preset(ResUNetPreset::kIbrnet), 2, 67, 69, 17);
+  };
+  // Channels last (MapLayout): the same references, our side laid out NHWC.
+  const auto channels_last = [](ConvShape s) {
+    s.layout = MapLayout::kChannelsLast;
+    return s;
+  };
+  cases["channels_last_conv_7x7_stride2_bias"] = [=] {
+    return conv_case(channels_last({2, 3, 5, 13, 12, 7, 2}), true, 1);
+  };
+  cases["channels_last_conv_3x3_stride2_odd"] = [=] {
+    return conv_case(channels_last({2, 5, 4, 10, 7, 3, 2}), true, 3);
+  };
+  cases["channels_last_conv_1x1_stride2"] = [=] {
+    return conv_case(channels_last({2, 6, 3, 9, 10, 1, 2}), false, 4);
+  };
+  cases["channels_last_conv_1x1_bias"] = [=] {
+    return conv_case(channels_last({3, 7, 5, 6, 9, 1, 1}), true, 9);
+  };
+  cases["channels_last_conv_3x3_winograd"] = [=] {
+    return conv_case(channels_last({2, 32, 33, 14, 11, 3, 1, ConvAlgorithm::kWinograd}), false, 6);
+  };
+  cases["bf16_conv_channels_last_7x7_stride2_bias"] = [=] {
+    return conv_case(channels_last(bf16_shape({2, 3, 16, 21, 19, 7, 2})), true, 20);
+  };
+  cases["bf16_conv_channels_last_3x3"] = [=] {
+    return conv_case(channels_last(bf16_shape({2, 32, 33, 14, 11, 3, 1})), true, 21);
+  };
+  cases["bf16_conv_channels_last_1x1_stride2_stays_fp32"] = [=] {
+    return conv_case(channels_last(bf16_shape({2, 16, 32, 12, 13, 1, 2})), false, 22);
+  };
+  cases["channels_last_reflect_pad_1"] = [] {
+    return reflect_pad_case(6, 5, 4, 1, 6, MapLayout::kChannelsLast, 3);
+  };
+  cases["channels_last_reflect_pad_3"] = [] {
+    return reflect_pad_case(10, 4, 6, 3, 7, MapLayout::kChannelsLast, 5);
+  };
+  for (Activation a : {Activation::kNone, Activation::kRelu, Activation::kElu}) {
+    for (bool residual : {false, true}) {
+      const std::string name = std::string("channels_last_instance_norm_") + activation_name(a) +
+                               (residual ? "_residual" : "");
+      cases[name] = [=] {
+        return instance_norm_case(2, 5, 7, 6, a, residual, 9, MapLayout::kChannelsLast);
+      };
+    }
+  }
+  // 37 channels: the sums' blocks of 16 and of 4, and one channel alone.
+  cases["channels_last_instance_norm_37_channels"] = [] {
+    return instance_norm_case(2, 37, 5, 3, Activation::kRelu, true, 10, MapLayout::kChannelsLast);
+  };
+  cases["channels_last_upsample_4x5"] = [] {
+    return upsample_case(6, 4, 5, 11, MapLayout::kChannelsLast, 3);
+  };
+  ResUNetOptions small_channels_last = small_options();
+  small_channels_last.map_layout = MapLayout::kChannelsLast;
+  cases["channels_last_resunet_small_29x37"] = [small_channels_last] {
+    return resunet_case(small_channels_last, 2, 29, 37, 14);
+  };
+  ResUNetOptions coarse_only_channels_last = coarse_only;
+  coarse_only_channels_last.map_layout = MapLayout::kChannelsLast;
+  cases["channels_last_resunet_small_coarse_only_35x45"] = [coarse_only_channels_last] {
+    return resunet_case(coarse_only_channels_last, 1, 35, 45, 15);
   };
   return cases;
 }
@@ -494,6 +610,11 @@ TEST(InstanceNorm, ForwardAndBackwardMatchPyTorchForEveryActivation) {
 
 TEST(Upsample, ForwardAndBackwardMatchPyTorch) {
   check_all("upsample_");
+}
+
+// Every layer and the small ResUNet on channels-last maps, within the same bounds.
+TEST(ChannelsLast, LayersAndTheNetworkMatchPyTorch) {
+  check_all("channels_last_");
 }
 
 TEST(FeatureNet, SmallPresetMatchesPyTorch) {

@@ -15,6 +15,7 @@
 #include "mvibr/train/checkpoint.h"
 #include "mvibr/train/ray_batch.h"
 #include "npy.h"
+#include "relu_masks.h"
 
 namespace mvibr::test {
 
@@ -60,12 +61,8 @@ void write_relu_masks(const TrainConfig& c, const nn::ParameterSet& model,
   std::vector<float> coarse(size_t(views) * hf * wf * size_t(c.coarse_feat_dim));
   nn::ResUNet::Workspace workspace;
   net.forward(views, height, width, images.data(), &workspace, coarse.data(), nullptr);
-  for (const nn::ResUNet::UnitOutput& unit : net.unit_outputs(workspace)) {
-    if (unit.activation != nn::Activation::kRelu) continue;
-    const nn::MapBatch& m = unit.output;
-    NpyArray mask{{size_t(m.batch), size_t(m.channels), size_t(m.height), size_t(m.width)}, {}};
-    for (size_t i = 0; i < m.size(); ++i) mask.data.push_back(m.data[i] > 0.0f ? 1.0 : 0.0);
-    test::write_npy(dir / ("mask_" + tag + "_" + unit.name + ".npy"), mask);
+  for (const auto& [unit, mask] : test::relu_masks(net, workspace)) {
+    test::write_npy(dir / ("mask_" + tag + "_" + unit + ".npy"), mask);
   }
 }
 

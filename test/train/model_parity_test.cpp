@@ -24,6 +24,7 @@
 #include "mvibr/train/ibrnet_model.h"
 #include "mvibr/train/ray_batch.h"
 #include "npy.h"
+#include "relu_masks.h"
 #include "training_fixture.h"
 
 namespace mvibr::train {
@@ -58,12 +59,8 @@ void write_relu_masks(const TrainConfig& config, const nn::ParameterSet& model,
   nn::ResUNet::Workspace workspace;
   net.forward(int(sample.sources.size()), height, width, images.data(), &workspace, coarse.data(),
               fine.data());
-  for (const nn::ResUNet::UnitOutput& unit : net.unit_outputs(workspace)) {
-    if (unit.activation != nn::Activation::kRelu) continue;
-    const nn::MapBatch& m = unit.output;
-    NpyArray mask{{size_t(m.batch), size_t(m.channels), size_t(m.height), size_t(m.width)}, {}};
-    for (size_t i = 0; i < m.size(); ++i) mask.data.push_back(m.data[i] > 0.0f ? 1.0 : 0.0);
-    test::write_npy(dir / ("mask_" + unit.name + ".npy"), mask);
+  for (const auto& [unit, mask] : test::relu_masks(net, workspace)) {
+    test::write_npy(dir / ("mask_" + unit + ".npy"), mask);
   }
 }
 

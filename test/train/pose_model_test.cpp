@@ -30,6 +30,7 @@
 #include "mvibr/train/checkpoint.h"
 #include "mvibr/train/pose_model.h"
 #include "npy.h"
+#include "relu_masks.h"
 #include "support/bf16_convolutions.h"
 
 namespace mvibr::train {
@@ -153,12 +154,8 @@ void write_case(const TrainConfig& c, const PoseModel& model,
   std::vector<float> out(B * V * size_t(hf) * size_t(wf) * size_t(backbone.out_channels()));
   nn::ResUNet::Workspace workspace;
   net.forward(int(B * V), int(H), int(W), pixels.data(), &workspace, out.data(), nullptr);
-  for (const nn::ResUNet::UnitOutput& unit : net.unit_outputs(workspace)) {
-    if (unit.activation != nn::Activation::kRelu) continue;
-    const nn::MapBatch& m = unit.output;
-    NpyArray mask{{size_t(m.batch), size_t(m.channels), size_t(m.height), size_t(m.width)}, {}};
-    for (size_t i = 0; i < m.size(); ++i) mask.data.push_back(m.data[i] > 0.0f ? 1.0 : 0.0);
-    test::write_npy(dir / ("mask_" + unit.name + ".npy"), mask);
+  for (const auto& [unit, mask] : test::relu_masks(net, workspace)) {
+    test::write_npy(dir / ("mask_" + unit + ".npy"), mask);
   }
 }
 

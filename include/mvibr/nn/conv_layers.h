@@ -1,8 +1,9 @@
 // The layers of IBRNet's convolutional feature network on the CPU, each with a hand-written
 // backward pass: convolution (oneDNN), reflect padding, instance norm with its activation, and
-// bilinear upsampling. Tensors are batches of NCHW float maps (batch = source views), the layout
-// oneDNN's plain kernels and PyTorch's state_dict shapes share. Convolutions never pad: reflect
-// padding (IBRNet's padding_mode='reflect') is its own layer in front of them.
+// bilinear upsampling. Tensors are batches of float maps (batch = source views), NCHW unless a
+// shape says channels last (MapLayout). Weights are OIHW, PyTorch's state_dict shapes.
+// Convolutions never pad: reflect padding (IBRNet's padding_mode='reflect') is its own layer in
+// front of them.
 #pragma once
 
 #include <cstddef>
@@ -12,12 +13,26 @@
 
 namespace mvibr::nn {
 
-// A view of a batch of NCHW float maps; owns nothing.
+// How a batch of maps lies in memory:
+// - kPlanar: NCHW, each channel's plane contiguous; PyTorch's and cuDNN's layout.
+// - kChannelsLast: NHWC, each pixel's channels contiguous; what oneDNN's direct and AMX
+//   convolutions read and write, so the CPU's convolutions run on it without transposing.
+enum class MapLayout { kPlanar, kChannelsLast };
+
+// A view of a batch of float maps; owns nothing.
 struct MapBatch {
   float* data = nullptr;
   int batch = 0, channels = 0, height = 0, width = 0;
+  MapLayout layout = MapLayout::kPlanar;
   size_t plane_size() const { return size_t(height) * size_t(width); }
   size_t size() const { return size_t(batch) * size_t(channels) * plane_size(); }
+  // Where value (n, c, y, x) lies in data.
+  size_t offset(int n, int c, int y, int x) const {
+    const size_t pixel = size_t(y) * size_t(width) + size_t(x);
+    return layout == MapLayout::kPlanar
+               ? (size_t(n) * size_t(channels) + size_t(c)) * plane_size() + pixel
+               : (size_t(n) * plane_size() + pixel) * size_t(channels) + size_t(c);
+  }
 };
 
 // How the CPU runs 3x3 stride-1 convolutions (every other one is direct; cuDNN picks its own):
@@ -37,12 +52,13 @@ enum class ConvOperands { kFp32, kBf16 };
 
 // A 2-D convolution without padding: input [batch, in_channels, in_height, in_width], weights
 // [out_channels, in_channels, kernel, kernel] (PyTorch's layout), output [batch, out_channels,
-// out_height(), out_width()].
+// out_height(), out_width()]; input and output in `layout`.
 struct ConvShape {
   int batch = 1, in_channels = 1, out_channels = 1;
   int in_height = 1, in_width = 1, kernel = 1, stride = 1;
   ConvAlgorithm algorithm = ConvAlgorithm::kDirect;
   ConvOperands operands = ConvOperands::kFp32;
+  MapLayout layout = MapLayout::kPlanar;
   int out_height() const { return (in_height - kernel) / stride + 1; }
   int out_width() const { return (in_width - kernel) / stride + 1; }
 };
@@ -67,12 +83,18 @@ void reflect_pad_forward(int planes, int height, int width, int pad, const float
 // grad_x += the gradient of the padded map folded back onto the map it was padded from.
 void reflect_pad_backward(int planes, int height, int width, int pad, const float* grad_padded,
                           float* grad_x);
+// The same on channels-last maps [batch, height, width, channels].
+void reflect_pad_forward_channels_last(int batch, int height, int width, int channels, int pad,
+                                       const float* x, float* padded);
+void reflect_pad_backward_channels_last(int batch, int height, int width, int channels, int pad,
+                                        const float* grad_padded, float* grad_x);
 
 constexpr float kInstanceNormEps = 1e-5f;
 
-// One instance norm layer: `batch` x `channels` planes of plane_size values each.
+// One instance norm layer: `batch` x `channels` planes of plane_size values each, in `layout`.
 struct InstanceNormShape {
   int batch = 1, channels = 1, plane_size = 1;
+  MapLayout layout = MapLayout::kPlanar;
 };
 
 // InstanceNorm2d(affine, biased variance, no running statistics), then an optional residual,
@@ -81,21 +103,26 @@ struct InstanceNormShape {
 void instance_norm_forward(const InstanceNormShape& shape, const float* x, const float* gamma,
                            const float* beta, const float* residual, Activation activation,
                            float* out);
-// grad *= act'(·), given the activation's output `out`: the gradient of its input (and so of
-// the residual). In place.
-void activation_backward(Activation activation, size_t count, const float* out, float* grad);
-// In place: grad holds the gradient of the norm's output (gamma x̂ + beta) and becomes that of
-// x, the forward's input. grad_gamma and grad_beta [channels] accumulate (+=). The statistics
+// The backward of instance_norm_forward, in place: grad holds the gradient of `out` (its output)
+// and becomes that of x, its input. grad_residual (may be null) += the residual's gradient;
+// grad_gamma and grad_beta [channels] accumulate (+=). Through the activation, the residual and
+// the norm one plane (one image, channels last) at a time, while it is in cache. The statistics
 // are taken again from x in double: the Jacobian subtracts two nearly equal terms on small
 // planes, which normalised values stored in fp32 would not resolve.
 void instance_norm_backward(const InstanceNormShape& shape, const float* x, const float* gamma,
-                            float* grad, float* grad_gamma, float* grad_beta);
+                            Activation activation, const float* out, float* grad,
+                            float* grad_residual, float* grad_gamma, float* grad_beta);
 
 // Bilinear upsampling by 2 with align_corners=True (F.interpolate(scale_factor=2)): `planes`
 // maps [height, width] to [2 height, 2 width].
 void upsample2x_forward(int planes, int height, int width, const float* x, float* y);
 // grad_x (overwritten) from grad_y [planes, 2 height, 2 width].
 void upsample2x_backward(int planes, int height, int width, const float* grad_y, float* grad_x);
+// The same on channels-last maps [batch, height, width, channels].
+void upsample2x_forward_channels_last(int batch, int height, int width, int channels,
+                                      const float* x, float* y);
+void upsample2x_backward_channels_last(int batch, int height, int width, int channels,
+                                       const float* grad_y, float* grad_x);
 
 }  // namespace mvibr::nn
 

@@ -110,8 +110,8 @@ void linear_backward(Context& context, const LinearShape& shape, Activation acti
 
 // kNone does nothing. ELU has alpha 1.
 void activation_forward(Activation activation, size_t count, float* x, StreamHandle stream);
-// grad *= act'(·) from the activation's output: elu_backward, relu_backward, and
-// conv_layers.h's activation_backward.
+// grad *= act'(·) from the activation's output: elu_backward, relu_backward, and the first
+// step of conv_layers.h's instance_norm_backward.
 void activation_backward(Activation activation, size_t count, const float* y, float* grad,
                          StreamHandle stream);
 void sigmoid_forward(size_t count, float* x, StreamHandle stream);
@@ -151,7 +151,8 @@ void conv2d_backward_weights(Context& context, const ConvShape& shape, const flo
 void instance_norm_forward(Context& context, const InstanceNormShape& shape, const float* x,
                            const float* gamma, const float* beta, const float* residual,
                            Activation activation, float* out);
-// In place: grad (of the norm's output, after activation_backward) becomes the gradient of x;
+// The norm's step of conv_layers.h's instance_norm_backward (after activation_backward and the
+// residual's add_into), in place: grad (of the norm's output) becomes the gradient of x;
 // grad_gamma and grad_beta [channels] accumulate, summed over the batch in the CPU's order.
 void instance_norm_backward(Context& context, const InstanceNormShape& shape, const float* x,
                             const float* gamma, float* grad, float* grad_gamma, float* grad_beta);

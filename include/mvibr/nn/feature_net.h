@@ -44,6 +44,7 @@ struct ResUNetOptions {
   bool shallow = false;
   ConvAlgorithm conv_algorithm = ConvAlgorithm::kDirect;  // the CPU's 3x3 stride-1 convolutions
   ConvOperands conv_operands = ConvOperands::kFp32;       // the CPU's convolutions above 1x1
+  MapLayout map_layout = MapLayout::kPlanar;              // the CPU's maps (the GPU's are planar)
   ParameterGroup group = ParameterGroup::kFeature;  // the learning rate its parameters train at
 
   // kIbrnet is the defaults above.

@@ -1,8 +1,9 @@
-// The layers a convolutional network runs over NCHW feature maps, as one interface that each
-// backend implements: the CPU's (conv_layers.h) and the CUDA one (cuda_layers.h).
+// The layers a convolutional network runs over feature maps, as one interface that each backend
+// implements: the CPU's (conv_layers.h) and the CUDA one (cuda_layers.h).
 // - A graph written against MapOps (resunet_graph.h) is the same network on both backends.
 // - Semantics are conv_layers.h's, call for call; a CUDA implementation queues on its stream.
 // - Pointers are the backend's memory (host or device); make_buffer gives that memory.
+// - Maps are in the ops' layout(): the CUDA ones planar, the CPU's either (cpu_map_ops).
 #pragma once
 
 #include <cstddef>
@@ -25,15 +26,16 @@ class MapOps {
  public:
   virtual ~MapOps() = default;
   virtual std::unique_ptr<MapBuffer> make_buffer() const = 0;
+  virtual MapLayout layout() const = 0;  // of every map these ops read and write
 
   // Data movement.
   virtual void zero(float* data, size_t count) = 0;
   virtual void add_into(size_t count, const float* values, float* target) = 0;  // target +=
   // Channels-last in [B, H, W, count] -> channels [first, first + count) of maps (overwritten).
-  virtual void channels_last_to_planar(const float* in, int first, int count,
-                                       const MapBatch& maps) = 0;
+  virtual void channels_last_to_maps(const float* in, int first, int count,
+                                     const MapBatch& maps) = 0;
   // Channels [first, first + count) of maps -> channels-last out [B, H, W, count].
-  virtual void planar_to_channels_last(const MapBatch& maps, int first, int count, float* out) = 0;
+  virtual void maps_to_channels_last(const MapBatch& maps, int first, int count, float* out) = 0;
   // IBRNet's skipconnect: cat([decoder, encoder zero-padded to the decoder's size]) along
   // channels (F.pad's split: diff // 2 before); the backward overwrites both gradients.
   virtual void skip_concat_forward(const MapBatch& decoder, const MapBatch& encoder,
@@ -53,20 +55,18 @@ class MapOps {
                                      const float* gamma, const float* beta, const float* residual,
                                      Activation activation, float* out) = 0;
   virtual void instance_norm_backward(const InstanceNormShape& shape, const float* x,
-                                      const float* gamma, float* grad, float* grad_gamma,
+                                      const float* gamma, Activation activation, const float* out,
+                                      float* grad, float* grad_residual, float* grad_gamma,
                                       float* grad_beta) = 0;
-  virtual void activation_backward(Activation activation, size_t count, const float* out,
-                                   float* grad) = 0;
-  virtual void reflect_pad_forward(int planes, int height, int width, int pad, const float* x,
-                                   float* padded) = 0;
-  virtual void reflect_pad_backward(int planes, int height, int width, int pad,
-                                    const float* grad_padded, float* grad_x) = 0;
-  virtual void upsample2x_forward(int planes, int height, int width, const float* x, float* y) = 0;
-  virtual void upsample2x_backward(int planes, int height, int width, const float* grad_y,
-                                   float* grad_x) = 0;
+  // padded: x's maps padded by `pad`; grad_x (its data) += the padded gradient folded back.
+  virtual void reflect_pad_forward(const MapBatch& x, int pad, float* padded) = 0;
+  virtual void reflect_pad_backward(const float* grad_padded, int pad, const MapBatch& grad_x) = 0;
+  // y: x's maps at twice the size; grad_x (its data, overwritten) from grad_y.
+  virtual void upsample2x_forward(const MapBatch& x, float* y) = 0;
+  virtual void upsample2x_backward(const float* grad_y, const MapBatch& grad_x) = 0;
 };
 
-// The CPU's, on host memory (stateless; OpenMP inside the layers).
-MapOps& cpu_map_ops();
+// The CPU's, on host memory, for maps in `layout` (stateless; OpenMP inside the layers).
+MapOps& cpu_map_ops(MapLayout layout = MapLayout::kPlanar);
 
 }  // namespace mvibr::nn

@@ -4,7 +4,8 @@
 //   backend's copies of values() and grads().
 // - forward records each unit's input, convolution output and output in the Workspace; backward
 //   walks the units in reverse, so every gradient accumulates in the same order on each backend.
-// - Images and outputs are channels last ([V, H, W, 3], [V, Hf, Wf, C]); maps inside are NCHW.
+// - Images and outputs are channels last ([V, H, W, 3], [V, Hf, Wf, C]); maps inside are in the
+//   ops' layout (MapOps::layout), recorded in each MapBatch.
 #pragma once
 
 #include <array>
@@ -56,6 +57,7 @@ struct ResUNetGraph {
     const MapOps& ops_;
     std::vector<std::unique_ptr<MapBuffer>> buffers_, scratch_;
     size_t next_ = 0;
+    MapLayout layout_ = MapLayout::kPlanar;  // the last forward's ops'
     bool forward_done_ = false;
     std::vector<UnitRecord> records_;
     MapBatch images_, stages_[3], up3_, skip3_, up2_, skip2_, features_, out_;
