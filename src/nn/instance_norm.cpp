@@ -53,16 +53,14 @@ std::vector<double> along_run(const std::vector<double>& per_channel, size_t run
 }
 
 // For each channel c of an image of `size` values: a[c] and b[c], the sums over its pixels of
-// what add(i, k, a, b) adds for value i at run position k.
-template <typename Add>
-void channel_sums(size_t size, size_t channels, Add add, std::vector<double>* a,
+// what sum_run(start, count, a, b) adds into a[k] and b[k] for the values start + k of each run.
+template <typename SumRun>
+void channel_sums(size_t size, size_t channels, SumRun sum_run, std::vector<double>* a,
                   std::vector<double>* b) {
   const size_t run = run_length(channels);
   std::vector<double> run_a(run, 0.0), run_b(run, 0.0);
   for (size_t start = 0; start < size; start += run) {
-    const size_t n = std::min(run, size - start);
-#pragma omp simd
-    for (size_t k = 0; k < n; ++k) add(start + k, k, run_a[k], run_b[k]);
+    sum_run(start, std::min(run, size - start), run_a.data(), run_b.data());
   }
   a->assign(channels, 0.0);
   b->assign(channels, 0.0);
@@ -72,30 +70,39 @@ void channel_sums(size_t size, size_t channels, Add add, std::vector<double>* a,
   }
 }
 
-// Per channel of one channels-last image, as statistics() per plane, repeated along a run.
+// Per channel of one channels-last image, as statistics() per plane, repeated along a run. One
+// pass over the image: the sums of d = x - shift and of d^2, shift the channel's first value,
+// give mean = shift + mean(d) and var = mean(d^2) - mean(d)^2. In double, and with the shift
+// within a few deviations of the mean, the subtraction loses nothing that fp32 would hold.
 struct RunStatistics {
   std::vector<double> mean, inverse_std;
 };
 
 RunStatistics channel_statistics(const float* image, size_t pixels, size_t channels) {
   const size_t size = pixels * channels, run = run_length(channels);
-  std::vector<double> sums, squares, unused;
-  channel_sums(
-      size, channels, [&](size_t i, size_t, double& sum, double&) { sum += double(image[i]); },
-      &sums, &unused);
-  for (double& sum : sums) sum /= double(pixels);
-  const std::vector<double> mean = along_run(sums, run);
+  std::vector<double> shift(run);
+  for (size_t k = 0; k < run; ++k) shift[k] = double(image[k % channels]);
+  std::vector<double> sums, squares;
   channel_sums(
       size, channels,
-      [&](size_t i, size_t k, double& sum, double&) {
-        const double d = double(image[i]) - mean[k];
-        sum += d * d;
+      [&](size_t start, size_t count, double* sum, double* square) {
+        const float* values = image + start;
+#pragma omp simd
+        for (size_t k = 0; k < count; ++k) {
+          const double d = double(values[k]) - shift[k];
+          sum[k] += d;
+          square[k] += d * d;
+        }
       },
-      &squares, &unused);
-  for (double& square : squares) {
-    square = 1.0 / std::sqrt(square / double(pixels) + double(kInstanceNormEps));
+      &sums, &squares);
+  std::vector<double> mean(channels), inverse_std(channels);
+  for (size_t c = 0; c < channels; ++c) {
+    const double mean_d = sums[c] / double(pixels);
+    const double variance = std::max(squares[c] / double(pixels) - mean_d * mean_d, 0.0);
+    mean[c] = shift[c] + mean_d;
+    inverse_std[c] = 1.0 / std::sqrt(variance + double(kInstanceNormEps));
   }
-  return {mean, along_run(squares, run)};
+  return {along_run(mean, run), along_run(inverse_std, run)};
 }
 
 void activate(Activation activation, size_t n, float* result) {
@@ -126,13 +133,16 @@ void forward_channels_last(const InstanceNormShape& shape, const float* x, const
     float* result = out + size_t(n) * image_size;
     for (size_t start = 0; start < image_size; start += run) {
       const size_t count = std::min(run, image_size - start);
+      const float* values = image + start;
+      float* z = result + start;
 #pragma omp simd
-      for (size_t k = 0; k < count; ++k) {
-        const float z = float(scale[k] * double(image[start + k]) + shift[k]);
-        result[start + k] = added ? z + added[start + k] : z;
+      for (size_t k = 0; k < count; ++k) z[k] = float(scale[k] * double(values[k]) + shift[k]);
+      if (added) {
+#pragma omp simd
+        for (size_t k = 0; k < count; ++k) z[k] += added[start + k];
       }
+      activate(activation, count, z);
     }
-    activate(activation, image_size, result);
   }
 }
 
@@ -170,16 +180,22 @@ void backward_channels_last(const InstanceNormShape& shape, const float* x, cons
     const float* image = x + size_t(n) * image_size;
     const RunStatistics s = channel_statistics(image, pixels, channels);
     float* g = grad + size_t(n) * image_size;
-    activation_and_residual_backward(
-        activation, image_size, out + size_t(n) * image_size, g,
-        grad_residual ? grad_residual + size_t(n) * image_size : nullptr);
+    const float* activated = out + size_t(n) * image_size;
+    float* grad_added = grad_residual ? grad_residual + size_t(n) * image_size : nullptr;
     std::vector<double>& sums = sum_grad[size_t(n)];
     std::vector<double>& dots = sum_grad_normalised[size_t(n)];
     channel_sums(
         image_size, channels,
-        [&](size_t i, size_t k, double& sum, double& dot) {
-          sum += double(g[i]);
-          dot += double(g[i]) * ((double(image[i]) - s.mean[k]) * s.inverse_std[k]);
+        [&](size_t start, size_t count, double* sum, double* dot) {
+          float* gradient = g + start;
+          const float* values = image + start;
+          activation_and_residual_backward(activation, count, activated + start, gradient,
+                                           grad_added ? grad_added + start : nullptr);
+#pragma omp simd
+          for (size_t k = 0; k < count; ++k) {
+            sum[k] += double(gradient[k]);
+            dot[k] += double(gradient[k]) * ((double(values[k]) - s.mean[k]) * s.inverse_std[k]);
+          }
         },
         &sums, &dots);
     std::vector<double> scale(run), mean_grad(run), mean_dot(run);
