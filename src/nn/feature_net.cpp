@@ -21,10 +21,10 @@ namespace {
 void channels_to_last(const MapBatch& maps, int first, int count, float* out) {
   const size_t plane = maps.plane_size();
   if (maps.layout == MapLayout::kChannelsLast) {
-    const size_t pixels = size_t(maps.batch) * plane;
+    const size_t pixels = size_t(maps.batch) * plane, c = size_t(count);
     for (size_t i = 0; i < pixels; ++i) {
-      std::copy_n(maps.data + i * size_t(maps.channels) + size_t(first), count,
-                  out + i * size_t(count));
+      const float* in = maps.data + i * size_t(maps.channels) + size_t(first);
+      for (size_t k = 0; k < c; ++k) out[i * c + k] = in[k];  // inline: 3 channels for images
     }
     return;
   }
@@ -41,10 +41,10 @@ void channels_to_last(const MapBatch& maps, int first, int count, float* out) {
 void channels_from_last(const float* grad, int first, int count, MapBatch grad_maps) {
   const size_t plane = grad_maps.plane_size();
   if (grad_maps.layout == MapLayout::kChannelsLast) {
-    const size_t pixels = size_t(grad_maps.batch) * plane;
+    const size_t pixels = size_t(grad_maps.batch) * plane, c = size_t(count);
     for (size_t i = 0; i < pixels; ++i) {
-      std::copy_n(grad + i * size_t(count), count,
-                  grad_maps.data + i * size_t(grad_maps.channels) + size_t(first));
+      float* out = grad_maps.data + i * size_t(grad_maps.channels) + size_t(first);
+      for (size_t k = 0; k < c; ++k) out[k] = grad[i * c + k];
     }
     return;
   }
