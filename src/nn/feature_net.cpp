@@ -22,6 +22,10 @@ void channels_to_last(const MapBatch& maps, int first, int count, float* out) {
   const size_t plane = maps.plane_size();
   if (maps.layout == MapLayout::kChannelsLast) {
     const size_t pixels = size_t(maps.batch) * plane, c = size_t(count);
+    if (count == maps.channels) {  // all of them: the maps as they are
+      std::copy_n(maps.data, pixels * c, out);
+      return;
+    }
     for (size_t i = 0; i < pixels; ++i) {
       const float* in = maps.data + i * size_t(maps.channels) + size_t(first);
       for (size_t k = 0; k < c; ++k) out[i * c + k] = in[k];  // inline: 3 channels for images
@@ -42,6 +46,10 @@ void channels_from_last(const float* grad, int first, int count, MapBatch grad_m
   const size_t plane = grad_maps.plane_size();
   if (grad_maps.layout == MapLayout::kChannelsLast) {
     const size_t pixels = size_t(grad_maps.batch) * plane, c = size_t(count);
+    if (count == grad_maps.channels) {
+      std::copy_n(grad, pixels * c, grad_maps.data);
+      return;
+    }
     for (size_t i = 0; i < pixels; ++i) {
       float* out = grad_maps.data + i * size_t(grad_maps.channels) + size_t(first);
       for (size_t k = 0; k < c; ++k) out[k] = grad[i * c + k];
