@@ -62,14 +62,16 @@ class CudaMapOps final : public MapOps {
                                float* grad_weight, float* grad_bias) override {
     cuda::conv2d_backward_weights(*context_, shape, x, grad_y, grad_weight, grad_bias);
   }
+  // The statistics are not kept: the backward kernel takes them again, as it did before the CPU
+  // kept its own.
   void instance_norm_forward(const InstanceNormShape& shape, const float* x, const float* gamma,
                              const float* beta, const float* residual, Activation activation,
-                             float* out) override {
+                             float* out, float*) override {
     cuda::instance_norm_forward(*context_, shape, x, gamma, beta, residual, activation, out);
   }
   // Its three kernels in turn (the CPU's runs the three on each plane while it is in cache).
   void instance_norm_backward(const InstanceNormShape& shape, const float* x, const float* gamma,
-                              Activation activation, const float* out, float* grad,
+                              const float*, Activation activation, const float* out, float* grad,
                               float* grad_residual, float* grad_gamma, float* grad_beta) override {
     const size_t count = size_t(shape.batch) * size_t(shape.channels) * size_t(shape.plane_size);
     cuda::activation_backward(activation, count, out, grad, stream());

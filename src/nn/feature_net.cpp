@@ -229,14 +229,15 @@ class CpuMapOps final : public MapOps {
   }
   void instance_norm_forward(const InstanceNormShape& shape, const float* x, const float* gamma,
                              const float* beta, const float* residual, Activation activation,
-                             float* out) override {
-    nn::instance_norm_forward(shape, x, gamma, beta, residual, activation, out);
+                             float* out, float* statistics) override {
+    nn::instance_norm_forward(shape, x, gamma, beta, residual, activation, out, statistics);
   }
   void instance_norm_backward(const InstanceNormShape& shape, const float* x, const float* gamma,
-                              Activation activation, const float* out, float* grad,
-                              float* grad_residual, float* grad_gamma, float* grad_beta) override {
-    nn::instance_norm_backward(shape, x, gamma, activation, out, grad, grad_residual, grad_gamma,
-                               grad_beta);
+                              const float* statistics, Activation activation, const float* out,
+                              float* grad, float* grad_residual, float* grad_gamma,
+                              float* grad_beta) override {
+    nn::instance_norm_backward(shape, x, gamma, statistics, activation, out, grad, grad_residual,
+                               grad_gamma, grad_beta);
   }
   // Planar maps are channels-last maps of one channel, a batch of planes.
   void reflect_pad_forward(const MapBatch& x, int pad, float* padded) override {

@@ -10,6 +10,7 @@
 // image at a time, in runs of pixels (channel_sums).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "mvibr/nn/conv_layers.h"
@@ -35,6 +36,20 @@ PlaneStatistics statistics(const float* values, size_t n) {
     squares += d * d;
   }
   return {mean, 1.0 / std::sqrt(squares / double(n) + double(kInstanceNormEps))};
+}
+
+// Plane p's statistics kept for the backward, and read back (conv_layers.h: the floats hold the
+// doubles' bytes).
+static_assert(sizeof(PlaneStatistics) == kInstanceNormStatisticsFloats * sizeof(float));
+
+void keep(float* kept, size_t p, const PlaneStatistics& s) {
+  std::memcpy(kept + p * kInstanceNormStatisticsFloats, &s, sizeof s);
+}
+
+PlaneStatistics kept_statistics(const float* kept, size_t p) {
+  PlaneStatistics s;
+  std::memcpy(&s, kept + p * kInstanceNormStatisticsFloats, sizeof s);
+  return s;
 }
 
 // Channels last, an image [pixels, channels] is walked in runs of whole pixels at least 64
@@ -117,13 +132,16 @@ void activate(Activation activation, size_t n, float* result) {
 
 void forward_channels_last(const InstanceNormShape& shape, const float* x, const float* gamma,
                            const float* beta, const float* residual, Activation activation,
-                           float* out) {
+                           float* out, float* kept) {
   const size_t pixels = size_t(shape.plane_size), channels = size_t(shape.channels);
   const size_t image_size = pixels * channels, run = run_length(channels);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < shape.batch; ++n) {
     const float* image = x + size_t(n) * image_size;
     const RunStatistics s = channel_statistics(image, pixels, channels);
+    for (size_t c = 0; kept && c < channels; ++c) {
+      keep(kept, size_t(n) * channels + c, {s.mean[c], s.inverse_std[c]});
+    }
     std::vector<double> scale(run), shift(run);
     for (size_t k = 0; k < run; ++k) {
       scale[k] = gamma[k % channels] * s.inverse_std[k];
@@ -170,7 +188,7 @@ void activation_and_residual_backward(Activation activation, size_t n, const flo
 }
 
 void backward_channels_last(const InstanceNormShape& shape, const float* x, const float* gamma,
-                            Activation activation, const float* out, float* grad,
+                            const float* kept, Activation activation, const float* out, float* grad,
                             float* grad_residual, float* grad_gamma, float* grad_beta) {
   const size_t pixels = size_t(shape.plane_size), channels = size_t(shape.channels);
   const size_t image_size = pixels * channels, run = run_length(channels);
@@ -180,7 +198,18 @@ void backward_channels_last(const InstanceNormShape& shape, const float* x, cons
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < shape.batch; ++n) {
     const float* image = x + size_t(n) * image_size;
-    const RunStatistics s = channel_statistics(image, pixels, channels);
+    RunStatistics s;
+    if (kept) {
+      std::vector<double> mean(channels), inverse_std(channels);
+      for (size_t c = 0; c < channels; ++c) {
+        const PlaneStatistics plane = kept_statistics(kept, size_t(n) * channels + c);
+        mean[c] = plane.mean;
+        inverse_std[c] = plane.inverse_std;
+      }
+      s = {along_run(mean, run), along_run(inverse_std, run)};
+    } else {
+      s = channel_statistics(image, pixels, channels);
+    }
     float* g = grad + size_t(n) * image_size;
     const float* activated = out + size_t(n) * image_size;
     float* grad_added = grad_residual ? grad_residual + size_t(n) * image_size : nullptr;
@@ -229,9 +258,9 @@ void backward_channels_last(const InstanceNormShape& shape, const float* x, cons
 
 void instance_norm_forward(const InstanceNormShape& shape, const float* x, const float* gamma,
                            const float* beta, const float* residual, Activation activation,
-                           float* out) {
+                           float* out, float* statistics_kept) {
   if (shape.layout == MapLayout::kChannelsLast) {
-    forward_channels_last(shape, x, gamma, beta, residual, activation, out);
+    forward_channels_last(shape, x, gamma, beta, residual, activation, out, statistics_kept);
     return;
   }
   const int planes = shape.batch * shape.channels;
@@ -240,6 +269,7 @@ void instance_norm_forward(const InstanceNormShape& shape, const float* x, const
   for (int p = 0; p < planes; ++p) {
     const float* values = x + size_t(p) * n;
     const PlaneStatistics s = statistics(values, n);
+    if (statistics_kept) keep(statistics_kept, size_t(p), s);
     const int c = p % shape.channels;
     const double scale = gamma[c] * s.inverse_std, shift = beta[c] - scale * s.mean;
     const float* added = residual ? residual + size_t(p) * n : nullptr;
@@ -256,11 +286,12 @@ void instance_norm_forward(const InstanceNormShape& shape, const float* x, const
 }
 
 void instance_norm_backward(const InstanceNormShape& shape, const float* x, const float* gamma,
-                            Activation activation, const float* out, float* grad,
-                            float* grad_residual, float* grad_gamma, float* grad_beta) {
+                            const float* statistics_kept, Activation activation, const float* out,
+                            float* grad, float* grad_residual, float* grad_gamma,
+                            float* grad_beta) {
   if (shape.layout == MapLayout::kChannelsLast) {
-    backward_channels_last(shape, x, gamma, activation, out, grad, grad_residual, grad_gamma,
-                           grad_beta);
+    backward_channels_last(shape, x, gamma, statistics_kept, activation, out, grad, grad_residual,
+                           grad_gamma, grad_beta);
     return;
   }
   const int planes = shape.batch * shape.channels;
@@ -272,7 +303,8 @@ void instance_norm_backward(const InstanceNormShape& shape, const float* x, cons
 #pragma omp parallel for schedule(static)
   for (int p = 0; p < planes; ++p) {
     const float* values = x + size_t(p) * n;
-    const PlaneStatistics s = statistics(values, n);
+    const PlaneStatistics s =
+        statistics_kept ? kept_statistics(statistics_kept, size_t(p)) : statistics(values, n);
     float* g = grad + size_t(p) * n;
     activation_and_residual_backward(activation, n, out + size_t(p) * n, g,
                                      grad_residual ? grad_residual + size_t(p) * n : nullptr);

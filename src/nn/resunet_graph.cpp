@@ -103,10 +103,13 @@ MapBatch ResUNetGraph::unit_forward(MapOps& ops, Workspace& ws, int index, const
   record.conv_output =
       ws.take(input.batch, unit.out_channels, shape.out_height(), shape.out_width());
   record.output = ws.take(input.batch, unit.out_channels, shape.out_height(), shape.out_width());
+  record.norm_statistics =
+      ws.take(input.batch, unit.out_channels, 1, int(kInstanceNormStatisticsFloats)).data;
   const float* bias = unit.bias != kNoBias ? params + unit.bias : nullptr;
   ops.conv2d_forward(shape, conv_input.data, params + unit.weight, bias, record.conv_output.data);
   ops.instance_norm_forward(norm_shape(record.output), record.conv_output.data, params + unit.gamma,
-                            params + unit.beta, residual, unit.activation, record.output.data);
+                            params + unit.beta, residual, unit.activation, record.output.data,
+                            record.norm_statistics);
   ws.records_[size_t(index)] = record;
   return record.output;
 }
@@ -188,8 +191,9 @@ void ResUNetGraph::unit_backward(MapOps& ops, Workspace& ws, int index, const fl
   const Workspace::UnitRecord& record = ws.records_[size_t(index)];
   const MapBatch& input = record.input;
   ops.instance_norm_backward(norm_shape(record.output), record.conv_output.data,
-                             params + unit.gamma, unit.activation, record.output.data, grad_out,
-                             grad_residual, grads + unit.gamma, grads + unit.beta);
+                             params + unit.gamma, record.norm_statistics, unit.activation,
+                             record.output.data, grad_out, grad_residual, grads + unit.gamma,
+                             grads + unit.beta);
 
   // The padded input is rebuilt rather than kept: it costs one copy and saves its memory.
   const int pad = (unit.kernel - 1) / 2;

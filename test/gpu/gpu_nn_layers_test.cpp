@@ -513,10 +513,10 @@ TEST_F(CudaLayers, InstanceNormMatchesCpu) {
         std::vector<float> out(count), grad = grad_out, grad_gamma = grad_gamma0,
                                        grad_beta = grad_beta0;
         nn::instance_norm_forward(s, x.data(), gamma.data(), beta.data(),
-                                  with_residual ? residual.data() : nullptr, activation,
-                                  out.data());
-        nn::instance_norm_backward(s, x.data(), gamma.data(), activation, out.data(), grad.data(),
-                                   nullptr, grad_gamma.data(), grad_beta.data());
+                                  with_residual ? residual.data() : nullptr, activation, out.data(),
+                                  nullptr);
+        nn::instance_norm_backward(s, x.data(), gamma.data(), nullptr, activation, out.data(),
+                                   grad.data(), nullptr, grad_gamma.data(), grad_beta.data());
 
         const DeviceArray<float> device_x(x), device_gamma(gamma), device_beta(beta),
             device_residual(residual), device_out_cpu(out);

@@ -183,14 +183,24 @@ Case instance_norm_case(int batch, int channels, int height, int width, Activati
     const std::vector<float> res =
         residual ? laid_out(floats(in.at("residual")), maps, layout) : std::vector<float>();
     std::vector<float> out(x.size());
+    std::vector<float> statistics(size_t(batch * channels) * kInstanceNormStatisticsFloats);
     instance_norm_forward(s, x.data(), gamma.data(), beta.data(), residual ? res.data() : nullptr,
-                          activation, out.data());
-    auto grad = laid_out(floats(in.at("grad_out")), maps, layout);
-    std::vector<float> grad_residual(residual ? grad.size() : 0, 0.0f);
-    std::vector<float> grad_gamma(gamma.size(), 0.0f), grad_beta(beta.size(), 0.0f);
-    instance_norm_backward(s, x.data(), gamma.data(), activation, out.data(), grad.data(),
-                           residual ? grad_residual.data() : nullptr, grad_gamma.data(),
-                           grad_beta.data());
+                          activation, out.data(), statistics.data());
+    // The backward on the kept statistics, and on statistics taken again: the same doubles.
+    const auto backward = [&](const float* kept) {
+      std::vector<std::vector<float>> gradients{laid_out(floats(in.at("grad_out")), maps, layout),
+                                                std::vector<float>(residual ? x.size() : 0, 0.0f),
+                                                std::vector<float>(gamma.size(), 0.0f),
+                                                std::vector<float>(beta.size(), 0.0f)};
+      instance_norm_backward(s, x.data(), gamma.data(), kept, activation, out.data(),
+                             gradients[0].data(), residual ? gradients[1].data() : nullptr,
+                             gradients[2].data(), gradients[3].data());
+      return gradients;
+    };
+    const std::vector<std::vector<float>> gradients = backward(statistics.data());
+    EXPECT_EQ(gradients, backward(nullptr)) << "kept statistics against statistics taken again";
+    const std::vector<float>&grad = gradients[0], &grad_residual = gradients[1],
+          &grad_gamma = gradients[2], &grad_beta = gradients[3];
     Arrays result{{"out", array(planar(out, maps, layout), shape)},
                   {"grad_x", array(planar(grad, maps, layout), shape)},
                   {"grad_gamma", array(grad_gamma, {size_t(channels)})},

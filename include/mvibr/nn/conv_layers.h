@@ -97,21 +97,27 @@ struct InstanceNormShape {
   MapLayout layout = MapLayout::kPlanar;
 };
 
+// Floats per plane that hold an instance norm's statistics from its forward to its backward:
+// the mean and the inverse deviation, each a double's bytes.
+constexpr size_t kInstanceNormStatisticsFloats = 4;
+
 // InstanceNorm2d(affine, biased variance, no running statistics), then an optional residual,
 // then the activation: out = act(gamma[c] (x - mean) / sqrt(var + eps) + beta[c] + residual)
-// per plane. residual may be null.
+// per plane. residual may be null. statistics: null, or kInstanceNormStatisticsFloats per plane
+// to keep the statistics in for the backward.
 void instance_norm_forward(const InstanceNormShape& shape, const float* x, const float* gamma,
                            const float* beta, const float* residual, Activation activation,
-                           float* out);
+                           float* out, float* statistics);
 // The backward of instance_norm_forward, in place: grad holds the gradient of `out` (its output)
 // and becomes that of x, its input. grad_residual (may be null) += the residual's gradient;
 // grad_gamma and grad_beta [channels] accumulate (+=). Through the activation, the residual and
 // the norm one plane (one image, channels last) at a time, while it is in cache. The statistics
-// are taken again from x in double: the Jacobian subtracts two nearly equal terms on small
-// planes, which normalised values stored in fp32 would not resolve.
+// are the forward's, in double (or taken again from x where `statistics` is null): the Jacobian
+// subtracts two nearly equal terms on small planes, which normalised values stored in fp32
+// would not resolve.
 void instance_norm_backward(const InstanceNormShape& shape, const float* x, const float* gamma,
-                            Activation activation, const float* out, float* grad,
-                            float* grad_residual, float* grad_gamma, float* grad_beta);
+                            const float* statistics, Activation activation, const float* out,
+                            float* grad, float* grad_residual, float* grad_gamma, float* grad_beta);
 
 // Bilinear upsampling by 2 with align_corners=True (F.interpolate(scale_factor=2)): `planes`
 // maps [height, width] to [2 height, 2 width].

@@ -51,12 +51,15 @@ class MapOps {
                                     const float* grad_y, float* grad_x) = 0;
   virtual void conv2d_backward_weights(const ConvShape& shape, const float* x, const float* grad_y,
                                        float* grad_weight, float* grad_bias) = 0;
+  // statistics: kInstanceNormStatisticsFloats per plane, which the forward may fill for the
+  // backward (the CPU's does; the GPU's backward takes them again).
   virtual void instance_norm_forward(const InstanceNormShape& shape, const float* x,
                                      const float* gamma, const float* beta, const float* residual,
-                                     Activation activation, float* out) = 0;
+                                     Activation activation, float* out, float* statistics) = 0;
   virtual void instance_norm_backward(const InstanceNormShape& shape, const float* x,
-                                      const float* gamma, Activation activation, const float* out,
-                                      float* grad, float* grad_residual, float* grad_gamma,
+                                      const float* gamma, const float* statistics,
+                                      Activation activation, const float* out, float* grad,
+                                      float* grad_residual, float* grad_gamma,
                                       float* grad_beta) = 0;
   // padded: x's maps padded by `pad`; grad_x (its data) += the padded gradient folded back.
   virtual void reflect_pad_forward(const MapBatch& x, int pad, float* padded) = 0;

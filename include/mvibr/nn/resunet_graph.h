@@ -50,6 +50,7 @@ struct ResUNetGraph {
     friend struct ResUNetGraph;
     struct UnitRecord {
       MapBatch input, conv_output, output;  // conv_output: what the norm normalised
+      float* norm_statistics = nullptr;     // kInstanceNormStatisticsFloats per plane
     };
     MapBatch take(int batch, int channels, int height, int width);
     float* scratch(int slot, size_t count);  // the buffers shared by all units (resunet_graph.cpp)
