@@ -62,8 +62,7 @@ class CudaMapOps final : public MapOps {
                                float* grad_weight, float* grad_bias) override {
     cuda::conv2d_backward_weights(*context_, shape, x, grad_y, grad_weight, grad_bias);
   }
-  // The statistics are not kept: the backward kernel takes them again, as it did before the CPU
-  // kept its own.
+  // No statistics kept: the backward kernel takes them again.
   void instance_norm_forward(const InstanceNormShape& shape, const float* x, const float* gamma,
                              const float* beta, const float* residual, Activation activation,
                              float* out, float*) override {

@@ -28,7 +28,7 @@ void channels_to_last(const MapBatch& maps, int first, int count, float* out) {
     }
     for (size_t i = 0; i < pixels; ++i) {
       const float* in = maps.data + i * size_t(maps.channels) + size_t(first);
-      for (size_t k = 0; k < c; ++k) out[i * c + k] = in[k];  // inline: 3 channels for images
+      for (size_t k = 0; k < c; ++k) out[i * c + k] = in[k];
     }
     return;
   }
