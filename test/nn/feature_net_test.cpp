@@ -25,6 +25,7 @@
 #include "mvibr/nn/feature_net.h"
 #include "mvibr/synthetic/random_scene.h"
 #include "npy.h"
+#include "planar_order.h"
 #include "relu_masks.h"
 #include "support/bf16_convolutions.h"
 
@@ -67,28 +68,14 @@ struct Case {
 std::vector<float> laid_out(const std::vector<float>& planar, MapBatch maps, MapLayout layout) {
   std::vector<float> result(planar.size());
   maps.layout = layout;
-  size_t i = 0;
-  for (int n = 0; n < maps.batch; ++n) {
-    for (int c = 0; c < maps.channels; ++c) {
-      for (int y = 0; y < maps.height; ++y) {
-        for (int x = 0; x < maps.width; ++x) result[maps.offset(n, c, y, x)] = planar[i++];
-      }
-    }
-  }
+  test::for_each_value(maps, [&](size_t i, size_t j) { result[j] = planar[i]; });
   return result;
 }
 
 std::vector<float> planar(const std::vector<float>& values, MapBatch maps, MapLayout layout) {
   std::vector<float> result(values.size());
   maps.layout = layout;
-  size_t i = 0;
-  for (int n = 0; n < maps.batch; ++n) {
-    for (int c = 0; c < maps.channels; ++c) {
-      for (int y = 0; y < maps.height; ++y) {
-        for (int x = 0; x < maps.width; ++x) result[i++] = values[maps.offset(n, c, y, x)];
-      }
-    }
-  }
+  test::for_each_value(maps, [&](size_t i, size_t j) { result[i] = values[j]; });
   return result;
 }
 

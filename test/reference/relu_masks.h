@@ -10,6 +10,7 @@
 
 #include "mvibr/nn/feature_net.h"
 #include "npy.h"
+#include "planar_order.h"
 
 namespace mvibr::test {
 
@@ -19,16 +20,9 @@ inline std::vector<std::pair<std::string, NpyArray>> relu_masks(
   for (const nn::ResUNet::UnitOutput& unit : net.unit_outputs(workspace)) {
     if (unit.activation != nn::Activation::kRelu) continue;
     const nn::MapBatch& m = unit.output;
-    NpyArray mask{{size_t(m.batch), size_t(m.channels), size_t(m.height), size_t(m.width)}, {}};
-    for (int n = 0; n < m.batch; ++n) {
-      for (int c = 0; c < m.channels; ++c) {
-        for (int y = 0; y < m.height; ++y) {
-          for (int x = 0; x < m.width; ++x) {
-            mask.data.push_back(m.data[m.offset(n, c, y, x)] > 0.0f ? 1.0 : 0.0);
-          }
-        }
-      }
-    }
+    NpyArray mask{{size_t(m.batch), size_t(m.channels), size_t(m.height), size_t(m.width)},
+                  std::vector<double>(m.size())};
+    for_each_value(m, [&](size_t i, size_t j) { mask.data[i] = m.data[j] > 0.0f ? 1.0 : 0.0; });
     masks.emplace_back(unit.name, std::move(mask));
   }
   return masks;
