@@ -6,8 +6,9 @@
 // (the variance subtracts the mean, the backward subtracts two nearly equal projections). The sums
 // are OpenMP simd reductions: double lanes added in a fixed order the compiler chooses, the same on
 // every run of one build; a strictly serial double sum waited out the adder's latency on every
-// value and made these layers cost as much as the convolutions around them. Channels last, one
-// image at a time, in runs of pixels (channel_sums).
+// value and made these layers cost as much as the convolutions around them. Channels last (the
+// pose backbone's maps), one image at a time, in runs of pixels and in float arithmetic about
+// float centres, with double sums (channel_sums).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -57,15 +58,24 @@ PlaneStatistics kept_statistics(const float* kept, size_t p) {
 // the per-channel factors are repeated along a run, and the per-channel sums are kept per run
 // position and folded into channels at the end, in a fixed order. (Looping over one pixel's
 // channels at a time made the layer 1.7x slower than on planes.)
+//
+// The values are taken in float, twice the lanes of double: the pose backbone's layers had
+// been bound by double arithmetic, not memory. Each value enters as x - s, s a float near its
+// channel's mean (exact but for one rounding of the difference), so no product or sum is ever
+// as large as |mean| / std times the deviations; the sums are float over kRunsPerPartial runs,
+// then double.
 size_t run_length(size_t channels) {
   return channels * ((64 + channels - 1) / channels);
 }
 
-std::vector<double> along_run(const std::vector<double>& per_channel, size_t run) {
-  std::vector<double> repeated(run);
-  for (size_t k = 0; k < run; ++k) repeated[k] = per_channel[k % per_channel.size()];
+template <typename T>
+std::vector<float> along_run(const std::vector<T>& per_channel, size_t run) {
+  std::vector<float> repeated(run);
+  for (size_t k = 0; k < run; ++k) repeated[k] = float(per_channel[k % per_channel.size()]);
   return repeated;
 }
+
+constexpr size_t kRunsPerPartial = 8;
 
 // For each channel c of an image of `size` values: a[c] and b[c], the sums over its pixels of
 // what sum_run(start, count, a, b) adds into a[k] and b[k] for the values start + k of each run.
@@ -74,8 +84,18 @@ void channel_sums(size_t size, size_t channels, SumRun sum_run, std::vector<doub
                   std::vector<double>* b) {
   const size_t run = run_length(channels);
   std::vector<double> run_a(run, 0.0), run_b(run, 0.0);
-  for (size_t start = 0; start < size; start += run) {
-    sum_run(start, std::min(run, size - start), run_a.data(), run_b.data());
+  std::vector<float> partial_a(run), partial_b(run);
+  for (size_t first = 0; first < size; first += kRunsPerPartial * run) {
+    std::fill(partial_a.begin(), partial_a.end(), 0.0f);
+    std::fill(partial_b.begin(), partial_b.end(), 0.0f);
+    const size_t last = std::min(size, first + kRunsPerPartial * run);
+    for (size_t start = first; start < last; start += run) {
+      sum_run(start, std::min(run, last - start), partial_a.data(), partial_b.data());
+    }
+    for (size_t k = 0; k < run; ++k) {
+      run_a[k] += double(partial_a[k]);
+      run_b[k] += double(partial_b[k]);
+    }
   }
   a->assign(channels, 0.0);
   b->assign(channels, 0.0);
@@ -85,39 +105,57 @@ void channel_sums(size_t size, size_t channels, SumRun sum_run, std::vector<doub
   }
 }
 
-// Per channel of one channels-last image, as statistics() per plane, repeated along a run. One
-// pass over the image: the sums of d = x - shift and of d^2, shift the channel's first value,
-// give mean = shift + mean(d) and var = mean(d^2) - mean(d)^2. In double, and with the shift
-// within a few deviations of the mean, the subtraction loses nothing that fp32 would hold.
-struct RunStatistics {
-  std::vector<double> mean, inverse_std;
-};
-
-RunStatistics channel_statistics(const float* image, size_t pixels, size_t channels) {
+// Per channel of one channels-last image, as statistics() per plane. One pass over the image:
+// the sums of d = x - s and of d^2 give mean = s + mean(d) and var = mean(d^2) - mean(d)^2, s the
+// mean of the channel's first pixels (at most 32), rounded to float.
+std::vector<PlaneStatistics> channel_statistics(const float* image, size_t pixels,
+                                                size_t channels) {
   const size_t size = pixels * channels, run = run_length(channels);
-  std::vector<double> shift(run);
-  for (size_t k = 0; k < run; ++k) shift[k] = double(image[k % channels]);
+  const size_t first_pixels = std::min<size_t>(pixels, 32);
+  std::vector<double> first_mean(channels, 0.0);
+  for (size_t i = 0; i < first_pixels; ++i) {
+    for (size_t c = 0; c < channels; ++c) first_mean[c] += image[i * channels + c];
+  }
+  for (double& m : first_mean) m /= double(first_pixels);
+  const std::vector<float> shift = along_run(first_mean, run);
   std::vector<double> sums, squares;
   channel_sums(
       size, channels,
-      [&](size_t start, size_t count, double* sum, double* square) {
+      [&](size_t start, size_t count, float* sum, float* square) {
         const float* values = image + start;
 #pragma omp simd
         for (size_t k = 0; k < count; ++k) {
-          const double d = double(values[k]) - shift[k];
+          const float d = values[k] - shift[k];
           sum[k] += d;
-          square[k] += d * d;
+          square[k] = multiply_add(d, d, square[k]);
         }
       },
       &sums, &squares);
-  std::vector<double> mean(channels), inverse_std(channels);
+  std::vector<PlaneStatistics> statistics(channels);
   for (size_t c = 0; c < channels; ++c) {
     const double mean_d = sums[c] / double(pixels);
     const double variance = std::max(squares[c] / double(pixels) - mean_d * mean_d, 0.0);
-    mean[c] = shift[c] + mean_d;
-    inverse_std[c] = 1.0 / std::sqrt(variance + double(kInstanceNormEps));
+    statistics[c] = {double(shift[c]) + mean_d,
+                     1.0 / std::sqrt(variance + double(kInstanceNormEps))};
   }
-  return {along_run(mean, run), along_run(inverse_std, run)};
+  return statistics;
+}
+
+// The float factors a run's values are normalised with: x̂ = (x - centre) inverse_std - offset,
+// centre the mean rounded to float and offset (mean - centre) inverse_std.
+struct RunNormalisation {
+  std::vector<float> centre, inverse_std, offset;
+};
+
+RunNormalisation run_normalisation(const std::vector<PlaneStatistics>& statistics, size_t run) {
+  std::vector<float> centre(statistics.size()), inverse_std(statistics.size()),
+      offset(statistics.size());
+  for (size_t c = 0; c < statistics.size(); ++c) {
+    centre[c] = float(statistics[c].mean);
+    inverse_std[c] = float(statistics[c].inverse_std);
+    offset[c] = float((statistics[c].mean - double(centre[c])) * statistics[c].inverse_std);
+  }
+  return {along_run(centre, run), along_run(inverse_std, run), along_run(offset, run)};
 }
 
 void activate(Activation activation, size_t n, float* result) {
@@ -138,14 +176,17 @@ void forward_channels_last(const InstanceNormShape& shape, const float* x, const
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < shape.batch; ++n) {
     const float* image = x + size_t(n) * image_size;
-    const RunStatistics s = channel_statistics(image, pixels, channels);
-    for (size_t c = 0; kept && c < channels; ++c) {
-      keep(kept, size_t(n) * channels + c, {s.mean[c], s.inverse_std[c]});
-    }
-    std::vector<double> scale(run), shift(run);
+    const std::vector<PlaneStatistics> s = channel_statistics(image, pixels, channels);
+    for (size_t c = 0; kept && c < channels; ++c) keep(kept, size_t(n) * channels + c, s[c]);
+    // z = gamma x̂ + beta = (x - centre) scale + shift.
+    const RunNormalisation r = run_normalisation(s, run);
+    std::vector<float> scale(run), shift(run);
     for (size_t k = 0; k < run; ++k) {
-      scale[k] = gamma[k % channels] * s.inverse_std[k];
-      shift[k] = beta[k % channels] - scale[k] * s.mean[k];
+      const PlaneStatistics& plane = s[k % channels];
+      const double gamma_scale = double(gamma[k % channels]) * plane.inverse_std;
+      scale[k] = float(gamma_scale);
+      shift[k] =
+          float(double(beta[k % channels]) - gamma_scale * (plane.mean - double(r.centre[k])));
     }
     const float* added = residual ? residual + size_t(n) * image_size : nullptr;
     float* result = out + size_t(n) * image_size;
@@ -154,7 +195,9 @@ void forward_channels_last(const InstanceNormShape& shape, const float* x, const
       const float* values = image + start;
       float* z = result + start;
 #pragma omp simd
-      for (size_t k = 0; k < count; ++k) z[k] = float(scale[k] * double(values[k]) + shift[k]);
+      for (size_t k = 0; k < count; ++k) {
+        z[k] = multiply_add(values[k] - r.centre[k], scale[k], shift[k]);
+      }
       if (added) {
 #pragma omp simd
         for (size_t k = 0; k < count; ++k) z[k] += added[start + k];
@@ -198,18 +241,13 @@ void backward_channels_last(const InstanceNormShape& shape, const float* x, cons
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < shape.batch; ++n) {
     const float* image = x + size_t(n) * image_size;
-    RunStatistics s;
+    std::vector<PlaneStatistics> s(channels);
     if (kept) {
-      std::vector<double> mean(channels), inverse_std(channels);
-      for (size_t c = 0; c < channels; ++c) {
-        const PlaneStatistics plane = kept_statistics(kept, size_t(n) * channels + c);
-        mean[c] = plane.mean;
-        inverse_std[c] = plane.inverse_std;
-      }
-      s = {along_run(mean, run), along_run(inverse_std, run)};
+      for (size_t c = 0; c < channels; ++c) s[c] = kept_statistics(kept, size_t(n) * channels + c);
     } else {
       s = channel_statistics(image, pixels, channels);
     }
+    const RunNormalisation r = run_normalisation(s, run);
     float* g = grad + size_t(n) * image_size;
     const float* activated = out + size_t(n) * image_size;
     float* grad_added = grad_residual ? grad_residual + size_t(n) * image_size : nullptr;
@@ -217,23 +255,26 @@ void backward_channels_last(const InstanceNormShape& shape, const float* x, cons
     std::vector<double>& dots = sum_grad_normalised[size_t(n)];
     channel_sums(
         image_size, channels,
-        [&](size_t start, size_t count, double* sum, double* dot) {
+        [&](size_t start, size_t count, float* sum, float* dot) {
           float* gradient = g + start;
           const float* values = image + start;
           activation_and_residual_backward(activation, count, activated + start, gradient,
                                            grad_added ? grad_added + start : nullptr);
 #pragma omp simd
           for (size_t k = 0; k < count; ++k) {
-            sum[k] += double(gradient[k]);
-            dot[k] += double(gradient[k]) * ((double(values[k]) - s.mean[k]) * s.inverse_std[k]);
+            const float normalised =
+                multiply_add(values[k] - r.centre[k], r.inverse_std[k], -r.offset[k]);
+            sum[k] += gradient[k];
+            dot[k] = multiply_add(gradient[k], normalised, dot[k]);
           }
         },
         &sums, &dots);
-    std::vector<double> scale(run), mean_grad(run), mean_dot(run);
+    // dx = gamma rstd (g - mean(g) - x̂ mean(g x̂)), as the planar backward.
+    std::vector<float> scale(run), mean_grad(run), mean_dot(run);
     for (size_t k = 0; k < run; ++k) {
-      scale[k] = gamma[k % channels] * s.inverse_std[k];
-      mean_grad[k] = sums[k % channels] / double(pixels);
-      mean_dot[k] = dots[k % channels] / double(pixels);
+      scale[k] = float(double(gamma[k % channels]) * s[k % channels].inverse_std);
+      mean_grad[k] = float(sums[k % channels] / double(pixels));
+      mean_dot[k] = float(dots[k % channels] / double(pixels));
     }
     for (size_t start = 0; start < image_size; start += run) {
       const size_t count = std::min(run, image_size - start);
@@ -241,8 +282,9 @@ void backward_channels_last(const InstanceNormShape& shape, const float* x, cons
       const float* inputs = image + start;
 #pragma omp simd
       for (size_t k = 0; k < count; ++k) {
-        const double normalised = (double(inputs[k]) - s.mean[k]) * s.inverse_std[k];
-        values[k] = float(scale[k] * (values[k] - mean_grad[k] - normalised * mean_dot[k]));
+        const float normalised =
+            multiply_add(inputs[k] - r.centre[k], r.inverse_std[k], -r.offset[k]);
+        values[k] = scale[k] * multiply_add(-normalised, mean_dot[k], values[k] - mean_grad[k]);
       }
     }
   }
