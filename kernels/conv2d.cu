@@ -2,7 +2,9 @@
 // and backward filter of an unpadded, strided cross-correlation (what PyTorch and oneDNN call a
 // convolution) on NCHW float maps with OIHW weights, the CPU layer's layouts, so nothing is
 // reordered. The bias is cudnnAddTensor after the forward, its gradient
-// cudnnConvolutionBackwardBias; parameter gradients accumulate through beta = 1.
+// cudnnConvolutionBackwardBias; gradients accumulate through beta = 1. Reflect padding (which
+// cuDNN lacks) pads the input into the Context's padded_maps and folds the input gradient back
+// from there (kernels/reflect_pad.cu).
 //
 // Each shape gets its descriptors once (a ConvPlan cached in the Context), and each pass its
 // algorithm on first use: cuDNN's ranking (cudnnGet*_v7) or measured times (cudnnFind*), then
@@ -45,24 +47,31 @@ namespace {
 
 std::string describe(const ConvShape& s) {
   return std::to_string(s.batch) + "x" + std::to_string(s.in_channels) + "x" +
-         std::to_string(s.in_height) + "x" + std::to_string(s.in_width) + " -> " +
-         std::to_string(s.out_channels) + " channels, " + std::to_string(s.kernel) + "x" +
-         std::to_string(s.kernel) + " stride " + std::to_string(s.stride);
+         std::to_string(s.in_height) + "x" + std::to_string(s.in_width) + " padded by " +
+         std::to_string(s.pad) + " -> " + std::to_string(s.out_channels) + " channels, " +
+         std::to_string(s.kernel) + "x" + std::to_string(s.kernel) + " stride " +
+         std::to_string(s.stride);
 }
 
 void check_shape(const ConvShape& s) {
   if (s.batch < 1 || s.in_channels < 1 || s.out_channels < 1 || s.kernel < 1 || s.stride < 1 ||
-      s.in_height < s.kernel || s.in_width < s.kernel) {
+      s.pad < 0 || s.padded_height() < s.kernel || s.padded_width() < s.kernel) {
     throw InvalidArgument("conv2d on the GPU: a " + std::to_string(s.kernel) + "x" +
                           std::to_string(s.kernel) + " convolution cannot run on a " +
-                          std::to_string(s.in_height) + "x" + std::to_string(s.in_width) + " map");
+                          std::to_string(s.in_height) + "x" + std::to_string(s.in_width) +
+                          " map padded by " + std::to_string(s.pad));
+  }
+  if (s.pad >= s.in_height || s.pad >= s.in_width) {
+    throw InvalidArgument("conv2d on the GPU: reflect padding by " + std::to_string(s.pad) +
+                          " needs a map larger than " + std::to_string(s.in_height) + "x" +
+                          std::to_string(s.in_width));
   }
   if (s.layout != MapLayout::kPlanar) {
     throw InvalidArgument("conv2d on the GPU: maps must be planar (NCHW), not channels last");
   }
   // cuDNN's 4-D descriptors count elements in int.
   constexpr size_t kLimit = size_t(1) << 31;
-  const size_t in = size_t(s.batch) * s.in_channels * s.in_height * s.in_width;
+  const size_t in = size_t(s.batch) * s.in_channels * s.padded_height() * s.padded_width();
   const size_t out = size_t(s.batch) * s.out_channels * s.out_height() * s.out_width();
   const size_t weights = size_t(s.out_channels) * s.in_channels * s.kernel * s.kernel;
   if (in >= kLimit || out >= kLimit || weights >= kLimit) {
@@ -137,10 +146,11 @@ Algo choose(const char* pass, const ConvShape& shape, const Context::Impl& c,
                        describe(shape));
 }
 
+// The descriptors are of the padded input: cuDNN runs unpadded on it.
 ConvPlan& plan_for(Context::Impl& c, const ConvShape& s) {
   check_shape(s);
   const ConvKey key{s.batch,    s.in_channels, s.out_channels, s.in_height,
-                    s.in_width, s.kernel,      s.stride};
+                    s.in_width, s.kernel,      s.stride,       s.pad};
   std::shared_ptr<ConvPlan>& entry = c.conv_plans[key];
   if (entry) return *entry;
   auto plan = std::make_shared<ConvPlan>();
@@ -150,7 +160,8 @@ ConvPlan& plan_for(Context::Impl& c, const ConvShape& s) {
   MVIBR_CUDNN_CHECK(cudnnCreateFilterDescriptor(&plan->w));
   MVIBR_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&plan->conv));
   MVIBR_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
-                                               s.batch, s.in_channels, s.in_height, s.in_width));
+                                               s.batch, s.in_channels, s.padded_height(),
+                                               s.padded_width()));
   MVIBR_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
                                                s.batch, s.out_channels, s.out_height(),
                                                s.out_width()));
@@ -243,6 +254,15 @@ void choose_filter(Context::Impl& c, const ConvShape& s, ConvPlan& p) {
   p.have_filter = true;
 }
 
+// x as cuDNN reads it: itself, or reflect-padded into the Context's padded_maps.
+const float* padded_input(Context::Impl& c, const ConvShape& s, const float* x) {
+  if (s.pad == 0) return x;
+  float* padded =
+      c.padded_maps(size_t(s.batch) * s.in_channels * s.padded_height() * s.padded_width());
+  reflect_pad_forward(s.batch * s.in_channels, s.in_height, s.in_width, s.pad, x, padded, c.stream);
+  return padded;
+}
+
 }  // namespace
 
 void conv2d_forward(Context& context, const ConvShape& shape, const float* x, const float* weight,
@@ -250,24 +270,34 @@ void conv2d_forward(Context& context, const ConvShape& shape, const float* x, co
   Context::Impl& c = context.impl();
   ConvPlan& p = plan_for(c, shape);
   if (!p.have_forward) choose_forward(c, shape, p);
+  const float* input = padded_input(c, shape, x);
   void* workspace = c.workspace(p.forward_bytes);
   const float one = 1.0f, zero = 0.0f;
-  MVIBR_CUDNN_CHECK(cudnnConvolutionForward(c.cudnn, &one, p.x, x, p.w, weight, p.conv,
+  MVIBR_CUDNN_CHECK(cudnnConvolutionForward(c.cudnn, &one, p.x, input, p.w, weight, p.conv,
                                             p.forward_algo, workspace, p.forward_bytes, &zero, p.y,
                                             y));
   if (bias) MVIBR_CUDNN_CHECK(cudnnAddTensor(c.cudnn, &one, p.bias, bias, &one, p.y, y));
 }
 
+// Unpadded, cuDNN adds into grad_x (beta = 1); padded, it writes the padded gradient, which is
+// folded back onto grad_x.
 void conv2d_backward_data(Context& context, const ConvShape& shape, const float* weight,
                           const float* grad_y, float* grad_x) {
   Context::Impl& c = context.impl();
   ConvPlan& p = plan_for(c, shape);
   if (!p.have_data) choose_data(c, shape, p);
+  float* grad_input = shape.pad == 0 ? grad_x
+                                     : c.padded_maps(size_t(shape.batch) * shape.in_channels *
+                                                     shape.padded_height() * shape.padded_width());
   void* workspace = c.workspace(p.data_bytes);
   const float one = 1.0f, zero = 0.0f;
   MVIBR_CUDNN_CHECK(cudnnConvolutionBackwardData(c.cudnn, &one, p.w, weight, p.y, grad_y, p.conv,
-                                                 p.data_algo, workspace, p.data_bytes, &zero, p.x,
-                                                 grad_x));
+                                                 p.data_algo, workspace, p.data_bytes,
+                                                 shape.pad == 0 ? &one : &zero, p.x, grad_input));
+  if (shape.pad > 0) {
+    reflect_pad_backward(shape.batch * shape.in_channels, shape.in_height, shape.in_width,
+                         shape.pad, grad_input, grad_x, c.stream);
+  }
 }
 
 void conv2d_backward_weights(Context& context, const ConvShape& shape, const float* x,
@@ -275,9 +305,10 @@ void conv2d_backward_weights(Context& context, const ConvShape& shape, const flo
   Context::Impl& c = context.impl();
   ConvPlan& p = plan_for(c, shape);
   if (!p.have_filter) choose_filter(c, shape, p);
+  const float* input = padded_input(c, shape, x);
   void* workspace = c.workspace(p.filter_bytes);
   const float one = 1.0f;
-  MVIBR_CUDNN_CHECK(cudnnConvolutionBackwardFilter(c.cudnn, &one, p.x, x, p.y, grad_y, p.conv,
+  MVIBR_CUDNN_CHECK(cudnnConvolutionBackwardFilter(c.cudnn, &one, p.x, input, p.y, grad_y, p.conv,
                                                    p.filter_algo, workspace, p.filter_bytes, &one,
                                                    p.w, grad_weight));
   if (grad_bias) {

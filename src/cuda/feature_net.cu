@@ -77,13 +77,6 @@ class CudaMapOps final : public MapOps {
     if (grad_residual) cuda::add_into(count, grad, grad_residual, stream());
     cuda::instance_norm_backward(*context_, shape, x, gamma, grad, grad_gamma, grad_beta);
   }
-  void reflect_pad_forward(const MapBatch& x, int pad, float* padded) override {
-    cuda::reflect_pad_forward(planes(x), x.height, x.width, pad, x.data, padded, stream());
-  }
-  void reflect_pad_backward(const float* grad_padded, int pad, const MapBatch& grad_x) override {
-    cuda::reflect_pad_backward(planes(grad_x), grad_x.height, grad_x.width, pad, grad_padded,
-                               grad_x.data, stream());
-  }
   void upsample2x_forward(const MapBatch& x, float* y) override {
     cuda::upsample2x_forward(planes(x), x.height, x.width, x.data, y, stream());
   }

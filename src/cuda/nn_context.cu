@@ -20,7 +20,6 @@ Context::Impl::~Impl() {
   // Queued work may still use the workspace; cudaFree waits for the device. Errors here cannot
   // be reported (a destructor), and a broken context has reported its own already.
   conv_plans.clear();  // their descriptors before the handle
-  if (workspace_) cudaFree(workspace_);
   if (cudnn) cudnnDestroy(cudnn);
   if (cublas) cublasDestroy(cublas);
 }
@@ -63,19 +62,27 @@ GemmPrecision Context::gemm_precision() const {
 }
 
 void* Context::Impl::workspace(size_t bytes) {
+  return workspace_.get(bytes, stream);
+}
+
+void* Context::Impl::Growing::get(size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return nullptr;
-  if (bytes > workspace_bytes_) {
+  if (bytes > bytes_) {
     MVIBR_CUDA_CHECK(cudaStreamSynchronize(stream));
-    if (workspace_) MVIBR_CUDA_CHECK(cudaFree(workspace_));
-    workspace_ = nullptr;
-    workspace_bytes_ = 0;
+    if (data_) MVIBR_CUDA_CHECK(cudaFree(data_));
+    data_ = nullptr;
+    bytes_ = 0;
     // Round up to 1 MiB so that a run of slowly growing requests reallocates rarely.
     constexpr size_t kGranule = size_t(1) << 20;
     const size_t rounded = (bytes + kGranule - 1) / kGranule * kGranule;
-    MVIBR_CUDA_CHECK(cudaMalloc(&workspace_, rounded));
-    workspace_bytes_ = rounded;
+    MVIBR_CUDA_CHECK(cudaMalloc(&data_, rounded));
+    bytes_ = rounded;
   }
-  return workspace_;
+  return data_;
+}
+
+Context::Impl::Growing::~Growing() {
+  if (data_) cudaFree(data_);  // waits for the device; no error can be reported here
 }
 
 }  // namespace mvibr::nn::cuda

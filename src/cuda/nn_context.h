@@ -40,7 +40,7 @@ namespace mvibr::nn::cuda {
 // The descriptors of one convolution shape and the algorithms chosen for it (each pass chosen
 // on its first call). Defined in kernels/conv2d.cu.
 struct ConvPlan;
-using ConvKey = std::tuple<int, int, int, int, int, int, int>;
+using ConvKey = std::tuple<int, int, int, int, int, int, int, int>;
 
 struct Context::Impl {
   cudaStream_t stream = nullptr;
@@ -62,12 +62,26 @@ struct Context::Impl {
   T* workspace_of(size_t count) {
     return static_cast<T*>(workspace(count * sizeof(T)));
   }
+  // A second such buffer, for a convolution's reflect-padded input or input gradient (cuDNN
+  // takes the workspace at the same time).
+  float* padded_maps(size_t count) {
+    return static_cast<float*>(padded_.get(count * sizeof(float), stream));
+  }
 
   ~Impl();
 
  private:
-  void* workspace_ = nullptr;
-  size_t workspace_bytes_ = 0;
+  // Device memory that grows on demand (see workspace).
+  class Growing {
+   public:
+    void* get(size_t bytes, cudaStream_t stream);
+    ~Growing();
+
+   private:
+    void* data_ = nullptr;
+    size_t bytes_ = 0;
+  };
+  Growing workspace_, padded_;
 };
 
 }  // namespace mvibr::nn::cuda

@@ -2,6 +2,8 @@
 // oneDNN rather than a hand-rolled im2col + sgemm: it picks its best implementation per shape
 // and ISA for all three passes. The callers hold plain NCHW or NHWC maps (ConvShape::layout) and
 // OIHW weights.
+// - Reflect padding: the input is padded into scratch (reflect_pad.cpp) and the primitives run
+//   unpadded on it; the input gradient comes out padded and is folded back.
 // - The 3x3 and 7x7 convolutions ask for the layouts the best kernel wants and are reordered into
 //   and out of them around each call. On NCHW oneDNN can only run its im2col + JIT sgemm
 //   ("gemm:jit"); its direct kernels ("jit:avx2", "brgconv") are 1.3-4x faster with the reorders
@@ -10,13 +12,16 @@
 //   byte do not pay for reorders (up to 2x slower blocked); on NHWC oneDNN's 1x1 kernels.
 // - ConvAlgorithm::kWinograd asks for oneDNN's Winograd on 3x3 stride-1 shapes and falls back to
 //   direct where it has none (it has none in bf16).
-// - ConvOperands::kBf16 asks for bf16 inputs and weights with fp32 outputs: the reorders into the
-//   chosen layouts round them, and oneDNN runs its AMX or AVX512-BF16 kernels.
+// - ConvOperands::kBf16 asks for bf16 inputs and weights with fp32 outputs, and oneDNN runs its
+//   AMX or AVX512-BF16 kernels. The input is rounded as it is padded (one pass where a pad and
+//   oneDNN's rounding reorder took two); weights and output gradients by the reorders into the
+//   chosen layouts.
 // - Creating a primitive costs far more than running a small one, so each shape's are built
 //   once and cached.
 #include <dnnl.hpp>
 
 #include <array>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -25,6 +30,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "mvibr/core/error.h"
@@ -46,7 +52,7 @@ const dnnl::engine& cpu_engine() {
 }
 
 // The primitives of one shape; the backward ones are built on first use (inference never needs
-// them). `plain_*` are the callers' layouts.
+// them). `plain_*` are the callers' layouts, plain_src at the padded size.
 struct ConvPrimitives {
   memory::desc plain_src, plain_weights, bias, plain_dst;
   dnnl::algorithm algorithm = dnnl::algorithm::convolution_direct;  // all three passes run it
@@ -58,8 +64,8 @@ struct ConvPrimitives {
   std::unique_ptr<dnnl::convolution_backward_weights> backward_weights;
 };
 
-using ConvKey =
-    std::tuple<int, int, int, int, int, int, int, bool, ConvAlgorithm, ConvOperands, MapLayout>;
+using ConvKey = std::tuple<int, int, int, int, int, int, int, int, bool, ConvAlgorithm,
+                           ConvOperands, MapLayout>;
 
 memory::dims dims(int a, int b, int c, int d) {
   return {memory::dim(a), memory::dim(b), memory::dim(c), memory::dim(d)};
@@ -67,11 +73,20 @@ memory::dims dims(int a, int b, int c, int d) {
 
 void check_shape(const ConvShape& s) {
   if (s.batch < 1 || s.in_channels < 1 || s.out_channels < 1 || s.kernel < 1 || s.stride < 1 ||
-      s.in_height < s.kernel || s.in_width < s.kernel) {
+      s.pad < 0 || s.padded_height() < s.kernel || s.padded_width() < s.kernel) {
     throw InvalidArgument("conv2d: a " + std::to_string(s.kernel) + "x" + std::to_string(s.kernel) +
                           " convolution cannot run on a " + std::to_string(s.in_height) + "x" +
-                          std::to_string(s.in_width) + " map");
+                          std::to_string(s.in_width) + " map padded by " + std::to_string(s.pad));
   }
+  if (s.pad >= s.in_height || s.pad >= s.in_width) {
+    throw InvalidArgument("conv2d: reflect padding by " + std::to_string(s.pad) +
+                          " needs a map larger than " + std::to_string(s.in_height) + "x" +
+                          std::to_string(s.in_width));
+  }
+}
+
+Tag maps_tag(const ConvShape& s) {
+  return s.layout == MapLayout::kPlanar ? Tag::nchw : Tag::nhwc;
 }
 
 enum class Operand { kMaps, kWeights };
@@ -104,14 +119,15 @@ ConvPrimitives& primitives(const ConvShape& s, bool with_bias) {
   static std::map<ConvKey, std::unique_ptr<ConvPrimitives>> cache;
   check_shape(s);
   const ConvKey key{s.batch,  s.in_channels, s.out_channels, s.in_height, s.in_width, s.kernel,
-                    s.stride, with_bias,     s.algorithm,    s.operands,  s.layout};
+                    s.stride, s.pad,         with_bias,      s.algorithm, s.operands, s.layout};
   std::lock_guard<std::mutex> lock(mutex);
   std::unique_ptr<ConvPrimitives>& entry = cache[key];
   if (entry) return *entry;
   auto p = std::make_unique<ConvPrimitives>();
   const auto f32 = memory::data_type::f32;
-  const Tag maps = s.layout == MapLayout::kPlanar ? Tag::nchw : Tag::nhwc;
-  p->plain_src = memory::desc(dims(s.batch, s.in_channels, s.in_height, s.in_width), f32, maps);
+  const Tag maps = maps_tag(s);
+  p->plain_src =
+      memory::desc(dims(s.batch, s.in_channels, s.padded_height(), s.padded_width()), f32, maps);
   p->plain_weights =
       memory::desc(dims(s.out_channels, s.in_channels, s.kernel, s.kernel), f32, Tag::oihw);
   p->bias = with_bias ? memory::desc({memory::dim(s.out_channels)}, f32, Tag::x) : memory::desc();
@@ -212,8 +228,8 @@ class LayoutRun {
  public:
   // An input held in `plain` layout at `data`; oneDNN takes non-const handles but only reads.
   void input(int argument, const memory::desc& plain, const memory::desc& wanted,
-             const float* data) {
-    memory user(plain, cpu_engine(), const_cast<float*>(data));
+             const void* data) {
+    memory user(plain, cpu_engine(), const_cast<void*>(data));
     if (wanted == plain) {
       arguments_.emplace(argument, user);
       return;
@@ -254,6 +270,41 @@ class LayoutRun {
   std::vector<std::pair<memory, memory>> reorders_out_;
 };
 
+// Memory for the padded input or input gradient, kept by each thread (as LayoutRun's).
+Scratch& padded_scratch() {
+  thread_local Scratch scratch;
+  return scratch;
+}
+
+// Planar maps pad as channels-last maps of one channel: {batch, channels} for reflect_pad.cpp.
+std::pair<int, int> pad_batch(const ConvShape& s) {
+  if (s.layout == MapLayout::kPlanar) return {s.batch * s.in_channels, 1};
+  return {s.batch, s.in_channels};
+}
+
+// The input as the primitives read it: x itself, or reflect-padded (and, with bf16 operands,
+// rounded) into the thread's scratch.
+struct Source {
+  memory::desc desc;
+  const void* data;
+};
+
+Source source(const ConvShape& s, const ConvPrimitives& p, const float* x) {
+  const bool round = bf16_operands(s);
+  if (s.pad == 0 && !round) return {p.plain_src, x};
+  const auto [batch, channels] = pad_batch(s);
+  const size_t count = p.plain_src.get_size() / sizeof(float);
+  if (round) {
+    auto* padded = static_cast<uint16_t*>(padded_scratch().bytes(count * sizeof(uint16_t)));
+    reflect_pad_forward_bf16_channels_last(batch, s.in_height, s.in_width, channels, s.pad, x,
+                                           padded);
+    return {memory::desc(p.plain_src.dims(), memory::data_type::bf16, maps_tag(s)), padded};
+  }
+  auto* padded = static_cast<float*>(padded_scratch().bytes(count * sizeof(float)));
+  reflect_pad_forward_channels_last(batch, s.in_height, s.in_width, channels, s.pad, x, padded);
+  return {p.plain_src, padded};
+}
+
 // oneDNN's failures (no implementation for a shape, memory) as the project's error type.
 [[noreturn]] void fail(const char* pass, const dnnl::error& e) {
   throw RuntimeFailure(std::string("oneDNN convolution ") + pass + " failed: " + e.what());
@@ -276,8 +327,9 @@ void conv2d_forward(const ConvShape& shape, const float* x, const float* weight,
                     float* y) {
   try {
     ConvPrimitives& p = primitives(shape, bias != nullptr);
+    const Source src = source(shape, p, x);
     LayoutRun run;
-    run.input(DNNL_ARG_SRC, p.plain_src, p.forward_pd.src_desc(), x);
+    run.input(DNNL_ARG_SRC, src.desc, p.forward_pd.src_desc(), src.data);
     run.input(DNNL_ARG_WEIGHTS, p.plain_weights, p.forward_pd.weights_desc(), weight);
     if (bias) run.input(DNNL_ARG_BIAS, p.bias, p.bias, bias);
     run.output(DNNL_ARG_DST, p.plain_dst, p.forward_pd.dst_desc(), y);
@@ -293,11 +345,16 @@ void conv2d_backward_data(const ConvShape& shape, const float* weight, const flo
     ConvPrimitives& p = primitives(shape, false);
     const dnnl::primitive& primitive = backward_data(shape, p);
     const auto& pd = p.backward_data_pd;
+    auto* grad_padded = static_cast<float*>(padded_scratch().bytes(p.plain_src.get_size()));
     LayoutRun run;
     run.input(DNNL_ARG_WEIGHTS, p.plain_weights, pd.weights_desc(), weight);
     run.input(DNNL_ARG_DIFF_DST, p.plain_dst, pd.diff_dst_desc(), grad_y);
-    run.output(DNNL_ARG_DIFF_SRC, p.plain_src, pd.diff_src_desc(), grad_x);
+    run.output(DNNL_ARG_DIFF_SRC, p.plain_src, pd.diff_src_desc(), grad_padded);
     run.execute(primitive);
+    // Folded back onto the input (by 0: added).
+    const auto [batch, channels] = pad_batch(shape);
+    reflect_pad_backward_channels_last(batch, shape.in_height, shape.in_width, channels, shape.pad,
+                                       grad_padded, grad_x);
   } catch (const dnnl::error& e) {
     fail("backward data", e);
   }
@@ -316,8 +373,9 @@ void conv2d_backward_weights(const ConvShape& shape, const float* x, const float
     ConvPrimitives& p = primitives(shape, bias_by_onednn);
     const dnnl::primitive& primitive = backward_weights(shape, p);
     const auto& pd = p.backward_weights_pd;
+    const Source src = source(shape, p, x);
     LayoutRun run;
-    run.input(DNNL_ARG_SRC, p.plain_src, pd.src_desc(), x);
+    run.input(DNNL_ARG_SRC, src.desc, pd.src_desc(), src.data);
     run.input(DNNL_ARG_DIFF_DST, p.plain_dst, pd.diff_dst_desc(), grad_y);
     run.output(DNNL_ARG_DIFF_WEIGHTS, p.plain_weights, pd.diff_weights_desc(), weight_step.data());
     if (bias_by_onednn) run.output(DNNL_ARG_DIFF_BIAS, p.bias, p.bias, bias_step.data());

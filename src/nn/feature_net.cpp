@@ -240,15 +240,6 @@ class CpuMapOps final : public MapOps {
                                grad_gamma, grad_beta);
   }
   // Planar maps are channels-last maps of one channel, a batch of planes.
-  void reflect_pad_forward(const MapBatch& x, int pad, float* padded) override {
-    const auto [batch, channels] = images_and_channels(x);
-    reflect_pad_forward_channels_last(batch, x.height, x.width, channels, pad, x.data, padded);
-  }
-  void reflect_pad_backward(const float* grad_padded, int pad, const MapBatch& grad_x) override {
-    const auto [batch, channels] = images_and_channels(grad_x);
-    reflect_pad_backward_channels_last(batch, grad_x.height, grad_x.width, channels, pad,
-                                       grad_padded, grad_x.data);
-  }
   void upsample2x_forward(const MapBatch& x, float* y) override {
     const auto [batch, channels] = images_and_channels(x);
     upsample2x_forward_channels_last(batch, x.height, x.width, channels, x.data, y);

@@ -1,8 +1,10 @@
 // Reflect padding, forward and backward (see conv_layers.h). IBRNet pads every convolution with
-// padding_mode='reflect', which oneDNN does not have, so the padded map is built here and the
-// convolution runs unpadded on it; backward folds the border's gradient back onto the rows and
-// columns it was copied from. One implementation for both layouts: planar maps are channels-last
-// maps of one channel, a batch of planes.
+// padding_mode='reflect', which oneDNN does not have, so the convolution (conv2d.cpp) builds the
+// padded map here and runs unpadded on it; backward folds the border's gradient back onto the rows
+// and columns it was copied from. One implementation for both layouts: planar maps are
+// channels-last maps of one channel, a batch of planes.
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,17 @@ void check(int height, int width, int pad) {
                           " needs a map larger than " + std::to_string(height) + "x" +
                           std::to_string(width));
   }
+}
+
+// x rounded to bfloat16, to nearest even: the upper half of its bits after adding half of the
+// lower half's range (less one unless the kept part is odd). A NaN keeps its sign and exponent
+// and gets a quiet payload instead (the rounding could carry it to infinity).
+uint16_t bf16_bits(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
+  return uint16_t(nan ? (bits >> 16) | 0x40u : rounded);
 }
 
 std::vector<int> source_indices(int n, int pad) {
@@ -78,6 +91,15 @@ void reflect_pad_backward_channels_last(int batch, int height, int width, int ch
   for_each_padded_run(batch, height, width, channels, pad, grad_padded, grad_x,
                       [](const float* grad_out, float* grad_in, size_t count) {
                         for (size_t k = 0; k < count; ++k) grad_in[k] += grad_out[k];
+                      });
+}
+
+void reflect_pad_forward_bf16_channels_last(int batch, int height, int width, int channels, int pad,
+                                            const float* x, uint16_t* padded) {
+  for_each_padded_run(batch, height, width, channels, pad, padded, x,
+                      [](uint16_t* out, const float* in, size_t count) {
+#pragma omp simd
+                        for (size_t k = 0; k < count; ++k) out[k] = bf16_bits(in[k]);
                       });
 }
 

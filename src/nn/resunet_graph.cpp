@@ -10,10 +10,8 @@ namespace mvibr::nn {
 
 namespace {
 
-// The scratch buffers shared by all units: the padded input and its gradient; backward's.
+// backward's scratch buffers, shared by all units.
 enum Scratch {
-  kPadded,
-  kGradPadded,
   kGradA,
   kGradB,
   kGradInner,
@@ -22,10 +20,12 @@ enum Scratch {
   kScratchSlots = kGradSkip0 + 2
 };
 
+// Reflect-padded by (kernel - 1) / 2: the size kept.
 ConvShape conv_shape(const MapBatch& input, int out_channels, int kernel, int stride,
                      const ResUNetGraph& graph) {
-  return {input.batch, input.channels, out_channels,         input.height,        input.width,
-          kernel,      stride,         graph.conv_algorithm, graph.conv_operands, input.layout};
+  return {input.batch,         input.channels, out_channels,    input.height,
+          input.width,         kernel,         stride,          graph.conv_algorithm,
+          graph.conv_operands, input.layout,   (kernel - 1) / 2};
 }
 
 InstanceNormShape norm_shape(const MapBatch& maps) {
@@ -68,17 +68,6 @@ float* ResUNetGraph::Workspace::scratch(int slot, size_t count) {
   return scratch_[size_t(slot)]->reserve(count);
 }
 
-// The input as the convolution reads it: reflect-padded into scratch, or itself when pad is 0.
-MapBatch ResUNetGraph::reflect_padded(MapOps& ops, Workspace& ws, const MapBatch& input, int pad) {
-  if (pad == 0) return input;
-  MapBatch padded = input;
-  padded.height += 2 * pad;
-  padded.width += 2 * pad;
-  padded.data = ws.scratch(kPadded, padded.size());
-  ops.reflect_pad_forward(input, pad, padded.data);
-  return padded;
-}
-
 std::pair<int, int> ResUNetGraph::output_size(int height, int width, bool shallow) {
   const int least = shallow ? 8 : 17;
   if (height < least || width < least) {
@@ -94,10 +83,7 @@ std::pair<int, int> ResUNetGraph::output_size(int height, int width, bool shallo
 MapBatch ResUNetGraph::unit_forward(MapOps& ops, Workspace& ws, int index, const MapBatch& input,
                                     const float* residual, const float* params) const {
   const Unit& unit = units[size_t(index)];
-  const int pad = (unit.kernel - 1) / 2;
-  const MapBatch conv_input = reflect_padded(ops, ws, input, pad);
-  const ConvShape shape =
-      conv_shape(conv_input, unit.out_channels, unit.kernel, unit.stride, *this);
+  const ConvShape shape = conv_shape(input, unit.out_channels, unit.kernel, unit.stride, *this);
   Workspace::UnitRecord record;
   record.input = input;
   record.conv_output =
@@ -106,7 +92,7 @@ MapBatch ResUNetGraph::unit_forward(MapOps& ops, Workspace& ws, int index, const
   record.norm_statistics =
       ws.take(input.batch, unit.out_channels, 1, int(kInstanceNormStatisticsFloats)).data;
   const float* bias = unit.bias != kNoBias ? params + unit.bias : nullptr;
-  ops.conv2d_forward(shape, conv_input.data, params + unit.weight, bias, record.conv_output.data);
+  ops.conv2d_forward(shape, input.data, params + unit.weight, bias, record.conv_output.data);
   ops.instance_norm_forward(norm_shape(record.output), record.conv_output.data, params + unit.gamma,
                             params + unit.beta, residual, unit.activation, record.output.data,
                             record.norm_statistics);
@@ -195,21 +181,10 @@ void ResUNetGraph::unit_backward(MapOps& ops, Workspace& ws, int index, const fl
                              record.output.data, grad_out, grad_residual, grads + unit.gamma,
                              grads + unit.beta);
 
-  // The padded input is rebuilt rather than kept: it costs one copy and saves its memory.
-  const int pad = (unit.kernel - 1) / 2;
-  const MapBatch conv_input = reflect_padded(ops, ws, input, pad);
-  const ConvShape shape =
-      conv_shape(conv_input, unit.out_channels, unit.kernel, unit.stride, *this);
+  const ConvShape shape = conv_shape(input, unit.out_channels, unit.kernel, unit.stride, *this);
   // No bias gradient: the instance norm subtracts each plane's mean, so it is exactly zero.
-  ops.conv2d_backward_weights(shape, conv_input.data, grad_out, grads + unit.weight, nullptr);
-  if (!grad_in) return;
-  float* grad_conv_input = ws.scratch(kGradPadded, conv_input.size());
-  ops.conv2d_backward_data(shape, params + unit.weight, grad_out, grad_conv_input);
-  if (pad > 0) {
-    ops.reflect_pad_backward(grad_conv_input, pad, at(input, grad_in));
-  } else {
-    ops.add_into(input.size(), grad_conv_input, grad_in);
-  }
+  ops.conv2d_backward_weights(shape, input.data, grad_out, grads + unit.weight, nullptr);
+  if (grad_in) ops.conv2d_backward_data(shape, params + unit.weight, grad_out, grad_in);
 }
 
 void ResUNetGraph::block_backward(MapOps& ops, Workspace& ws, const Block& block,
@@ -255,7 +230,7 @@ void ResUNetGraph::backward(MapOps& ops, Workspace& ws, const float* params, flo
   const ConvShape out_shape = conv_shape(ws.features_, out, 1, 1, *this);
   ops.conv2d_backward_weights(out_shape, ws.features_.data, grad_out.data, grads + out_weight,
                               grads + out_bias);
-  float* g = grad_b;
+  float* g = zeroed(ops, grad_b, ws.features_.size());
   ops.conv2d_backward_data(out_shape, params + out_weight, grad_out.data, g);
 
   // Decoder levels, finest first: iconv ← skip ← upconv ← upsample.

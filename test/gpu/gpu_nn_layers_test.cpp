@@ -404,18 +404,32 @@ std::string describe(const nn::ConvShape& s) {
   return std::to_string(s.batch) + "x" + std::to_string(s.in_channels) + "x" +
          std::to_string(s.in_height) + "x" + std::to_string(s.in_width) + " -> " +
          std::to_string(s.out_channels) + ", kernel " + std::to_string(s.kernel) + " stride " +
-         std::to_string(s.stride);
+         std::to_string(s.stride) + " reflect " + std::to_string(s.pad);
+}
+
+nn::ConvShape reflected(nn::ConvShape s, int pad) {
+  s.pad = pad;
+  return s;
 }
 
 TEST_F(CudaLayers, Conv2dMatchesCpu) {
-  // {batch, in_channels, out_channels, in_height, in_width, kernel, stride}. IBRNet's ResUNet on
-  // reflect-padded maps: the 7x7 stride-2 stem, 3x3 convolutions in and between stages, the 1x1
-  // shortcut; then odd shapes, a stride that leaves the last row and column uncovered (their
-  // input gradient must be 0), a kernel as large as the map.
+  // {batch, in_channels, out_channels, in_height, in_width, kernel, stride}, then the reflect
+  // padding. IBRNet's ResUNet: the 7x7 stride-2 stem, 3x3 convolutions in and between stages, the
+  // 1x1 shortcut, and a 3x3 on the deepest 2x3 maps; then unpadded odd shapes, a stride that
+  // leaves the last row and column uncovered (their input gradient gets nothing), a kernel as
+  // large as the map.
   const nn::ConvShape shapes[] = {
-      {4, 3, 64, 106, 86, 7, 2},  {2, 64, 64, 27, 22, 3, 1}, {2, 64, 128, 27, 22, 3, 2},
-      {3, 128, 64, 13, 11, 1, 2}, {2, 32, 32, 51, 39, 3, 1}, {1, 5, 7, 8, 7, 3, 2},
-      {1, 1, 1, 1, 1, 1, 1},      {2, 3, 5, 11, 13, 5, 3},   {1, 2, 3, 4, 4, 4, 1},
+      reflected({4, 3, 64, 100, 80, 7, 2}, 3),
+      reflected({2, 64, 64, 25, 20, 3, 1}, 1),
+      reflected({2, 64, 128, 25, 20, 3, 2}, 1),
+      {3, 128, 64, 13, 11, 1, 2},
+      reflected({2, 32, 32, 49, 37, 3, 1}, 1),
+      reflected({3, 16, 8, 2, 3, 3, 1}, 1),
+      {2, 32, 32, 51, 39, 3, 1},
+      {1, 5, 7, 8, 7, 3, 2},
+      {1, 1, 1, 1, 1, 1, 1},
+      {2, 3, 5, 11, 13, 5, 3},
+      {1, 2, 3, 4, 4, 4, 1},
   };
   struct Setting {
     nn::cuda::ConvSearch search;
@@ -437,20 +451,23 @@ TEST_F(CudaLayers, Conv2dMatchesCpu) {
       const std::vector<float> weight = random_floats(weight_count, -bound_w, bound_w, ++seed);
       const std::vector<float> bias = random_floats(size_t(s.out_channels), -0.5, 0.5, ++seed);
       const std::vector<float> grad_y = random_floats(out_count, -1, 1, ++seed);
+      const std::vector<float> grad_x0 = random_floats(in_count, -1, 1, ++seed);
       const std::vector<float> grad_weight0 = random_floats(weight_count, -1, 1, ++seed);
       const std::vector<float> grad_bias0 = random_floats(size_t(s.out_channels), -1, 1, ++seed);
 
-      std::vector<float> y(out_count), grad_x(in_count), grad_weight = grad_weight0,
-                                                         grad_bias = grad_bias0;
+      // Every gradient accumulates.
+      std::vector<float> y(out_count), grad_x = grad_x0, grad_weight = grad_weight0,
+                                       grad_bias = grad_bias0;
       nn::conv2d_forward(s, x.data(), weight.data(), with_bias ? bias.data() : nullptr, y.data());
       nn::conv2d_backward_data(s, weight.data(), grad_y.data(), grad_x.data());
       nn::conv2d_backward_weights(s, x.data(), grad_y.data(), grad_weight.data(),
                                   with_bias ? grad_bias.data() : nullptr);
 
       // Products summed per output: forward fan_in; input gradient at most out_channels
-      // ceil(k/stride)^2; weight and bias gradients batch x output plane.
+      // ceil(k/stride)^2, each up to 4 times where the padding folds back, and the value it adds
+      // to; weight and bias gradients batch x output plane.
       const int taps = (s.kernel + s.stride - 1) / s.stride;
-      const double data_terms = double(s.out_channels) * taps * taps;
+      const double data_terms = double(s.out_channels) * taps * taps * (s.pad > 0 ? 4 : 1) + 1;
       const double weight_terms = double(s.batch) * s.out_height() * s.out_width();
 
       const DeviceArray<float> device_x(x), device_weight(weight), device_bias(bias),
@@ -462,7 +479,7 @@ TEST_F(CudaLayers, Conv2dMatchesCpu) {
         context().set_conv_search(setting.search);
         context().set_deterministic(setting.deterministic);
         DeviceArray<float> device_y(std::vector<float>(out_count, 7.0f));
-        DeviceArray<float> device_grad_x(std::vector<float>(in_count, 7.0f));
+        DeviceArray<float> device_grad_x(grad_x0);
         DeviceArray<float> device_grad_weight(grad_weight0), device_grad_bias(grad_bias0);
         nn::cuda::conv2d_forward(context(), s, device_x.data(), device_weight.data(),
                                  with_bias ? device_bias.data() : nullptr, device_y.data());

@@ -12,9 +12,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -87,6 +89,7 @@ Case conv_case(ConvShape s, bool bias, uint64_t seed) {
   Case c;
   c.spec = {{"op", "conv"},
             {"stride", s.stride},
+            {"pad", s.pad},
             {"bias", bias},
             {"operands", s.operands == ConvOperands::kBf16 ? "bf16" : "fp32"}};
   c.inputs["x"] = random_array({n, ci, size_t(s.in_height), size_t(s.in_width)}, -1, 1, seed);
@@ -322,6 +325,26 @@ std::map<std::string, std::function<Case()>> all_cases() {
   cases["conv_3x3_winograd"] = [] {
     return conv_case({2, 32, 33, 14, 11, 3, 1, ConvAlgorithm::kWinograd}, false, 6);
   };
+  // Reflect padding (ConvShape::pad), as the ResUNet pads: the reference pads with F.pad.
+  const auto reflect = [](ConvShape s, int pad) {
+    s.pad = pad;
+    return s;
+  };
+  cases["conv_3x3_reflect_1"] = [=] {
+    return conv_case(reflect({2, 4, 6, 9, 8, 3, 1}, 1), false, 30);
+  };
+  cases["conv_3x3_stride2_odd_reflect_1"] = [=] {
+    return conv_case(reflect({2, 5, 4, 10, 7, 3, 2}, 1), true, 31);
+  };
+  cases["conv_7x7_stride2_reflect_3_bias"] = [=] {
+    return conv_case(reflect({2, 3, 5, 13, 12, 7, 2}, 3), true, 32);
+  };
+  cases["conv_3x3_winograd_reflect_1"] = [=] {
+    return conv_case(reflect({2, 32, 33, 14, 11, 3, 1, ConvAlgorithm::kWinograd}, 1), false, 33);
+  };
+  cases["conv_3x3_reflect_1_on_2x2"] = [=] {
+    return conv_case(reflect({3, 2, 3, 2, 2, 3, 1}, 1), false, 34);
+  };
   // bf16 operands, against the reference on bf16 operands (Bf16Conv2d: the products of the
   // rounded operands summed exactly), within the fp32 bounds; the pose backbone's shapes: its stem
   // (7x7 stride 2, with a bias), a 3x3 at stride 1 (Winograd asked for; oneDNN has none in bf16)
@@ -341,6 +364,13 @@ std::map<std::string, std::function<Case()>> all_cases() {
   };
   cases["bf16_conv_1x1_stays_fp32"] = [=] {
     return conv_case(bf16_shape({2, 33, 33, 8, 9, 1, 1}), true, 23);
+  };
+  // Padded, the input is rounded as it is padded (conv2d.cpp).
+  cases["bf16_conv_7x7_stride2_reflect_3_bias"] = [=] {
+    return conv_case(reflect(bf16_shape({2, 3, 16, 21, 19, 7, 2}), 3), true, 35);
+  };
+  cases["bf16_conv_3x3_reflect_1"] = [=] {
+    return conv_case(reflect(bf16_shape({2, 32, 33, 14, 11, 3, 1}), 1), false, 36);
   };
   cases["reflect_pad_1"] = [] { return reflect_pad_case(3, 5, 4, 1, 6); };
   cases["reflect_pad_3"] = [] { return reflect_pad_case(2, 4, 6, 3, 7); };
@@ -412,6 +442,18 @@ std::map<std::string, std::function<Case()>> all_cases() {
   };
   cases["bf16_conv_channels_last_1x1_stride2_stays_fp32"] = [=] {
     return conv_case(channels_last(bf16_shape({2, 16, 32, 12, 13, 1, 2})), false, 22);
+  };
+  cases["channels_last_conv_3x3_reflect_1"] = [=] {
+    return conv_case(channels_last(reflect({2, 5, 4, 10, 7, 3, 1}, 1)), true, 37);
+  };
+  cases["channels_last_conv_7x7_stride2_reflect_3"] = [=] {
+    return conv_case(channels_last(reflect({2, 3, 5, 13, 12, 7, 2}, 3)), false, 38);
+  };
+  cases["bf16_conv_channels_last_7x7_stride2_reflect_3_bias"] = [=] {
+    return conv_case(channels_last(reflect(bf16_shape({2, 3, 16, 21, 19, 7, 2}), 3)), true, 39);
+  };
+  cases["bf16_conv_channels_last_3x3_stride2_reflect_1"] = [=] {
+    return conv_case(channels_last(reflect(bf16_shape({2, 16, 32, 12, 13, 3, 2}), 1)), false, 40);
   };
   cases["channels_last_reflect_pad_1"] = [] {
     return reflect_pad_case(6, 5, 4, 1, 6, MapLayout::kChannelsLast, 3);
@@ -585,10 +627,42 @@ TEST(Conv2d, WeightGradientsAccumulate) {
   EXPECT_FLOAT_EQ(bias_once[0], 6.0f);
 }
 
+// The input gradient accumulates too, padded or not, on either layout.
+TEST(Conv2d, InputGradientsAccumulate) {
+  for (const MapLayout layout : {MapLayout::kPlanar, MapLayout::kChannelsLast}) {
+    for (const int pad : {0, 1}) {
+      SCOPED_TRACE(std::to_string(pad) +
+                   (layout == MapLayout::kPlanar ? " planar" : " channels last"));
+      ConvShape s{2, 3, 4, 5, 6, 3, 1};
+      s.layout = layout;
+      s.pad = pad;
+      const size_t out = size_t(s.batch) * s.out_channels * s.out_height() * s.out_width();
+      std::vector<float> weight(size_t(4 * 3 * 9)), grad_y(out);
+      for (size_t i = 0; i < weight.size(); ++i) weight[i] = float(i % 7) * 0.25f - 0.5f;
+      for (size_t i = 0; i < grad_y.size(); ++i) grad_y[i] = float(i % 5) * 0.5f - 1.0f;
+      std::vector<float> once(2 * 3 * 5 * 6, 0.0f), twice(once.size(), 0.0f);
+      conv2d_backward_data(s, weight.data(), grad_y.data(), once.data());
+      for (int i = 0; i < 2; ++i)
+        conv2d_backward_data(s, weight.data(), grad_y.data(), twice.data());
+      double largest = 0;
+      for (size_t i = 0; i < once.size(); ++i) {
+        EXPECT_EQ(twice[i], 2 * once[i]) << i;
+        largest = std::max(largest, double(std::abs(once[i])));
+      }
+      EXPECT_GT(largest, 0.5);
+    }
+  }
+}
+
 TEST(Conv2d, RejectsAKernelLargerThanTheMap) {
   std::vector<float> buffer(1000);
   EXPECT_THROW(
       conv2d_forward({1, 1, 1, 2, 5, 3, 1}, buffer.data(), buffer.data(), nullptr, buffer.data()),
+      InvalidArgument);
+  ConvShape padded_too_much{1, 1, 1, 3, 5, 3, 1};
+  padded_too_much.pad = 3;
+  EXPECT_THROW(
+      conv2d_forward(padded_too_much, buffer.data(), buffer.data(), nullptr, buffer.data()),
       InvalidArgument);
 }
 
@@ -599,6 +673,63 @@ TEST(ReflectPad, ForwardAndBackwardMatchPyTorch) {
 TEST(ReflectPad, RejectsAPadAsLargeAsTheMap) {
   std::vector<float> buffer(1000);
   EXPECT_THROW(reflect_pad_forward(1, 3, 5, 3, buffer.data(), buffer.data()), InvalidArgument);
+}
+
+// The bf16 padding's rounding against the nearest of the two bf16 values around each float
+// (ties to the even one), found in double: ties both ways, signs, the largest float (rounds to
+// infinity), infinities, subnormals and NaN.
+TEST(ReflectPad, Bf16RoundsToNearestEven) {
+  const auto float_of_bits = [](uint32_t bits) {
+    float x;
+    std::memcpy(&x, &bits, sizeof x);
+    return x;
+  };
+  std::vector<float> values{1.0f,
+                            -1.0f,
+                            0.0f,
+                            -0.0f,
+                            3.14159f,
+                            -2.71828f,
+                            1e-40f,
+                            -1e-40f,
+                            float_of_bits(0x3F808000u),  // tie, kept part even: down
+                            float_of_bits(0x3F818000u),  // tie, kept part odd: up
+                            float_of_bits(0xBF818000u),
+                            float_of_bits(0x3F808001u),
+                            float_of_bits(0x3F807FFFu),
+                            std::numeric_limits<float>::max(),
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            float_of_bits(0x7F800001u)};
+  // One row of 1 pixel x values.size() channels, padded by 0: the rounding alone.
+  std::vector<uint16_t> rounded(values.size());
+  reflect_pad_forward_bf16_channels_last(1, 1, 1, int(values.size()), 0, values.data(),
+                                         rounded.data());
+  for (size_t i = 0; i < values.size(); ++i) {
+    SCOPED_TRACE(i);
+    const float x = values[i];
+    const float ours = float_of_bits(uint32_t(rounded[i]) << 16);
+    if (std::isnan(x)) {
+      EXPECT_TRUE(std::isnan(ours));
+      continue;
+    }
+    uint32_t bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    const uint32_t below = bits & 0xFFFF0000u;
+    const uint32_t above = below + 0x10000u;  // the next bf16 away from zero (or infinity)
+    const double distance_below = std::abs(double(x) - double(float_of_bits(below)));
+    // Past the largest float the next value up is infinity: rounding goes there from half an
+    // ulp above the largest bf16 (IEEE's rule), which the double distance cannot see.
+    const bool to_infinity = std::isinf(float_of_bits(above)) && !std::isinf(x);
+    const double distance_above =
+        to_infinity ? distance_below + 1 : std::abs(double(float_of_bits(above)) - double(x));
+    uint32_t expected = distance_below < distance_above ? below : above;
+    if (distance_below == distance_above) expected = (below & 0x10000u) ? above : below;
+    if (to_infinity && (bits & 0xFFFFu) >= 0x8000u) expected = above;
+    if (std::isinf(x)) expected = bits;  // exact already
+    EXPECT_EQ(uint32_t(rounded[i]) << 16, expected) << x;
+  }
 }
 
 TEST(InstanceNorm, ForwardAndBackwardMatchPyTorchForEveryActivation) {

@@ -2,11 +2,13 @@
 // backward pass: convolution (oneDNN), reflect padding, instance norm with its activation, and
 // bilinear upsampling. Tensors are batches of float maps (batch = source views), NCHW unless a
 // shape says channels last (MapLayout). Weights are OIHW, PyTorch's state_dict shapes.
-// Convolutions never pad: reflect padding (IBRNet's padding_mode='reflect') is its own layer in
-// front of them.
+// Convolutions pad only by reflection (IBRNet's padding_mode='reflect'), which oneDNN and cuDNN
+// lack: each backend pads a copy of the input for them (on the CPU, with bf16 operands, rounded in
+// the same pass).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "mvibr/core/enum_names.h"
 #include "mvibr/nn/layers.h"  // Activation
@@ -50,17 +52,21 @@ enum class ConvAlgorithm { kDirect, kWinograd };
 //   save.
 enum class ConvOperands { kFp32, kBf16 };
 
-// A 2-D convolution without padding: input [batch, in_channels, in_height, in_width], weights
-// [out_channels, in_channels, kernel, kernel] (PyTorch's layout), output [batch, out_channels,
-// out_height(), out_width()]; input and output in `layout`.
+// A 2-D convolution of the input reflect-padded by `pad` on every side (0: unpadded): input
+// [batch, in_channels, in_height, in_width] (unpadded), weights [out_channels, in_channels,
+// kernel, kernel] (PyTorch's layout), output [batch, out_channels, out_height(), out_width()];
+// input and output in `layout`. Reflection needs pad < in_height and pad < in_width.
 struct ConvShape {
   int batch = 1, in_channels = 1, out_channels = 1;
   int in_height = 1, in_width = 1, kernel = 1, stride = 1;
   ConvAlgorithm algorithm = ConvAlgorithm::kDirect;
   ConvOperands operands = ConvOperands::kFp32;
   MapLayout layout = MapLayout::kPlanar;
-  int out_height() const { return (in_height - kernel) / stride + 1; }
-  int out_width() const { return (in_width - kernel) / stride + 1; }
+  int pad = 0;
+  int padded_height() const { return in_height + 2 * pad; }
+  int padded_width() const { return in_width + 2 * pad; }
+  int out_height() const { return (padded_height() - kernel) / stride + 1; }
+  int out_width() const { return (padded_width() - kernel) / stride + 1; }
 };
 
 // InvalidArgument, in one line, unless this CPU runs convolutions with these operands.
@@ -70,7 +76,7 @@ void check_conv_operands(ConvOperands operands);
 // call and cached.
 void conv2d_forward(const ConvShape& shape, const float* x, const float* weight, const float* bias,
                     float* y);
-// grad_x = the gradient of the input (overwritten; rows and columns the stride skips get 0).
+// grad_x += the gradient of the input (the padding's folded back onto the values it copies).
 void conv2d_backward_data(const ConvShape& shape, const float* weight, const float* grad_y,
                           float* grad_x);
 // grad_weight += dL/dweight; grad_bias += dL/dbias unless null.
@@ -88,6 +94,10 @@ void reflect_pad_forward_channels_last(int batch, int height, int width, int cha
                                        const float* x, float* padded);
 void reflect_pad_backward_channels_last(int batch, int height, int width, int channels, int pad,
                                         const float* grad_padded, float* grad_x);
+// The forward into bfloat16 values (their bits), rounded to nearest even as oneDNN and PyTorch
+// round (a NaN stays a NaN): a convolution's bf16 operand in one pass.
+void reflect_pad_forward_bf16_channels_last(int batch, int height, int width, int channels, int pad,
+                                            const float* x, uint16_t* padded);
 
 constexpr float kInstanceNormEps = 1e-5f;
 

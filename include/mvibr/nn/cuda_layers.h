@@ -131,13 +131,13 @@ void layer_norm_backward(Context& context, size_t rows, int dim, const float* we
                          const float* xhat, const float* rstd, const float* grad_y, float* grad_x,
                          float* grad_weight, float* grad_bias);
 
-// ---- Convolution (conv_layers.h): NCHW, OIHW weights, no padding, stride ----
+// ---- Convolution (conv_layers.h): NCHW, OIHW weights, reflect padding, stride ----
 
 // y = conv(x, weight) + bias (null: none). Throws InvalidArgument on a shape the CPU layer
 // rejects, or one whose tensors exceed 2^31 elements (cuDNN's 4-D descriptors).
 void conv2d_forward(Context& context, const ConvShape& shape, const float* x, const float* weight,
                     const float* bias, float* y);
-// grad_x overwritten (rows and columns the stride skips get 0).
+// grad_x += the gradient of the input.
 void conv2d_backward_data(Context& context, const ConvShape& shape, const float* weight,
                           const float* grad_y, float* grad_x);
 // grad_weight += dL/dweight; grad_bias += dL/dbias unless null.

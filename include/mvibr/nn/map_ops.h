@@ -48,7 +48,7 @@ class MapOps {
   virtual void conv2d_forward(const ConvShape& shape, const float* x, const float* weight,
                               const float* bias, float* y) = 0;
   virtual void conv2d_backward_data(const ConvShape& shape, const float* weight,
-                                    const float* grad_y, float* grad_x) = 0;
+                                    const float* grad_y, float* grad_x) = 0;  // grad_x +=
   virtual void conv2d_backward_weights(const ConvShape& shape, const float* x, const float* grad_y,
                                        float* grad_weight, float* grad_bias) = 0;
   // statistics: kInstanceNormStatisticsFloats per plane, which the forward may fill for the
@@ -61,9 +61,6 @@ class MapOps {
                                       Activation activation, const float* out, float* grad,
                                       float* grad_residual, float* grad_gamma,
                                       float* grad_beta) = 0;
-  // padded: x's maps padded by `pad`; grad_x (its data) += the padded gradient folded back.
-  virtual void reflect_pad_forward(const MapBatch& x, int pad, float* padded) = 0;
-  virtual void reflect_pad_backward(const float* grad_padded, int pad, const MapBatch& grad_x) = 0;
   // y: x's maps at twice the size; grad_x (its data, overwritten) from grad_y.
   virtual void upsample2x_forward(const MapBatch& x, float* y) = 0;
   virtual void upsample2x_backward(const float* grad_y, const MapBatch& grad_x) = 0;

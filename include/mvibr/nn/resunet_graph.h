@@ -101,7 +101,6 @@ struct ResUNetGraph {
   static std::pair<int, int> output_size(int height, int width, bool shallow = false);
 
  private:
-  static MapBatch reflect_padded(MapOps& ops, Workspace& workspace, const MapBatch& input, int pad);
   MapBatch unit_forward(MapOps& ops, Workspace& workspace, int unit, const MapBatch& input,
                         const float* residual, const float* params) const;
   // grad_out: the gradient of the unit's output (destroyed). grad_in and grad_residual (either
