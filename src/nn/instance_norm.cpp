@@ -68,10 +68,15 @@ size_t run_length(size_t channels) {
   return channels * ((64 + channels - 1) / channels);
 }
 
+// Per-channel values repeated along a run (a whole number of pixels). Nested loops, not k %
+// channels: a division per value made the set-up cost more than small images' own passes.
 template <typename T>
 std::vector<float> along_run(const std::vector<T>& per_channel, size_t run) {
   std::vector<float> repeated(run);
-  for (size_t k = 0; k < run; ++k) repeated[k] = float(per_channel[k % per_channel.size()]);
+  const size_t channels = per_channel.size();
+  for (size_t pixel = 0; pixel < run; pixel += channels) {
+    for (size_t c = 0; c < channels; ++c) repeated[pixel + c] = float(per_channel[c]);
+  }
   return repeated;
 }
 
@@ -99,9 +104,11 @@ void channel_sums(size_t size, size_t channels, SumRun sum_run, std::vector<doub
   }
   a->assign(channels, 0.0);
   b->assign(channels, 0.0);
-  for (size_t k = 0; k < run; ++k) {
-    (*a)[k % channels] += run_a[k];
-    (*b)[k % channels] += run_b[k];
+  for (size_t pixel = 0; pixel < run; pixel += channels) {
+    for (size_t c = 0; c < channels; ++c) {
+      (*a)[c] += run_a[pixel + c];
+      (*b)[c] += run_b[pixel + c];
+    }
   }
 }
 
@@ -180,14 +187,14 @@ void forward_channels_last(const InstanceNormShape& shape, const float* x, const
     for (size_t c = 0; kept && c < channels; ++c) keep(kept, size_t(n) * channels + c, s[c]);
     // z = gamma x̂ + beta = (x - centre) scale + shift.
     const RunNormalisation r = run_normalisation(s, run);
-    std::vector<float> scale(run), shift(run);
-    for (size_t k = 0; k < run; ++k) {
-      const PlaneStatistics& plane = s[k % channels];
-      const double gamma_scale = double(gamma[k % channels]) * plane.inverse_std;
-      scale[k] = float(gamma_scale);
-      shift[k] =
-          float(double(beta[k % channels]) - gamma_scale * (plane.mean - double(r.centre[k])));
+    std::vector<double> channel_scale(channels), channel_shift(channels);
+    for (size_t c = 0; c < channels; ++c) {
+      channel_scale[c] = double(gamma[c]) * s[c].inverse_std;
+      channel_shift[c] =
+          double(beta[c]) - channel_scale[c] * (s[c].mean - double(float(s[c].mean)));
     }
+    const std::vector<float> scale = along_run(channel_scale, run),
+                             shift = along_run(channel_shift, run);
     const float* added = residual ? residual + size_t(n) * image_size : nullptr;
     float* result = out + size_t(n) * image_size;
     for (size_t start = 0; start < image_size; start += run) {
@@ -270,12 +277,16 @@ void backward_channels_last(const InstanceNormShape& shape, const float* x, cons
         },
         &sums, &dots);
     // dx = gamma rstd (g - mean(g) - x̂ mean(g x̂)), as the planar backward.
-    std::vector<float> scale(run), mean_grad(run), mean_dot(run);
-    for (size_t k = 0; k < run; ++k) {
-      scale[k] = float(double(gamma[k % channels]) * s[k % channels].inverse_std);
-      mean_grad[k] = float(sums[k % channels] / double(pixels));
-      mean_dot[k] = float(dots[k % channels] / double(pixels));
+    std::vector<double> channel_scale(channels), channel_mean_grad(channels),
+        channel_mean_dot(channels);
+    for (size_t c = 0; c < channels; ++c) {
+      channel_scale[c] = double(gamma[c]) * s[c].inverse_std;
+      channel_mean_grad[c] = sums[c] / double(pixels);
+      channel_mean_dot[c] = dots[c] / double(pixels);
     }
+    const std::vector<float> scale = along_run(channel_scale, run),
+                             mean_grad = along_run(channel_mean_grad, run),
+                             mean_dot = along_run(channel_mean_dot, run);
     for (size_t start = 0; start < image_size; start += run) {
       const size_t count = std::min(run, image_size - start);
       float* values = g + start;
