@@ -50,8 +50,10 @@ class CudaMapOps final : public MapOps {
                             float* grad_decoder, float* grad_encoder) override {
     cuda::skip_concat_backward(grad_out, decoder, encoder, grad_decoder, grad_encoder, stream());
   }
+  // Padding again on the GPU is one cheap kernel; nothing is kept.
+  size_t conv2d_kept_input_floats(const ConvShape&) const override { return 0; }
   void conv2d_forward(const ConvShape& shape, const float* x, const float* weight,
-                      const float* bias, float* y) override {
+                      const float* bias, float* y, float*) override {
     cuda::conv2d_forward(*context_, shape, x, weight, bias, y);
   }
   void conv2d_backward_data(const ConvShape& shape, const float* weight, const float* grad_y,
@@ -59,7 +61,7 @@ class CudaMapOps final : public MapOps {
     cuda::conv2d_backward_data(*context_, shape, weight, grad_y, grad_x);
   }
   void conv2d_backward_weights(const ConvShape& shape, const float* x, const float* grad_y,
-                               float* grad_weight, float* grad_bias) override {
+                               float* grad_weight, float* grad_bias, const float*) override {
     cuda::conv2d_backward_weights(*context_, shape, x, grad_y, grad_weight, grad_bias);
   }
   // No statistics kept: the backward kernel takes them again.

@@ -289,16 +289,22 @@ struct Source {
   const void* data;
 };
 
-Source source(const ConvShape& s, const ConvPrimitives& p, const float* x) {
+memory::desc bf16_source_desc(const ConvShape& s, const ConvPrimitives& p) {
+  return memory::desc(p.plain_src.dims(), memory::data_type::bf16, maps_tag(s));
+}
+
+// With bf16 operands, into `kept` when given (conv2d_kept_input_floats).
+Source source(const ConvShape& s, const ConvPrimitives& p, const float* x, float* kept) {
   const bool round = bf16_operands(s);
   if (s.pad == 0 && !round) return {p.plain_src, x};
   const auto [batch, channels] = pad_batch(s);
   const size_t count = p.plain_src.get_size() / sizeof(float);
   if (round) {
-    auto* padded = static_cast<uint16_t*>(padded_scratch().bytes(count * sizeof(uint16_t)));
+    auto* padded = static_cast<uint16_t*>(kept ? static_cast<void*>(kept)
+                                               : padded_scratch().bytes(count * sizeof(uint16_t)));
     reflect_pad_forward_bf16_channels_last(batch, s.in_height, s.in_width, channels, s.pad, x,
                                            padded);
-    return {memory::desc(p.plain_src.dims(), memory::data_type::bf16, maps_tag(s)), padded};
+    return {bf16_source_desc(s, p), padded};
   }
   auto* padded = static_cast<float*>(padded_scratch().bytes(count * sizeof(float)));
   reflect_pad_forward_channels_last(batch, s.in_height, s.in_width, channels, s.pad, x, padded);
@@ -323,11 +329,18 @@ void check_conv_operands(ConvOperands operands) {
   }
 }
 
+size_t conv2d_kept_input_floats(const ConvShape& shape) {
+  if (!bf16_operands(shape)) return 0;
+  const size_t values = size_t(shape.batch) * size_t(shape.in_channels) *
+                        size_t(shape.padded_height()) * size_t(shape.padded_width());
+  return (values + 1) / 2;
+}
+
 void conv2d_forward(const ConvShape& shape, const float* x, const float* weight, const float* bias,
-                    float* y) {
+                    float* y, float* kept_input) {
   try {
     ConvPrimitives& p = primitives(shape, bias != nullptr);
-    const Source src = source(shape, p, x);
+    const Source src = source(shape, p, x, conv2d_kept_input_floats(shape) ? kept_input : nullptr);
     LayoutRun run;
     run.input(DNNL_ARG_SRC, src.desc, p.forward_pd.src_desc(), src.data);
     run.input(DNNL_ARG_WEIGHTS, p.plain_weights, p.forward_pd.weights_desc(), weight);
@@ -361,7 +374,7 @@ void conv2d_backward_data(const ConvShape& shape, const float* weight, const flo
 }
 
 void conv2d_backward_weights(const ConvShape& shape, const float* x, const float* grad_y,
-                             float* grad_weight, float* grad_bias) {
+                             float* grad_weight, float* grad_bias, const float* kept_input) {
   // oneDNN overwrites its outputs; parameter gradients accumulate. With bf16 operands it would
   // sum the bias gradient from the rounded output gradient; the bias is added in fp32, so its
   // gradient is summed here from the fp32 one.
@@ -373,7 +386,9 @@ void conv2d_backward_weights(const ConvShape& shape, const float* x, const float
     ConvPrimitives& p = primitives(shape, bias_by_onednn);
     const dnnl::primitive& primitive = backward_weights(shape, p);
     const auto& pd = p.backward_weights_pd;
-    const Source src = source(shape, p, x);
+    const Source src = kept_input && conv2d_kept_input_floats(shape)
+                           ? Source{bf16_source_desc(shape, p), kept_input}
+                           : source(shape, p, x, nullptr);
     LayoutRun run;
     run.input(DNNL_ARG_SRC, src.desc, pd.src_desc(), src.data);
     run.input(DNNL_ARG_DIFF_DST, p.plain_dst, pd.diff_dst_desc(), grad_y);

@@ -215,17 +215,21 @@ class CpuMapOps final : public MapOps {
                             float* grad_decoder, float* grad_encoder) override {
     skip_concat_gradient(grad_out, decoder, encoder, grad_decoder, grad_encoder);
   }
+  size_t conv2d_kept_input_floats(const ConvShape& shape) const override {
+    return nn::conv2d_kept_input_floats(shape);
+  }
   void conv2d_forward(const ConvShape& shape, const float* x, const float* weight,
-                      const float* bias, float* y) override {
-    nn::conv2d_forward(shape, x, weight, bias, y);
+                      const float* bias, float* y, float* kept_input) override {
+    nn::conv2d_forward(shape, x, weight, bias, y, kept_input);
   }
   void conv2d_backward_data(const ConvShape& shape, const float* weight, const float* grad_y,
                             float* grad_x) override {
     nn::conv2d_backward_data(shape, weight, grad_y, grad_x);
   }
   void conv2d_backward_weights(const ConvShape& shape, const float* x, const float* grad_y,
-                               float* grad_weight, float* grad_bias) override {
-    nn::conv2d_backward_weights(shape, x, grad_y, grad_weight, grad_bias);
+                               float* grad_weight, float* grad_bias,
+                               const float* kept_input) override {
+    nn::conv2d_backward_weights(shape, x, grad_y, grad_weight, grad_bias, kept_input);
   }
   void instance_norm_forward(const InstanceNormShape& shape, const float* x, const float* gamma,
                              const float* beta, const float* residual, Activation activation,

@@ -91,8 +91,12 @@ MapBatch ResUNetGraph::unit_forward(MapOps& ops, Workspace& ws, int index, const
   record.output = ws.take(input.batch, unit.out_channels, shape.out_height(), shape.out_width());
   record.norm_statistics =
       ws.take(input.batch, unit.out_channels, 1, int(kInstanceNormStatisticsFloats)).data;
+  if (const size_t kept = ops.conv2d_kept_input_floats(shape)) {
+    record.kept_input = ws.take(1, 1, 1, int(kept)).data;
+  }
   const float* bias = unit.bias != kNoBias ? params + unit.bias : nullptr;
-  ops.conv2d_forward(shape, input.data, params + unit.weight, bias, record.conv_output.data);
+  ops.conv2d_forward(shape, input.data, params + unit.weight, bias, record.conv_output.data,
+                     record.kept_input);
   ops.instance_norm_forward(norm_shape(record.output), record.conv_output.data, params + unit.gamma,
                             params + unit.beta, residual, unit.activation, record.output.data,
                             record.norm_statistics);
@@ -149,8 +153,9 @@ void ResUNetGraph::forward(MapOps& ops, Workspace& ws, int views, int height, in
 
   const int out = out_channels();
   ws.out_ = ws.take(views, out, out_height, out_width);
+  // A 1x1 in fp32 (ConvOperands): it keeps nothing.
   ops.conv2d_forward(conv_shape(ws.features_, out, 1, 1, *this), ws.features_.data,
-                     params + out_weight, params + out_bias, ws.out_.data);
+                     params + out_weight, params + out_bias, ws.out_.data, nullptr);
   ws.forward_done_ = true;
   if (coarse_out) ops.maps_to_channels_last(ws.out_, 0, coarse_channels, coarse_out);
   if (fine_out && fine_channels > 0) {
@@ -183,7 +188,8 @@ void ResUNetGraph::unit_backward(MapOps& ops, Workspace& ws, int index, const fl
 
   const ConvShape shape = conv_shape(input, unit.out_channels, unit.kernel, unit.stride, *this);
   // No bias gradient: the instance norm subtracts each plane's mean, so it is exactly zero.
-  ops.conv2d_backward_weights(shape, input.data, grad_out, grads + unit.weight, nullptr);
+  ops.conv2d_backward_weights(shape, input.data, grad_out, grads + unit.weight, nullptr,
+                              record.kept_input);
   if (grad_in) ops.conv2d_backward_data(shape, params + unit.weight, grad_out, grad_in);
 }
 
@@ -229,7 +235,7 @@ void ResUNetGraph::backward(MapOps& ops, Workspace& ws, const float* params, flo
   }
   const ConvShape out_shape = conv_shape(ws.features_, out, 1, 1, *this);
   ops.conv2d_backward_weights(out_shape, ws.features_.data, grad_out.data, grads + out_weight,
-                              grads + out_bias);
+                              grads + out_bias, nullptr);
   float* g = zeroed(ops, grad_b, ws.features_.size());
   ops.conv2d_backward_data(out_shape, params + out_weight, grad_out.data, g);
 

@@ -73,15 +73,22 @@ struct ConvShape {
 void check_conv_operands(ConvOperands operands);
 
 // y = conv(x, weight) + bias; bias may be null. oneDNN's primitives are built on a shape's first
-// call and cached.
+// call and cached. kept_input (null: none) receives conv2d_kept_input_floats(shape) floats for
+// conv2d_backward_weights, which then reads them instead of x.
 void conv2d_forward(const ConvShape& shape, const float* x, const float* weight, const float* bias,
-                    float* y);
+                    float* y, float* kept_input = nullptr);
 // grad_x += the gradient of the input (the padding's folded back onto the values it copies).
 void conv2d_backward_data(const ConvShape& shape, const float* weight, const float* grad_y,
                           float* grad_x);
-// grad_weight += dL/dweight; grad_bias += dL/dbias unless null.
+// grad_weight += dL/dweight; grad_bias += dL/dbias unless null. kept_input: the forward's, or
+// null to read x.
 void conv2d_backward_weights(const ConvShape& shape, const float* x, const float* grad_y,
-                             float* grad_weight, float* grad_bias);
+                             float* grad_weight, float* grad_bias,
+                             const float* kept_input = nullptr);
+// The size of a forward's kept input: the input as both passes read it, reflect-padded and rounded,
+// where the operands are bf16 (half a float a value); 0 otherwise, where x itself is read or
+// padding it again costs no more than keeping it padded (fp32, measured).
+size_t conv2d_kept_input_floats(const ConvShape& shape);
 
 // Reflect padding by `pad` on every side of `planes` maps [height, width], as PyTorch's 'reflect'
 // (the edge is not repeated: row -1 is row 1). Needs pad < height and pad < width.

@@ -51,6 +51,7 @@ struct ResUNetGraph {
     struct UnitRecord {
       MapBatch input, conv_output, output;  // conv_output: what the norm normalised
       float* norm_statistics = nullptr;     // kInstanceNormStatisticsFloats per plane
+      float* kept_input = nullptr;          // the convolution's (MapOps::conv2d_kept_input_floats)
     };
     MapBatch take(int batch, int channels, int height, int width);
     float* scratch(int slot, size_t count);  // the buffers shared by all units (resunet_graph.cpp)
