@@ -45,13 +45,13 @@ inline float multiply_add(float a, float b, float c) {
 #endif
 }
 
-// exp(min(x, 0)), exactly 0 below -87 (where expf underflows anyway). The polynomial takes a
-// third fewer instructions with FMA, and ELU is mostly this.
-inline float exp_nonpositive(float x) {
-  const int32_t negative = bits_of(nonpositive_part(x));
-  const int32_t lowest = int32_t(0xC2AE0000u);  // -87.0f
-  const float y = float_of(std::min(negative, lowest));
-  // y = k ln2 + r, |r| <= ln2 / 2, k rounded by the 1.5 * 2^23 shifter (SSE2 has no round).
+// exp(y) = mantissa 2^k for -104 <= y <= 0: y = k ln2 + r, |r| <= ln2 / 2, k rounded by the
+// 1.5 * 2^23 shifter (SSE2 has no round), and Cephes' polynomial for exp(r) (within 2 ulp). The
+// polynomial takes a third fewer instructions with FMA.
+struct ExpParts {
+  float mantissa, k;
+};
+inline ExpParts exp_parts(float y) {
   const float shifter = 12582912.0f;
   const float k = (y * 1.44269504088896341f + shifter) - shifter;
   const float r = multiply_add(k, 2.12194440e-4f, multiply_add(k, -0.693359375f, y));
@@ -61,8 +61,31 @@ inline float exp_nonpositive(float x) {
   p = multiply_add(p, r, 4.1665795894e-2f);
   p = multiply_add(p, r, 1.6666665459e-1f);
   p = multiply_add(p, r, 5.0000001201e-1f);
-  const float e = (multiply_add(p * r, r, r) + 1.0f) * float_of((int32_t(k) + 127) << 23);
-  return float_of(bits_of(e) & (negative > lowest ? 0 : -1));
+  return {multiply_add(p * r, r, r) + 1.0f, k};
+}
+
+// exp(min(x, 0)), exactly 0 below -87 (where expf underflows anyway). ELU is mostly this.
+inline float exp_nonpositive(float x) {
+  const int32_t negative = bits_of(nonpositive_part(x));
+  const int32_t lowest = int32_t(0xC2AE0000u);  // -87.0f
+  const ExpParts e = exp_parts(float_of(std::min(negative, lowest)));
+  const float value = e.mantissa * float_of((int32_t(e.k) + 127) << 23);
+  return float_of(bits_of(value) & (negative > lowest ? 0 : -1));
+}
+
+// exp(min(x, 0)) into float's subnormals too, exactly 0 below -104 (where expf rounds to 0), and
+// NaN for NaN: for terms that still count once scaled up (the soft-argmax's gradients). 2^k is
+// no normal float below 2^-126, so it is applied as 2^(k + 64) 2^-64, one multiply more.
+inline float exp_nonpositive_with_subnormals(float x) {
+  const int32_t negative = bits_of(nonpositive_part(x));
+  const int32_t lowest = int32_t(0xC2D00000u);  // -104.0f
+  const ExpParts e = exp_parts(float_of(std::min(negative, lowest)));
+  const float value = e.mantissa * float_of((int32_t(e.k) + 64 + 127) << 23) * 0x1p-64f;
+  const int32_t nan = (bits_of(x) & INT32_MAX) > 0x7F800000 ? 0x7FC00000 : 0;
+  return float_of((bits_of(value) & (negative > lowest ? 0 : -1)) | nan);
+}
+inline double exp_nonpositive_with_subnormals(double x) {
+  return std::exp(std::min(x, 0.0));
 }
 inline double exp_nonpositive(double x) {
   return std::exp(std::min(x, 0.0));

@@ -26,11 +26,13 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "../../src/nn/vector_math.h"
 #include "mvibr/core/error.h"
 #include "mvibr/core/relative_error.h"
 #include "mvibr/geom/camera.h"
@@ -552,6 +554,29 @@ void check_huge_multiplier(const char* precision) {
 TEST(PoseSoftArgmax, HugeMultiplierDoesNotOverflow) {
   check_huge_multiplier<double>("double");
   check_huge_multiplier<float>("float");
+}
+
+// The CPU soft-argmax's exp, against libm's in double: within 2 ulp (Cephes' polynomial) where
+// the result is normal, within two of the smallest subnormal below, exactly 0 from -104 down, NaN
+// for NaN, and exp(0) for anything above 0.
+TEST(PoseSoftArgmax, ExpReachesTheSubnormals) {
+  int subnormal = 0;
+  for (float x = 0.0f; x > -110.0f; x -= 0.0137f) {
+    const float ours = nn::exp_nonpositive_with_subnormals(x);
+    const double exact = std::exp(double(x));
+    if (x < -104.0f) {
+      EXPECT_EQ(ours, 0.0f) << x;
+    } else if (exact >= FLT_MIN) {
+      EXPECT_LE(std::abs(ours - exact), 2 * std::ldexp(1.0, std::ilogb(exact) - 23)) << x;
+    } else {
+      subnormal += ours > 0;
+      EXPECT_LE(std::abs(ours - exact), std::ldexp(1.0, -148)) << x;
+    }
+  }
+  EXPECT_GT(subnormal, 1000);
+  EXPECT_EQ(nn::exp_nonpositive_with_subnormals(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_EQ(nn::exp_nonpositive_with_subnormals(3.0f), 1.0f);
+  EXPECT_TRUE(std::isnan(nn::exp_nonpositive_with_subnormals(std::nanf(""))));
 }
 
 // A flat heatmap's expectation is the map's centre, which at stride 4 is the image's centre in

@@ -12,7 +12,8 @@
 //   Gradients below T's smallest normal are written as 0: at heatmap_multiplier 100 a peaked
 //   map's p underflows, most cells' gradients came out subnormal, and the GEMMs and
 //   convolutions after it ran 30-150x slower on them (OpenBLAS, oneDNN's 1x1 backward).
-// The per-map math is MVIBR_HD (runtime sizes, no allocation), so CUDA kernels can run it.
+// The per-map math is MVIBR_HD (runtime sizes, no allocation), so CUDA kernels can run it; the
+// CPU runs the same sums over all J maps of an image at once (soft_argmax.cpp).
 #pragma once
 
 #include <cfloat>
