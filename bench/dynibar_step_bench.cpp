@@ -96,9 +96,7 @@ int run(std::vector<std::string> args) {
     for (const auto& [name, s] : result.times.named()) phases[name].push_back(s);
   }
   nlohmann::ordered_json phase_medians;
-  for (const auto& [name, seconds] : train::PhaseTimes{}.named()) {
-    phase_medians[name] = bench::median(phases[name]);
-  }
+  for (const char* name : train::kDynibarPhases) phase_medians[name] = bench::median(phases[name]);
   const double median_step = bench::median(step_seconds);
   nlohmann::ordered_json described = bench::case_json(config, sample);
   described["sources"] = int(sample.sources.size());

@@ -38,11 +38,13 @@ import matplotlib.ticker  # noqa: E402
 TRAIN_NAME = re.compile(r"^train-(?P<mode>[A-Za-z0-9_]+)-r(?P<ranks>[0-9]+)\.json$")
 ALLREDUCE_NAME = re.compile(r"^allreduce-r(?P<ranks>[0-9]+)\.jsonl$")
 MODE_ORDER = {"strong": 0, "weak": 1}
-# The phases in the order a step runs them (`mvibr bench train` writes them sorted by name).
-STEP_ORDER = ["data_wait", "features_forward", "sampling", "motion_forward", "gather_forward",
-              "aggregator_forward", "composite_loss", "composite_backward", "aggregator_backward",
-              "gather_backward", "motion_backward", "features_backward", "loss_allreduce",
-              "allreduce_exposed", "optimizer", "other"]
+# The phases in the order a step runs them (`mvibr bench train` writes them sorted by name): the
+# ray models' and the pose model's (model.h's PhaseLabels), each beside its slot.
+STEP_ORDER = ["data_wait", "features_forward", "backbone_forward", "sampling", "motion_forward",
+              "gather_forward", "aggregator_forward", "heads_forward", "composite_loss", "loss",
+              "composite_backward", "loss_backward", "aggregator_backward", "heads_backward",
+              "gather_backward", "motion_backward", "features_backward", "backbone_backward",
+              "loss_allreduce", "allreduce_exposed", "optimizer", "other"]
 
 
 class ReportError(Exception):

@@ -23,13 +23,37 @@ double PhaseTimes::total() const {
   return sum;
 }
 
+const PhaseLabels kDynibarPhases = {
+    "features_forward",   "sampling",        "motion_forward",     "gather_forward",
+    "aggregator_forward", "composite_loss",  "composite_backward", "aggregator_backward",
+    "gather_backward",    "motion_backward", "features_backward"};
+const PhaseLabels kIbrnetPhases = {"features_forward",
+                                   "sampling",
+                                   nullptr,
+                                   "gather_forward",
+                                   "aggregator_forward",
+                                   "composite_loss",
+                                   "composite_backward",
+                                   "aggregator_backward",
+                                   "gather_backward",
+                                   nullptr,
+                                   "features_backward"};
+// The backbone; the heads (soft-argmax, confidences, fusion, triangulation) in the aggregator's
+// slots; the loss and its gradients in the composite's.
+const PhaseLabels kPosePhases = {
+    "backbone_forward", nullptr,          nullptr, nullptr, "heads_forward",    "loss",
+    "loss_backward",    "heads_backward", nullptr, nullptr, "backbone_backward"};
+
 std::vector<std::pair<const char*, double>> PhaseTimes::named() const {
-  return {{"features_forward", features_forward},     {"sampling", sampling},
-          {"motion_forward", motion_forward},         {"gather_forward", gather_forward},
-          {"aggregator_forward", aggregator_forward}, {"composite_loss", composite_loss},
-          {"composite_backward", composite_backward}, {"aggregator_backward", aggregator_backward},
-          {"gather_backward", gather_backward},       {"motion_backward", motion_backward},
-          {"features_backward", features_backward}};
+  const double seconds[kPhaseSlots] = {
+      features_forward,   sampling,        motion_forward,     gather_forward,
+      aggregator_forward, composite_loss,  composite_backward, aggregator_backward,
+      gather_backward,    motion_backward, features_backward};
+  std::vector<std::pair<const char*, double>> named;
+  for (size_t slot = 0; slot < kPhaseSlots; ++slot) {
+    if ((*labels)[slot]) named.emplace_back((*labels)[slot], seconds[slot]);
+  }
+  return named;
 }
 
 double StepResult::term(const char* key) const {
@@ -207,6 +231,7 @@ void IbrnetModel::set_loss_scale(double scale) {
 void IbrnetModel::begin_step(const data::TrainingSample& sample) {
   State& s = *state_;
   s.times = PhaseTimes{};
+  s.times.labels = &kIbrnetPhases;
   s.laps.start();
   s.prepare_sources(sample, true);
   s.step_sample = &sample;

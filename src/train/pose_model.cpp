@@ -602,6 +602,7 @@ void PoseModel::begin_step(const std::vector<data::TrainingSample>& samples) {
   State& s = *state_;
   if (samples.empty()) throw InvalidArgument("PoseModel::begin_step: no samples");
   s.times = PhaseTimes{};
+  s.times.labels = &kPosePhases;
   s.step_samples = &samples;
   s.per_batch = std::min(size_t(s.config.pose_batch), samples.size());
   s.used_batches = 0;

@@ -96,6 +96,8 @@ for ranks, path in ((1, sys.argv[1]), (2, sys.argv[2])):
     covered = sum(r["phases_rank0"].values()) / r["step_seconds"]
     assert all(t >= 0 for t in r["phases_rank0"].values()) and 0 < covered <= 1.0001, (covered, r)
     assert 0 <= r["allreduce_hidden_fraction"] <= 1, r
+    # IBRNet has no motion phases (only DynIBaR has them).
+    assert "gather_forward" in r["phases_rank0"] and not [p for p in r["phases_rank0"] if "motion" in p], r
 print("bench train json ok; the phases are parts of the step")
 ' "$work/bench-1.json" "$work/bench-2.json"
 
@@ -111,6 +113,10 @@ r = json.load(open(sys.argv[1]))
 assert r["batch_unit"] == "instants" and r["global_batch_instants"] == 2, r
 assert abs(r["instants_per_second"] - 2 * r["steps_per_second"]) < 1e-6 * r["instants_per_second"]
 assert not [key for key in r if "rays" in key or key == "samples_per_second"], r
+# The pose model reports its own phases, none of those of the ray models.
+assert set(r["phases_rank0"]) == {"data_wait", "backbone_forward", "heads_forward", "loss",
+                                  "loss_backward", "heads_backward", "backbone_backward",
+                                  "loss_allreduce", "allreduce_exposed", "optimizer"}, r
 print("pose bench train json ok")
 ' "$work/pose-sweep/train-strong-r1.json"
 /usr/bin/python3 "$source_dir/tools/report.py" "$work/pose-sweep" >/dev/null

@@ -8,6 +8,7 @@
 //   gradients are (gradients(), device memory when on_device()).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -23,8 +24,16 @@
 
 namespace mvibr::train {
 
+// What a model reports PhaseTimes' slots as, in the members' order (named()): a name, or null for
+// a slot it has no phase in. The ray models' are the members' names (IBRNet's without motion);
+// the pose model's are its own.
+constexpr size_t kPhaseSlots = 11;
+using PhaseLabels = std::array<const char*, kPhaseSlots>;
+extern const PhaseLabels kDynibarPhases, kIbrnetPhases, kPosePhases;
+
 // Where one training step spends its time, in seconds of steady_clock, each phase summed over the
 // model's passes. Together they cover the step but for bookkeeping; the optimizer is not part.
+// The members are slots that a model's labels name.
 struct PhaseTimes {
   double features_forward = 0;     // source images to floats, feature network forward
   double sampling = 0;             // target rays, stratified and importance depths
@@ -37,9 +46,10 @@ struct PhaseTimes {
   double gather_backward = 0;      // gather backward into the feature maps
   double motion_backward = 0;      // DynIBaR: into the motion MLP, the basis and the positions
   double features_backward = 0;    // feature network backward
+  const PhaseLabels* labels = &kDynibarPhases;
 
   double total() const;
-  // (name, seconds) in the order the step runs them, named as the members.
+  // (name, seconds) in the order the step runs them, for each slot the labels name.
   std::vector<std::pair<const char*, double>> named() const;
 };
 
