@@ -174,6 +174,7 @@ void register_all() {
       if (pass == Pass::kBackwardData && s.in_channels == 3) continue;
       const std::string suffix = std::string(pass_name) + "/" + shape_name(s);
       s.algorithm = ConvAlgorithm::kWinograd;
+      s.layout = MapLayout::kChannelsLast;  // as the pose backbone runs them
       s.operands = ConvOperands::kFp32;
       register_mvibr("BM_pose_fp32_" + suffix, s, pass);
       s.operands = ConvOperands::kBf16;

@@ -88,6 +88,7 @@ struct MicroBatch {
   std::vector<uint8_t> visible;       // [BV,J]
   nn::ResUNet::Workspace workspace;
   std::vector<float> maps;            // [BV,Hf,Wf,J+K]
+  std::vector<float> grad_maps;       // their gradient, kept: 2 MiB anew each step was page faults
   std::vector<float> points;          // [BV,J,2] pixels (with fusion, of the fused heatmaps)
   std::vector<float> pooled, hidden;  // [BV,K], [BV,hidden] after ReLU
   std::vector<float> confidences;     // [BV,J] after the sigmoid
@@ -476,7 +477,8 @@ struct PoseModel::State : WithStateCopies<PoseModel::State> {
     std::vector<float> grad_points(b->points.size()), grad_weights(b->weights.size());
     path_backward(*b, b->points, b->joints, b->triangulated, global.joints_3d, global.joints_2d,
                   grad_points.data(), grad_weights.data());
-    std::vector<float> grad_maps(BV * cells * C, 0.0f);
+    std::vector<float>& grad_maps = b->grad_maps;
+    grad_maps.assign(BV * cells * C, 0.0f);
     if (fusion) {
       std::vector<float> grad_raw_points(b->raw_points.size()),
           grad_raw_weights(grad_weights.size());
