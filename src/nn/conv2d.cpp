@@ -20,6 +20,7 @@
 //   once and cached.
 #include <dnnl.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdlib>
@@ -270,10 +271,11 @@ class LayoutRun {
   std::vector<std::pair<memory, memory>> reorders_out_;
 };
 
-// Memory for the padded input or input gradient, kept by each thread (as LayoutRun's).
-Scratch& padded_scratch() {
-  thread_local Scratch scratch;
-  return scratch;
+// Memory for the padded input or input gradient, kept by each thread (as LayoutRun's); a second
+// buffer for the space-to-depth forms below.
+Scratch& padded_scratch(int which = 0) {
+  thread_local std::array<Scratch, 2> scratch;
+  return scratch.at(size_t(which));
 }
 
 // Planar maps pad as channels-last maps of one channel: {batch, channels} for reflect_pad.cpp.
@@ -311,6 +313,126 @@ Source source(const ConvShape& s, const ConvPrimitives& p, const float* x, float
   return {p.plain_src, padded};
 }
 
+// The pose stem (7x7, stride 2, on the 3 colours) leaves oneDNN's AMX kernels, which reduce over
+// many input channels, mostly idle. With bf16 operands on channels-last maps, a stride-2
+// convolution on at most 4 channels runs as its 2x2 space-to-depth: a stride-1 convolution on 4x
+// the channels whose kernel, ceil(k / 2) wide, is zero past k. Q(h, w, (2 dy + dx) C + c) =
+// P(2h + dy, 2w + dx, c), P the padded input; Q's cells past P's edge meet only zero taps. The
+// stem's forward and backward weights: 3.8 -> 2.5 ms (bench/conv_bench).
+bool by_space_to_depth(const ConvShape& s) {
+  return bf16_operands(s) && s.layout == MapLayout::kChannelsLast && s.stride == 2 &&
+         s.in_channels <= 4 && s.kernel >= 3;  // Q's kernel above 1x1, so bf16 too
+}
+
+ConvShape space_to_depth_shape(const ConvShape& s) {
+  ConvShape q = s;
+  q.kernel = (s.kernel + 1) / 2;
+  q.stride = 1;
+  q.pad = 0;
+  q.in_channels = 4 * s.in_channels;
+  q.in_height = s.out_height() + q.kernel - 1;
+  q.in_width = s.out_width() + q.kernel - 1;
+  return q;
+}
+
+// The shape the primitives run: the space-to-depth form, or the shape itself.
+ConvShape run_shape(const ConvShape& s) {
+  check_shape(s);
+  return by_space_to_depth(s) ? space_to_depth_shape(s) : s;
+}
+
+// Calls move(q, p, count) for each pixel pair (dx = 0, 1) of Q(h, w, dy) with the `count` values
+// of P it holds (2C inside, C at P's right edge, 0 past its edge: p null).
+template <typename Move>
+void for_each_pixel_pair(const ConvShape& s, const ConvShape& q, Move move) {
+  const size_t c = size_t(s.in_channels), hp = size_t(s.padded_height());
+  const size_t wp = size_t(s.padded_width()), hq = size_t(q.in_height), wq = size_t(q.in_width);
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < s.batch; ++n) {
+    for (size_t h = 0; h < hq; ++h) {
+      for (size_t dy = 0; dy < 2; ++dy) {
+        const size_t row = 2 * h + dy;
+        const size_t q_row = ((size_t(n) * hq + h) * wq * 4 + 2 * dy) * c;
+        for (size_t w = 0; w < wq; ++w) {
+          const size_t column = 2 * w;
+          const size_t pixels = row < hp && column < wp ? std::min<size_t>(2, wp - column) : 0;
+          const size_t p_at = pixels > 0 ? ((size_t(n) * hp + row) * wp + column) * c : 0;
+          move(q_row + w * 4 * c, p_at, pixels * c, 2 * c);
+        }
+      }
+    }
+  }
+}
+
+// Q from P (bf16 bits), zero past P's edge.
+void space_to_depth(const ConvShape& s, const ConvShape& q, const uint16_t* p, uint16_t* out) {
+  for_each_pixel_pair(s, q, [&](size_t q_at, size_t p_at, size_t count, size_t pair) {
+    for (size_t k = 0; k < count; ++k) out[q_at + k] = p[p_at + k];
+    for (size_t k = count; k < pair; ++k) out[q_at + k] = 0;
+  });
+}
+
+// P's gradient from Q's; Q's cells past P's edge are dropped (every cell of P is in Q).
+void depth_to_space(const ConvShape& s, const ConvShape& q, const float* grad_q, float* grad_p) {
+  for_each_pixel_pair(s, q, [&](size_t q_at, size_t p_at, size_t count, size_t) {
+    for (size_t k = 0; k < count; ++k) grad_p[p_at + k] = grad_q[q_at + k];
+  });
+}
+
+// Q's weights [O, 4C, k', k'] from the weights [O, C, k, k], and the weights' gradient (+=) from
+// Q's weights' gradient; the zero taps' gradients are dropped.
+size_t space_to_depth_tap(const ConvShape& s, const ConvShape& q, size_t o, size_t c, size_t y,
+                          size_t x) {
+  const size_t channel = (2 * (y % 2) + x % 2) * size_t(s.in_channels) + c;
+  const size_t k = size_t(q.kernel);
+  return ((o * size_t(q.in_channels) + channel) * k + y / 2) * k + x / 2;
+}
+
+template <typename Visit>
+void for_each_weight(const ConvShape& s, Visit visit) {
+  size_t i = 0;
+  for (size_t o = 0; o < size_t(s.out_channels); ++o) {
+    for (size_t c = 0; c < size_t(s.in_channels); ++c) {
+      for (size_t y = 0; y < size_t(s.kernel); ++y) {
+        for (size_t x = 0; x < size_t(s.kernel); ++x) visit(i++, o, c, y, x);
+      }
+    }
+  }
+}
+
+std::vector<float> space_to_depth_weights(const ConvShape& s, const ConvShape& q,
+                                          const float* weight) {
+  std::vector<float> out(size_t(q.out_channels) * size_t(q.in_channels) * size_t(q.kernel) *
+                         size_t(q.kernel));
+  for_each_weight(s, [&](size_t i, size_t o, size_t c, size_t y, size_t x) {
+    out[space_to_depth_tap(s, q, o, c, y, x)] = weight[i];
+  });
+  return out;
+}
+
+void add_depth_to_space_weights(const ConvShape& s, const ConvShape& q, const float* grad_q,
+                                float* grad_weight) {
+  for_each_weight(s, [&](size_t i, size_t o, size_t c, size_t y, size_t x) {
+    grad_weight[i] += grad_q[space_to_depth_tap(s, q, o, c, y, x)];
+  });
+}
+
+// Q as the primitives read it: the input padded and rounded, then rearranged, into `kept` when
+// given.
+Source space_to_depth_source(const ConvShape& s, const ConvShape& q, const ConvPrimitives& p,
+                             const float* x, float* kept) {
+  const size_t padded_count = size_t(s.batch) * size_t(s.in_channels) * size_t(s.padded_height()) *
+                              size_t(s.padded_width());
+  auto* padded = static_cast<uint16_t*>(padded_scratch().bytes(padded_count * sizeof(uint16_t)));
+  reflect_pad_forward_bf16_channels_last(s.batch, s.in_height, s.in_width, s.in_channels, s.pad, x,
+                                         padded);
+  const size_t count = p.plain_src.get_size() / sizeof(float);
+  auto* out = static_cast<uint16_t*>(kept ? static_cast<void*>(kept)
+                                          : padded_scratch(1).bytes(count * sizeof(uint16_t)));
+  space_to_depth(s, q, padded, out);
+  return {bf16_source_desc(q, p), out};
+}
+
 // oneDNN's failures (no implementation for a shape, memory) as the project's error type.
 [[noreturn]] void fail(const char* pass, const dnnl::error& e) {
   throw RuntimeFailure(std::string("oneDNN convolution ") + pass + " failed: " + e.what());
@@ -331,19 +453,27 @@ void check_conv_operands(ConvOperands operands) {
 
 size_t conv2d_kept_input_floats(const ConvShape& shape) {
   if (!bf16_operands(shape)) return 0;
-  const size_t values = size_t(shape.batch) * size_t(shape.in_channels) *
-                        size_t(shape.padded_height()) * size_t(shape.padded_width());
+  const ConvShape s = run_shape(shape);
+  const size_t values = size_t(s.batch) * size_t(s.in_channels) * size_t(s.padded_height()) *
+                        size_t(s.padded_width());
   return (values + 1) / 2;
 }
 
 void conv2d_forward(const ConvShape& shape, const float* x, const float* weight, const float* bias,
                     float* y, float* kept_input) {
   try {
-    ConvPrimitives& p = primitives(shape, bias != nullptr);
-    const Source src = source(shape, p, x, conv2d_kept_input_floats(shape) ? kept_input : nullptr);
+    const ConvShape lowered = run_shape(shape);
+    const bool stem = by_space_to_depth(shape);
+    ConvPrimitives& p = primitives(lowered, bias != nullptr);
+    float* kept = conv2d_kept_input_floats(shape) ? kept_input : nullptr;
+    const Source src =
+        stem ? space_to_depth_source(shape, lowered, p, x, kept) : source(shape, p, x, kept);
+    const std::vector<float> stem_weights =
+        stem ? space_to_depth_weights(shape, lowered, weight) : std::vector<float>();
     LayoutRun run;
     run.input(DNNL_ARG_SRC, src.desc, p.forward_pd.src_desc(), src.data);
-    run.input(DNNL_ARG_WEIGHTS, p.plain_weights, p.forward_pd.weights_desc(), weight);
+    run.input(DNNL_ARG_WEIGHTS, p.plain_weights, p.forward_pd.weights_desc(),
+              stem ? stem_weights.data() : weight);
     if (bias) run.input(DNNL_ARG_BIAS, p.bias, p.bias, bias);
     run.output(DNNL_ARG_DST, p.plain_dst, p.forward_pd.dst_desc(), y);
     run.execute(p.forward);
@@ -355,15 +485,27 @@ void conv2d_forward(const ConvShape& shape, const float* x, const float* weight,
 void conv2d_backward_data(const ConvShape& shape, const float* weight, const float* grad_y,
                           float* grad_x) {
   try {
-    ConvPrimitives& p = primitives(shape, false);
-    const dnnl::primitive& primitive = backward_data(shape, p);
+    const ConvShape lowered = run_shape(shape);
+    const bool stem = by_space_to_depth(shape);
+    ConvPrimitives& p = primitives(lowered, false);
+    const dnnl::primitive& primitive = backward_data(lowered, p);
     const auto& pd = p.backward_data_pd;
     auto* grad_padded = static_cast<float*>(padded_scratch().bytes(p.plain_src.get_size()));
+    const std::vector<float> stem_weights =
+        stem ? space_to_depth_weights(shape, lowered, weight) : std::vector<float>();
     LayoutRun run;
-    run.input(DNNL_ARG_WEIGHTS, p.plain_weights, pd.weights_desc(), weight);
+    run.input(DNNL_ARG_WEIGHTS, p.plain_weights, pd.weights_desc(),
+              stem ? stem_weights.data() : weight);
     run.input(DNNL_ARG_DIFF_DST, p.plain_dst, pd.diff_dst_desc(), grad_y);
     run.output(DNNL_ARG_DIFF_SRC, p.plain_src, pd.diff_src_desc(), grad_padded);
     run.execute(primitive);
+    if (stem) {
+      const size_t padded_count = size_t(shape.batch) * size_t(shape.in_channels) *
+                                  size_t(shape.padded_height()) * size_t(shape.padded_width());
+      auto* grad_p = static_cast<float*>(padded_scratch(1).bytes(padded_count * sizeof(float)));
+      depth_to_space(shape, lowered, grad_padded, grad_p);
+      grad_padded = grad_p;
+    }
     // Folded back onto the input (by 0: added).
     const auto [batch, channels] = pad_batch(shape);
     reflect_pad_backward_channels_last(batch, shape.in_height, shape.in_width, channels, shape.pad,
@@ -378,17 +520,20 @@ void conv2d_backward_weights(const ConvShape& shape, const float* x, const float
   // oneDNN overwrites its outputs; parameter gradients accumulate. With bf16 operands it would
   // sum the bias gradient from the rounded output gradient; the bias is added in fp32, so its
   // gradient is summed here from the fp32 one.
-  const size_t weight_count =
-      size_t(shape.out_channels) * size_t(shape.in_channels) * size_t(shape.kernel * shape.kernel);
+  const ConvShape lowered = run_shape(shape);
+  const bool stem = by_space_to_depth(shape);
+  const size_t weight_count = size_t(lowered.out_channels) * size_t(lowered.in_channels) *
+                              size_t(lowered.kernel * lowered.kernel);
   std::vector<float> weight_step(weight_count), bias_step(size_t(shape.out_channels));
   const bool bias_by_onednn = grad_bias && !bf16_operands(shape);
   try {
-    ConvPrimitives& p = primitives(shape, bias_by_onednn);
-    const dnnl::primitive& primitive = backward_weights(shape, p);
+    ConvPrimitives& p = primitives(lowered, bias_by_onednn);
+    const dnnl::primitive& primitive = backward_weights(lowered, p);
     const auto& pd = p.backward_weights_pd;
     const Source src = kept_input && conv2d_kept_input_floats(shape)
-                           ? Source{bf16_source_desc(shape, p), kept_input}
-                           : source(shape, p, x, nullptr);
+                           ? Source{bf16_source_desc(lowered, p), kept_input}
+                       : stem ? space_to_depth_source(shape, lowered, p, x, nullptr)
+                              : source(shape, p, x, nullptr);
     LayoutRun run;
     run.input(DNNL_ARG_SRC, src.desc, pd.src_desc(), src.data);
     run.input(DNNL_ARG_DIFF_DST, p.plain_dst, pd.diff_dst_desc(), grad_y);
@@ -398,7 +543,11 @@ void conv2d_backward_weights(const ConvShape& shape, const float* x, const float
   } catch (const dnnl::error& e) {
     fail("backward weights", e);
   }
-  for (size_t i = 0; i < weight_count; ++i) grad_weight[i] += weight_step[i];
+  if (stem) {
+    add_depth_to_space_weights(shape, lowered, weight_step.data(), grad_weight);
+  } else {
+    for (size_t i = 0; i < weight_count; ++i) grad_weight[i] += weight_step[i];
+  }
   if (!grad_bias) return;
   if (bias_by_onednn) {
     for (int o = 0; o < shape.out_channels; ++o) grad_bias[o] += bias_step[size_t(o)];

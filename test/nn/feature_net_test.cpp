@@ -462,6 +462,14 @@ std::map<std::string, std::function<Case()>> all_cases() {
   cases["bf16_conv_channels_last_7x7_stride2_reflect_3_bias"] = [=] {
     return conv_case(channels_last(reflect(bf16_shape({2, 3, 16, 21, 19, 7, 2}), 3)), true, 39);
   };
+  // Stride 2 on at most 4 channels runs as its space-to-depth (conv2d.cpp): odd kernels, odd
+  // sizes, with and without padding.
+  cases["bf16_conv_channels_last_3x3_stride2_on_4_channels_reflect_1"] = [=] {
+    return conv_case(channels_last(reflect(bf16_shape({3, 4, 8, 11, 14, 3, 2}), 1)), true, 41);
+  };
+  cases["bf16_conv_channels_last_5x5_stride2_on_1_channel"] = [=] {
+    return conv_case(channels_last(bf16_shape({2, 1, 5, 12, 9, 5, 2})), false, 42);
+  };
   cases["bf16_conv_channels_last_3x3_stride2_reflect_1"] = [=] {
     return conv_case(channels_last(reflect(bf16_shape({2, 16, 32, 12, 13, 3, 2}), 1)), false, 40);
   };

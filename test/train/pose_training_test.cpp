@@ -268,14 +268,19 @@ TEST_F(PoseTraining, RecomputingTheBackboneGivesTheStoredGradients) {
               double(stored.activation_bytes()) / 1e6, double(recomputed.activation_bytes()) / 1e6);
 }
 
-// A short run on the built-in pose set (1000 steps of 4 instants, 32 training instants of 8
-// bodies, 30 s on 2 cores): the held-out sequences' MPJPE falls below the mean training pose's,
-// which knows no image (here 281 against 289 mm, Winograd convolutions as the config; with bf16
-// convolutions 216 mm: a run this short and small is noisy, and one seed says nothing of which
-// precision learns better).
-// configs/pose_synthetic.txt, with 6x the data at 128x128, goes further (119 against 325 mm on
+// A short run on the built-in pose set (1000 steps of 4 instants, 30 s on 2 cores) with its own
+// data: 32 bodies of 2 instants each at 96x96, 8 of them held out. The held-out MPJPE falls below
+// 3/4 of the mean training pose's, which knows no image: here 150 (fp32) and 135 mm (bf16)
+// against 278. (On the fixture's 8 training bodies the margin was a few mm to 70, by the seed
+// and the build: a run this small learns the bodies it saw.)
+// configs/pose_synthetic.txt, with 6x the data at 128x128, goes further (115 against 325 mm on
 // all 80 held-out instants in 1000 steps).
-void check_short_run_beats_the_mean_pose(const fs::path& root, Precision precision) {
+void check_short_run_beats_the_mean_pose(const fs::path& fixture_root, Precision precision) {
+  constexpr int kSequences = 32, kFrames = 2, kHeldOut = 8;
+  const fs::path root = fixture_root / "learning";
+  if (!fs::exists(root / "data")) {
+    testing::write_pose_data(root, 96, kSequences, kFrames, kHeldOut, 2, 1, "pose_training_test");
+  }
   std::ostringstream log;
   TrainConfig config = testing::small_pose_config(root, name_of(precision), 1000, 4);
   config.heatmap_multiplier = 100;
@@ -287,8 +292,8 @@ void check_short_run_beats_the_mean_pose(const fs::path& root, Precision precisi
   const TrainSummary summary = train(config, log);
   const PoseEvalReport trained =
       evaluate_pose_run(config, summary.last_checkpoint, data::Split::kTest, 0);
-  EXPECT_EQ(trained.instants, 8);
-  EXPECT_LT(trained.mpjpe_mm, trained.baseline_mpjpe_mm) << log.str();
+  EXPECT_EQ(trained.instants, kHeldOut * kFrames);
+  EXPECT_LT(trained.mpjpe_mm, 0.75 * trained.baseline_mpjpe_mm) << log.str();  // well below
   EXPECT_NEAR(summary.heldout_mpjpe_mm, trained.mpjpe_mm, 1e-3);
   std::printf(
       "  %s, after 1000 steps: held-out mpjpe %.1f mm (root-relative %.1f), mean pose %.1f "
