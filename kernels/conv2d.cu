@@ -279,11 +279,12 @@ void conv2d_forward(Context& context, const ConvShape& shape, const float* x, co
   if (bias) MVIBR_CUDNN_CHECK(cudnnAddTensor(c.cudnn, &one, p.bias, bias, &one, p.y, y));
 }
 
+namespace {
+
 // Unpadded, cuDNN adds into grad_x (beta = 1); padded, it writes the padded gradient, which is
 // folded back onto grad_x.
-void conv2d_backward_data(Context& context, const ConvShape& shape, const float* weight,
-                          const float* grad_y, float* grad_x) {
-  Context::Impl& c = context.impl();
+void backward_data_pass(Context::Impl& c, const ConvShape& shape, const float* weight,
+                        const float* grad_y, float* grad_x) {
   ConvPlan& p = plan_for(c, shape);
   if (!p.have_data) choose_data(c, shape, p);
   float* grad_input = shape.pad == 0 ? grad_x
@@ -300,9 +301,8 @@ void conv2d_backward_data(Context& context, const ConvShape& shape, const float*
   }
 }
 
-void conv2d_backward_weights(Context& context, const ConvShape& shape, const float* x,
-                             const float* grad_y, float* grad_weight, float* grad_bias) {
-  Context::Impl& c = context.impl();
+void backward_filter_pass(Context::Impl& c, const ConvShape& shape, const float* x,
+                          const float* grad_y, float* grad_weight, float* grad_bias) {
   ConvPlan& p = plan_for(c, shape);
   if (!p.have_filter) choose_filter(c, shape, p);
   const float* input = padded_input(c, shape, x);
@@ -315,6 +315,20 @@ void conv2d_backward_weights(Context& context, const ConvShape& shape, const flo
     MVIBR_CUDNN_CHECK(
         cudnnConvolutionBackwardBias(c.cudnn, &one, p.y, grad_y, &one, p.bias, grad_bias));
   }
+}
+
+}  // namespace
+
+void conv2d_backward(Context& context, const ConvShape& shape, const float* x, const float* weight,
+                     const float* grad_y, float* grad_x, float* grad_weight, float* grad_bias) {
+  if (grad_bias && !grad_weight) {
+    throw InvalidArgument(
+        "conv2d backward on the GPU: a bias gradient is taken with the weight "
+        "gradient");
+  }
+  Context::Impl& c = context.impl();
+  if (grad_weight) backward_filter_pass(c, shape, x, grad_y, grad_weight, grad_bias);
+  if (grad_x) backward_data_pass(c, shape, weight, grad_y, grad_x);
 }
 
 }  // namespace mvibr::nn::cuda

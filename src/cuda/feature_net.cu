@@ -56,13 +56,10 @@ class CudaMapOps final : public MapOps {
                       const float* bias, float* y, float*) override {
     cuda::conv2d_forward(*context_, shape, x, weight, bias, y);
   }
-  void conv2d_backward_data(const ConvShape& shape, const float* weight, const float* grad_y,
-                            float* grad_x) override {
-    cuda::conv2d_backward_data(*context_, shape, weight, grad_y, grad_x);
-  }
-  void conv2d_backward_weights(const ConvShape& shape, const float* x, const float* grad_y,
-                               float* grad_weight, float* grad_bias, const float*) override {
-    cuda::conv2d_backward_weights(*context_, shape, x, grad_y, grad_weight, grad_bias);
+  void conv2d_backward(const ConvShape& shape, const float* x, const float* weight,
+                       const float* grad_y, float* grad_x, float* grad_weight, float* grad_bias,
+                       const float*) override {
+    cuda::conv2d_backward(*context_, shape, x, weight, grad_y, grad_x, grad_weight, grad_bias);
   }
   // No statistics kept: the backward kernel takes them again.
   void instance_norm_forward(const InstanceNormShape& shape, const float* x, const float* gamma,

@@ -24,6 +24,7 @@
 #include <array>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -272,9 +273,9 @@ class LayoutRun {
 };
 
 // Memory for the padded input or input gradient, kept by each thread (as LayoutRun's); a second
-// buffer for the space-to-depth forms below.
+// buffer for the space-to-depth forms below, a third for the rounded output gradient.
 Scratch& padded_scratch(int which = 0) {
-  thread_local std::array<Scratch, 2> scratch;
+  thread_local std::array<Scratch, 3> scratch;
   return scratch.at(size_t(which));
 }
 
@@ -341,41 +342,76 @@ ConvShape run_shape(const ConvShape& s) {
   return by_space_to_depth(s) ? space_to_depth_shape(s) : s;
 }
 
-// Calls move(q, p, count) for each pixel pair (dx = 0, 1) of Q(h, w, dy) with the `count` values
-// of P it holds (2C inside, C at P's right edge, 0 past its edge: p null).
+// Calls move(q_at, p_at, pairs, tail) for each row (n, h, dy) of Q: `pairs` whole pixel pairs
+// (2C values, dx = 0 and 1) at Q's q_at + 4C w and P's p_at + 2C w, then `tail` values (C of a
+// last pixel alone at P's edge, or none) at pair w = pairs; the row's other pairs lie past P.
 template <typename Move>
-void for_each_pixel_pair(const ConvShape& s, const ConvShape& q, Move move) {
+void for_each_q_row(const ConvShape& s, const ConvShape& q, Move move) {
   const size_t c = size_t(s.in_channels), hp = size_t(s.padded_height());
   const size_t wp = size_t(s.padded_width()), hq = size_t(q.in_height), wq = size_t(q.in_width);
+  const size_t pairs = std::min(wq, wp / 2), tail = pairs < wq && wp % 2 ? c : 0;
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < s.batch; ++n) {
     for (size_t h = 0; h < hq; ++h) {
       for (size_t dy = 0; dy < 2; ++dy) {
         const size_t row = 2 * h + dy;
-        const size_t q_row = ((size_t(n) * hq + h) * wq * 4 + 2 * dy) * c;
-        for (size_t w = 0; w < wq; ++w) {
-          const size_t column = 2 * w;
-          const size_t pixels = row < hp && column < wp ? std::min<size_t>(2, wp - column) : 0;
-          const size_t p_at = pixels > 0 ? ((size_t(n) * hp + row) * wp + column) * c : 0;
-          move(q_row + w * 4 * c, p_at, pixels * c, 2 * c);
+        const size_t q_at = ((size_t(n) * hq + h) * wq * 4 + 2 * dy) * c;
+        if (row < hp) {
+          move(q_at, (size_t(n) * hp + row) * wp * c, pairs, tail);
+        } else {
+          move(q_at, 0, 0, 0);
         }
       }
     }
   }
 }
 
+// `count` runs of kRun values from `from` (runs `from_stride` apart) to `to` (`to_stride`): a
+// fixed-size copy each, which compiles to a few moves.
+template <size_t kRun, typename T>
+void copy_runs(size_t count, const T* from, size_t from_stride, T* to, size_t to_stride) {
+  for (size_t i = 0; i < count; ++i) {
+    std::memcpy(to + i * to_stride, from + i * from_stride, kRun * sizeof(T));
+  }
+}
+
+// The same for runs of 2C values, C <= 4 (by_space_to_depth).
+template <typename T>
+void copy_pairs(size_t c, size_t count, const T* from, size_t from_stride, T* to,
+                size_t to_stride) {
+  switch (c) {
+    case 1:
+      return copy_runs<2>(count, from, from_stride, to, to_stride);
+    case 2:
+      return copy_runs<4>(count, from, from_stride, to, to_stride);
+    case 3:
+      return copy_runs<6>(count, from, from_stride, to, to_stride);
+    default:
+      return copy_runs<8>(count, from, from_stride, to, to_stride);
+  }
+}
+
 // Q from P (bf16 bits), zero past P's edge.
 void space_to_depth(const ConvShape& s, const ConvShape& q, const uint16_t* p, uint16_t* out) {
-  for_each_pixel_pair(s, q, [&](size_t q_at, size_t p_at, size_t count, size_t pair) {
-    for (size_t k = 0; k < count; ++k) out[q_at + k] = p[p_at + k];
-    for (size_t k = count; k < pair; ++k) out[q_at + k] = 0;
+  const size_t c = size_t(s.in_channels), wq = size_t(q.in_width);
+  for_each_q_row(s, q, [&](size_t q_at, size_t p_at, size_t pairs, size_t tail) {
+    copy_pairs(c, pairs, p + p_at, 2 * c, out + q_at, 4 * c);
+    uint16_t* rest = out + q_at + pairs * 4 * c;
+    for (size_t k = 0; k < tail; ++k) rest[k] = p[p_at + pairs * 2 * c + k];
+    for (size_t w = pairs; w < wq; ++w) {
+      for (size_t k = w == pairs ? tail : 0; k < 2 * c; ++k) out[q_at + w * 4 * c + k] = 0;
+    }
   });
 }
 
 // P's gradient from Q's; Q's cells past P's edge are dropped (every cell of P is in Q).
 void depth_to_space(const ConvShape& s, const ConvShape& q, const float* grad_q, float* grad_p) {
-  for_each_pixel_pair(s, q, [&](size_t q_at, size_t p_at, size_t count, size_t) {
-    for (size_t k = 0; k < count; ++k) grad_p[p_at + k] = grad_q[q_at + k];
+  const size_t c = size_t(s.in_channels);
+  for_each_q_row(s, q, [&](size_t q_at, size_t p_at, size_t pairs, size_t tail) {
+    copy_pairs(c, pairs, grad_q + q_at, 4 * c, grad_p + p_at, 2 * c);
+    for (size_t k = 0; k < tail; ++k) {
+      grad_p[p_at + pairs * 2 * c + k] = grad_q[q_at + pairs * 4 * c + k];
+    }
   });
 }
 
@@ -482,67 +518,69 @@ void conv2d_forward(const ConvShape& shape, const float* x, const float* weight,
   }
 }
 
-void conv2d_backward_data(const ConvShape& shape, const float* weight, const float* grad_y,
-                          float* grad_x) {
-  try {
-    const ConvShape lowered = run_shape(shape);
-    const bool stem = by_space_to_depth(shape);
-    ConvPrimitives& p = primitives(lowered, false);
-    const dnnl::primitive& primitive = backward_data(lowered, p);
-    const auto& pd = p.backward_data_pd;
-    auto* grad_padded = static_cast<float*>(padded_scratch().bytes(p.plain_src.get_size()));
-    const std::vector<float> stem_weights =
-        stem ? space_to_depth_weights(shape, lowered, weight) : std::vector<float>();
-    LayoutRun run;
-    run.input(DNNL_ARG_WEIGHTS, p.plain_weights, pd.weights_desc(),
-              stem ? stem_weights.data() : weight);
-    run.input(DNNL_ARG_DIFF_DST, p.plain_dst, pd.diff_dst_desc(), grad_y);
-    run.output(DNNL_ARG_DIFF_SRC, p.plain_src, pd.diff_src_desc(), grad_padded);
-    run.execute(primitive);
-    if (stem) {
-      const size_t padded_count = size_t(shape.batch) * size_t(shape.in_channels) *
-                                  size_t(shape.padded_height()) * size_t(shape.padded_width());
-      auto* grad_p = static_cast<float*>(padded_scratch(1).bytes(padded_count * sizeof(float)));
-      depth_to_space(shape, lowered, grad_padded, grad_p);
-      grad_padded = grad_p;
-    }
-    // Folded back onto the input (by 0: added).
-    const auto [batch, channels] = pad_batch(shape);
-    reflect_pad_backward_channels_last(batch, shape.in_height, shape.in_width, channels, shape.pad,
-                                       grad_padded, grad_x);
-  } catch (const dnnl::error& e) {
-    fail("backward data", e);
-  }
+namespace {
+
+// The output gradient as the backward passes read it: grad_y, or its rounding.
+Source output_gradient(const ConvShape& lowered, const ConvPrimitives& p, const float* grad_y,
+                       const uint16_t* rounded) {
+  if (!rounded) return {p.plain_dst, grad_y};
+  return {memory::desc(p.plain_dst.dims(), memory::data_type::bf16, maps_tag(lowered)), rounded};
 }
 
-void conv2d_backward_weights(const ConvShape& shape, const float* x, const float* grad_y,
-                             float* grad_weight, float* grad_bias, const float* kept_input) {
-  // oneDNN overwrites its outputs; parameter gradients accumulate. With bf16 operands it would
-  // sum the bias gradient from the rounded output gradient; the bias is added in fp32, so its
-  // gradient is summed here from the fp32 one.
-  const ConvShape lowered = run_shape(shape);
+void backward_data_pass(const ConvShape& shape, const ConvShape& lowered, const float* weight,
+                        const float* grad_y, const uint16_t* rounded, float* grad_x) {
+  const bool stem = by_space_to_depth(shape);
+  ConvPrimitives& p = primitives(lowered, false);
+  const dnnl::primitive& primitive = backward_data(lowered, p);
+  const auto& pd = p.backward_data_pd;
+  auto* grad_padded = static_cast<float*>(padded_scratch().bytes(p.plain_src.get_size()));
+  const std::vector<float> stem_weights =
+      stem ? space_to_depth_weights(shape, lowered, weight) : std::vector<float>();
+  const Source grad = output_gradient(lowered, p, grad_y, rounded);
+  LayoutRun run;
+  run.input(DNNL_ARG_WEIGHTS, p.plain_weights, pd.weights_desc(),
+            stem ? stem_weights.data() : weight);
+  run.input(DNNL_ARG_DIFF_DST, grad.desc, pd.diff_dst_desc(), grad.data);
+  run.output(DNNL_ARG_DIFF_SRC, p.plain_src, pd.diff_src_desc(), grad_padded);
+  run.execute(primitive);
+  if (stem) {
+    const size_t padded_count = size_t(shape.batch) * size_t(shape.in_channels) *
+                                size_t(shape.padded_height()) * size_t(shape.padded_width());
+    auto* grad_p = static_cast<float*>(padded_scratch(1).bytes(padded_count * sizeof(float)));
+    depth_to_space(shape, lowered, grad_padded, grad_p);
+    grad_padded = grad_p;
+  }
+  // Folded back onto the input (by 0: added).
+  const auto [batch, channels] = pad_batch(shape);
+  reflect_pad_backward_channels_last(batch, shape.in_height, shape.in_width, channels, shape.pad,
+                                     grad_padded, grad_x);
+}
+
+// oneDNN overwrites its outputs; parameter gradients accumulate. With bf16 operands it would sum
+// the bias gradient from the rounded output gradient; the bias is added in fp32, so its gradient
+// is summed here from the fp32 one.
+void backward_weights_pass(const ConvShape& shape, const ConvShape& lowered, const float* x,
+                           const float* kept_input, const float* grad_y, const uint16_t* rounded,
+                           float* grad_weight, float* grad_bias) {
   const bool stem = by_space_to_depth(shape);
   const size_t weight_count = size_t(lowered.out_channels) * size_t(lowered.in_channels) *
                               size_t(lowered.kernel * lowered.kernel);
   std::vector<float> weight_step(weight_count), bias_step(size_t(shape.out_channels));
   const bool bias_by_onednn = grad_bias && !bf16_operands(shape);
-  try {
-    ConvPrimitives& p = primitives(lowered, bias_by_onednn);
-    const dnnl::primitive& primitive = backward_weights(lowered, p);
-    const auto& pd = p.backward_weights_pd;
-    const Source src = kept_input && conv2d_kept_input_floats(shape)
-                           ? Source{bf16_source_desc(lowered, p), kept_input}
-                       : stem ? space_to_depth_source(shape, lowered, p, x, nullptr)
-                              : source(shape, p, x, nullptr);
-    LayoutRun run;
-    run.input(DNNL_ARG_SRC, src.desc, pd.src_desc(), src.data);
-    run.input(DNNL_ARG_DIFF_DST, p.plain_dst, pd.diff_dst_desc(), grad_y);
-    run.output(DNNL_ARG_DIFF_WEIGHTS, p.plain_weights, pd.diff_weights_desc(), weight_step.data());
-    if (bias_by_onednn) run.output(DNNL_ARG_DIFF_BIAS, p.bias, p.bias, bias_step.data());
-    run.execute(primitive);
-  } catch (const dnnl::error& e) {
-    fail("backward weights", e);
-  }
+  ConvPrimitives& p = primitives(lowered, bias_by_onednn);
+  const dnnl::primitive& primitive = backward_weights(lowered, p);
+  const auto& pd = p.backward_weights_pd;
+  const Source src = kept_input && conv2d_kept_input_floats(shape)
+                         ? Source{bf16_source_desc(lowered, p), kept_input}
+                     : stem ? space_to_depth_source(shape, lowered, p, x, nullptr)
+                            : source(shape, p, x, nullptr);
+  const Source grad = output_gradient(lowered, p, grad_y, rounded);
+  LayoutRun run;
+  run.input(DNNL_ARG_SRC, src.desc, pd.src_desc(), src.data);
+  run.input(DNNL_ARG_DIFF_DST, grad.desc, pd.diff_dst_desc(), grad.data);
+  run.output(DNNL_ARG_DIFF_WEIGHTS, p.plain_weights, pd.diff_weights_desc(), weight_step.data());
+  if (bias_by_onednn) run.output(DNNL_ARG_DIFF_BIAS, p.bias, p.bias, bias_step.data());
+  run.execute(primitive);
   if (stem) {
     add_depth_to_space_weights(shape, lowered, weight_step.data(), grad_weight);
   } else {
@@ -553,18 +591,45 @@ void conv2d_backward_weights(const ConvShape& shape, const float* x, const float
     for (int o = 0; o < shape.out_channels; ++o) grad_bias[o] += bias_step[size_t(o)];
     return;
   }
-  const MapBatch grad{const_cast<float*>(grad_y), shape.batch,       shape.out_channels,
-                      shape.out_height(),         shape.out_width(), shape.layout};
+  const MapBatch grad_maps{const_cast<float*>(grad_y), shape.batch,       shape.out_channels,
+                           shape.out_height(),         shape.out_width(), shape.layout};
   for (int o = 0; o < shape.out_channels; ++o) {
     double sum = 0;
-    for (int n = 0; n < grad.batch; ++n) {
-      for (int row = 0; row < grad.height; ++row) {
-        for (int column = 0; column < grad.width; ++column) {
-          sum += grad_y[grad.offset(n, o, row, column)];
+    for (int n = 0; n < grad_maps.batch; ++n) {
+      for (int row = 0; row < grad_maps.height; ++row) {
+        for (int column = 0; column < grad_maps.width; ++column) {
+          sum += grad_y[grad_maps.offset(n, o, row, column)];
         }
       }
     }
     grad_bias[o] += float(sum);
+  }
+}
+
+}  // namespace
+
+void conv2d_backward(const ConvShape& shape, const float* x, const float* weight,
+                     const float* grad_y, float* grad_x, float* grad_weight, float* grad_bias,
+                     const float* kept_input) {
+  if (grad_bias && !grad_weight) {
+    throw InvalidArgument("conv2d backward: a bias gradient is taken with the weight gradient");
+  }
+  const ConvShape lowered = run_shape(shape);
+  const uint16_t* rounded = nullptr;
+  if (bf16_operands(shape)) {
+    const size_t count = size_t(shape.batch) * size_t(shape.out_channels) *
+                         size_t(shape.out_height()) * size_t(shape.out_width());
+    auto* bits = static_cast<uint16_t*>(padded_scratch(2).bytes(count * sizeof(uint16_t)));
+    round_to_bf16(count, grad_y, bits);
+    rounded = bits;
+  }
+  try {
+    if (grad_weight) {
+      backward_weights_pass(shape, lowered, x, kept_input, grad_y, rounded, grad_weight, grad_bias);
+    }
+    if (grad_x) backward_data_pass(shape, lowered, weight, grad_y, rounded, grad_x);
+  } catch (const dnnl::error& e) {
+    fail("backward", e);
   }
 }
 

@@ -222,14 +222,10 @@ class CpuMapOps final : public MapOps {
                       const float* bias, float* y, float* kept_input) override {
     nn::conv2d_forward(shape, x, weight, bias, y, kept_input);
   }
-  void conv2d_backward_data(const ConvShape& shape, const float* weight, const float* grad_y,
-                            float* grad_x) override {
-    nn::conv2d_backward_data(shape, weight, grad_y, grad_x);
-  }
-  void conv2d_backward_weights(const ConvShape& shape, const float* x, const float* grad_y,
-                               float* grad_weight, float* grad_bias,
-                               const float* kept_input) override {
-    nn::conv2d_backward_weights(shape, x, grad_y, grad_weight, grad_bias, kept_input);
+  void conv2d_backward(const ConvShape& shape, const float* x, const float* weight,
+                       const float* grad_y, float* grad_x, float* grad_weight, float* grad_bias,
+                       const float* kept_input) override {
+    nn::conv2d_backward(shape, x, weight, grad_y, grad_x, grad_weight, grad_bias, kept_input);
   }
   void instance_norm_forward(const InstanceNormShape& shape, const float* x, const float* gamma,
                              const float* beta, const float* residual, Activation activation,

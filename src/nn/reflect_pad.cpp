@@ -103,6 +103,11 @@ void reflect_pad_forward_bf16_channels_last(int batch, int height, int width, in
                       });
 }
 
+void round_to_bf16(size_t count, const float* x, uint16_t* rounded) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < count; ++i) rounded[i] = bf16_bits(x[i]);
+}
+
 void reflect_pad_forward(int planes, int height, int width, int pad, const float* x,
                          float* padded) {
   reflect_pad_forward_channels_last(planes, height, width, 1, pad, x, padded);

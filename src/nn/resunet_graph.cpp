@@ -188,9 +188,8 @@ void ResUNetGraph::unit_backward(MapOps& ops, Workspace& ws, int index, const fl
 
   const ConvShape shape = conv_shape(input, unit.out_channels, unit.kernel, unit.stride, *this);
   // No bias gradient: the instance norm subtracts each plane's mean, so it is exactly zero.
-  ops.conv2d_backward_weights(shape, input.data, grad_out, grads + unit.weight, nullptr,
-                              record.kept_input);
-  if (grad_in) ops.conv2d_backward_data(shape, params + unit.weight, grad_out, grad_in);
+  ops.conv2d_backward(shape, input.data, params + unit.weight, grad_out, grad_in,
+                      grads + unit.weight, nullptr, record.kept_input);
 }
 
 void ResUNetGraph::block_backward(MapOps& ops, Workspace& ws, const Block& block,
@@ -234,10 +233,9 @@ void ResUNetGraph::backward(MapOps& ops, Workspace& ws, const float* params, flo
     ops.channels_last_to_maps(grad_fine, coarse_channels, fine_channels, grad_out);
   }
   const ConvShape out_shape = conv_shape(ws.features_, out, 1, 1, *this);
-  ops.conv2d_backward_weights(out_shape, ws.features_.data, grad_out.data, grads + out_weight,
-                              grads + out_bias, nullptr);
   float* g = zeroed(ops, grad_b, ws.features_.size());
-  ops.conv2d_backward_data(out_shape, params + out_weight, grad_out.data, g);
+  ops.conv2d_backward(out_shape, ws.features_.data, params + out_weight, grad_out.data, g,
+                      grads + out_weight, grads + out_bias, nullptr);
 
   // Decoder levels, finest first: iconv ← skip ← upconv ← upsample.
   struct Level {

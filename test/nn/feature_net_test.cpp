@@ -112,12 +112,11 @@ Case conv_case(ConvShape s, bool bias, uint64_t seed) {
     EXPECT_EQ(kept.empty(), s.operands == ConvOperands::kFp32 || s.kernel == 1);
     float* keep = kept.empty() ? nullptr : kept.data();
     conv2d_forward(s, x.data(), weight.data(), bias ? b.data() : nullptr, y.data(), keep);
-    conv2d_backward_data(s, weight.data(), grad_y.data(), grad_x.data());
-    conv2d_backward_weights(s, x.data(), grad_y.data(), grad_weight.data(),
-                            bias ? grad_bias.data() : nullptr, keep);
+    conv2d_backward(s, x.data(), weight.data(), grad_y.data(), grad_x.data(), grad_weight.data(),
+                    bias ? grad_bias.data() : nullptr, keep);
     if (keep) {
       std::vector<float> from_x(weight.size(), 0.0f);
-      conv2d_backward_weights(s, x.data(), grad_y.data(), from_x.data(), nullptr);
+      conv2d_backward(s, x.data(), nullptr, grad_y.data(), nullptr, from_x.data(), nullptr);
       EXPECT_EQ(from_x, grad_weight) << "weight gradients from the kept input and from x";
     }
     Arrays out{{"y", array(planar(y, output, s.layout), out_shape)},
@@ -636,9 +635,9 @@ TEST(Conv2d, WeightGradientsAccumulate) {
   const ConvShape s{1, 2, 3, 5, 4, 3, 1};
   const std::vector<float> x(40, 0.5f), grad_y(3 * 3 * 2, 1.0f);
   std::vector<float> once(54, 0.0f), twice(54, 0.0f), bias_once(3, 0.0f), bias_twice(3, 0.0f);
-  conv2d_backward_weights(s, x.data(), grad_y.data(), once.data(), bias_once.data());
+  conv2d_backward(s, x.data(), nullptr, grad_y.data(), nullptr, once.data(), bias_once.data());
   for (int i = 0; i < 2; ++i) {
-    conv2d_backward_weights(s, x.data(), grad_y.data(), twice.data(), bias_twice.data());
+    conv2d_backward(s, x.data(), nullptr, grad_y.data(), nullptr, twice.data(), bias_twice.data());
   }
   for (size_t i = 0; i < once.size(); ++i) EXPECT_FLOAT_EQ(twice[i], 2 * once[i]);
   for (size_t i = 0; i < 3; ++i) EXPECT_FLOAT_EQ(bias_twice[i], 2 * bias_once[i]);
@@ -659,9 +658,9 @@ TEST(Conv2d, InputGradientsAccumulate) {
       for (size_t i = 0; i < weight.size(); ++i) weight[i] = float(i % 7) * 0.25f - 0.5f;
       for (size_t i = 0; i < grad_y.size(); ++i) grad_y[i] = float(i % 5) * 0.5f - 1.0f;
       std::vector<float> once(2 * 3 * 5 * 6, 0.0f), twice(once.size(), 0.0f);
-      conv2d_backward_data(s, weight.data(), grad_y.data(), once.data());
+      conv2d_backward(s, nullptr, weight.data(), grad_y.data(), once.data(), nullptr, nullptr);
       for (int i = 0; i < 2; ++i)
-        conv2d_backward_data(s, weight.data(), grad_y.data(), twice.data());
+        conv2d_backward(s, nullptr, weight.data(), grad_y.data(), twice.data(), nullptr, nullptr);
       double largest = 0;
       for (size_t i = 0; i < once.size(); ++i) {
         EXPECT_EQ(twice[i], 2 * once[i]) << i;

@@ -74,17 +74,16 @@ void check_conv_operands(ConvOperands operands);
 
 // y = conv(x, weight) + bias; bias may be null. oneDNN's primitives are built on a shape's first
 // call and cached. kept_input (null: none) receives conv2d_kept_input_floats(shape) floats for
-// conv2d_backward_weights, which then reads them instead of x.
+// the backward, which then reads them instead of x.
 void conv2d_forward(const ConvShape& shape, const float* x, const float* weight, const float* bias,
                     float* y, float* kept_input = nullptr);
-// grad_x += the gradient of the input (the padding's folded back onto the values it copies).
-void conv2d_backward_data(const ConvShape& shape, const float* weight, const float* grad_y,
-                          float* grad_x);
-// grad_weight += dL/dweight; grad_bias += dL/dbias unless null. kept_input: the forward's, or
-// null to read x.
-void conv2d_backward_weights(const ConvShape& shape, const float* x, const float* grad_y,
-                             float* grad_weight, float* grad_bias,
-                             const float* kept_input = nullptr);
+// The backward from grad_y, each gradient added (+=) where its pointer is not null: grad_x, the
+// input's (the padding's folded back onto the values it copies; reads weight), grad_weight (reads
+// x, or the forward's kept_input when given) and grad_bias (with grad_weight only). With bf16
+// operands grad_y is rounded once for both passes.
+void conv2d_backward(const ConvShape& shape, const float* x, const float* weight,
+                     const float* grad_y, float* grad_x, float* grad_weight, float* grad_bias,
+                     const float* kept_input = nullptr);
 // The size of a forward's kept input: the input as both passes read it, reflect-padded and rounded,
 // where the operands are bf16 (half a float a value); 0 otherwise, where x itself is read or
 // padding it again costs no more than keeping it padded (fp32, measured).
@@ -105,6 +104,8 @@ void reflect_pad_backward_channels_last(int batch, int height, int width, int ch
 // round (a NaN stays a NaN): a convolution's bf16 operand in one pass.
 void reflect_pad_forward_bf16_channels_last(int batch, int height, int width, int channels, int pad,
                                             const float* x, uint16_t* padded);
+// The same rounding of `count` values, in order.
+void round_to_bf16(size_t count, const float* x, uint16_t* rounded);
 
 constexpr float kInstanceNormEps = 1e-5f;
 

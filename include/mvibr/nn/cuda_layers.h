@@ -137,12 +137,10 @@ void layer_norm_backward(Context& context, size_t rows, int dim, const float* we
 // rejects, or one whose tensors exceed 2^31 elements (cuDNN's 4-D descriptors).
 void conv2d_forward(Context& context, const ConvShape& shape, const float* x, const float* weight,
                     const float* bias, float* y);
-// grad_x += the gradient of the input.
-void conv2d_backward_data(Context& context, const ConvShape& shape, const float* weight,
-                          const float* grad_y, float* grad_x);
-// grad_weight += dL/dweight; grad_bias += dL/dbias unless null.
-void conv2d_backward_weights(Context& context, const ConvShape& shape, const float* x,
-                             const float* grad_y, float* grad_weight, float* grad_bias);
+// Each gradient added (+=) where its pointer is not null, grad_bias with grad_weight only:
+// backward data (reads weight), then backward filter and bias (read x).
+void conv2d_backward(Context& context, const ConvShape& shape, const float* x, const float* weight,
+                     const float* grad_y, float* grad_x, float* grad_weight, float* grad_bias);
 
 // ---- Instance norm with residual and activation (conv_layers.h) ----
 

@@ -45,15 +45,13 @@ class MapOps {
                                     float* grad_encoder) = 0;
 
   // Layers (conv_layers.h). kept_input: conv2d_kept_input_floats(shape) floats (may be 0: the
-  // GPU's keeps none, and may then be null) that the forward fills for the backward weights.
+  // GPU's keeps none, and may then be null) that the forward fills for the backward.
   virtual size_t conv2d_kept_input_floats(const ConvShape& shape) const = 0;
   virtual void conv2d_forward(const ConvShape& shape, const float* x, const float* weight,
                               const float* bias, float* y, float* kept_input) = 0;
-  virtual void conv2d_backward_data(const ConvShape& shape, const float* weight,
-                                    const float* grad_y, float* grad_x) = 0;  // grad_x +=
-  virtual void conv2d_backward_weights(const ConvShape& shape, const float* x, const float* grad_y,
-                                       float* grad_weight, float* grad_bias,
-                                       const float* kept_input) = 0;
+  virtual void conv2d_backward(const ConvShape& shape, const float* x, const float* weight,
+                               const float* grad_y, float* grad_x, float* grad_weight,
+                               float* grad_bias, const float* kept_input) = 0;
   // statistics: kInstanceNormStatisticsFloats per plane, which the forward may fill for the
   // backward (the CPU's does; the GPU's backward takes them again).
   virtual void instance_norm_forward(const InstanceNormShape& shape, const float* x,
