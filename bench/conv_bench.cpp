@@ -61,12 +61,12 @@ void run_mvibr(const ConvShape& s, Pass pass, Tensors& t) {
       conv2d_forward(s, t.x.data(), t.weight.data(), nullptr, t.y.data());
       break;
     case Pass::kBackwardData:
-      conv2d_backward(s, nullptr, t.weight.data(), t.grad_y.data(), t.grad_x.data(), nullptr,
-                      nullptr);
+      conv2d_backward(s, nullptr, t.weight.data(), t.grad_y.data(),
+                      ConvGradients{t.grad_x.data(), nullptr, nullptr, true});
       break;
     case Pass::kBackwardWeights:
-      conv2d_backward(s, t.x.data(), nullptr, t.grad_y.data(), nullptr, t.grad_weight.data(),
-                      nullptr);
+      conv2d_backward(s, t.x.data(), nullptr, t.grad_y.data(),
+                      ConvGradients{nullptr, t.grad_weight.data(), nullptr});
       break;
   }
 }

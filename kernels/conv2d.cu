@@ -281,10 +281,10 @@ void conv2d_forward(Context& context, const ConvShape& shape, const float* x, co
 
 namespace {
 
-// Unpadded, cuDNN adds into grad_x (beta = 1); padded, it writes the padded gradient, which is
-// folded back onto grad_x.
+// Unpadded, cuDNN adds into grad_x (beta = 1) or overwrites it (beta = 0); padded, it writes the
+// padded gradient, which is folded back onto grad_x (zeroed first to overwrite).
 void backward_data_pass(Context::Impl& c, const ConvShape& shape, const float* weight,
-                        const float* grad_y, float* grad_x) {
+                        const float* grad_y, float* grad_x, bool overwrite) {
   ConvPlan& p = plan_for(c, shape);
   if (!p.have_data) choose_data(c, shape, p);
   float* grad_input = shape.pad == 0 ? grad_x
@@ -292,10 +292,16 @@ void backward_data_pass(Context::Impl& c, const ConvShape& shape, const float* w
                                                      shape.padded_height() * shape.padded_width());
   void* workspace = c.workspace(p.data_bytes);
   const float one = 1.0f, zero = 0.0f;
+  const bool add = shape.pad == 0 && !overwrite;
   MVIBR_CUDNN_CHECK(cudnnConvolutionBackwardData(c.cudnn, &one, p.w, weight, p.y, grad_y, p.conv,
                                                  p.data_algo, workspace, p.data_bytes,
-                                                 shape.pad == 0 ? &one : &zero, p.x, grad_input));
+                                                 add ? &one : &zero, p.x, grad_input));
   if (shape.pad > 0) {
+    if (overwrite) {
+      const size_t count =
+          size_t(shape.batch) * shape.in_channels * shape.in_height * shape.in_width;
+      MVIBR_CUDA_CHECK(cudaMemsetAsync(grad_x, 0, count * sizeof(float), c.stream));
+    }
     reflect_pad_backward(shape.batch * shape.in_channels, shape.in_height, shape.in_width,
                          shape.pad, grad_input, grad_x, c.stream);
   }
@@ -320,15 +326,15 @@ void backward_filter_pass(Context::Impl& c, const ConvShape& shape, const float*
 }  // namespace
 
 void conv2d_backward(Context& context, const ConvShape& shape, const float* x, const float* weight,
-                     const float* grad_y, float* grad_x, float* grad_weight, float* grad_bias) {
-  if (grad_bias && !grad_weight) {
+                     const float* grad_y, const ConvGradients& grads) {
+  if (grads.bias && !grads.weight) {
     throw InvalidArgument(
         "conv2d backward on the GPU: a bias gradient is taken with the weight "
         "gradient");
   }
   Context::Impl& c = context.impl();
-  if (grad_weight) backward_filter_pass(c, shape, x, grad_y, grad_weight, grad_bias);
-  if (grad_x) backward_data_pass(c, shape, weight, grad_y, grad_x);
+  if (grads.weight) backward_filter_pass(c, shape, x, grad_y, grads.weight, grads.bias);
+  if (grads.x) backward_data_pass(c, shape, weight, grad_y, grads.x, grads.overwrite_x);
 }
 
 }  // namespace mvibr::nn::cuda

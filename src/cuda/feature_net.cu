@@ -57,9 +57,8 @@ class CudaMapOps final : public MapOps {
     cuda::conv2d_forward(*context_, shape, x, weight, bias, y);
   }
   void conv2d_backward(const ConvShape& shape, const float* x, const float* weight,
-                       const float* grad_y, float* grad_x, float* grad_weight, float* grad_bias,
-                       const float*) override {
-    cuda::conv2d_backward(*context_, shape, x, weight, grad_y, grad_x, grad_weight, grad_bias);
+                       const float* grad_y, const ConvGradients& grads, const float*) override {
+    cuda::conv2d_backward(*context_, shape, x, weight, grad_y, grads);
   }
   // No statistics kept: the backward kernel takes them again.
   void instance_norm_forward(const InstanceNormShape& shape, const float* x, const float* gamma,

@@ -527,13 +527,18 @@ Source output_gradient(const ConvShape& lowered, const ConvPrimitives& p, const 
   return {memory::desc(p.plain_dst.dims(), memory::data_type::bf16, maps_tag(lowered)), rounded};
 }
 
+// Overwriting an unpadded input's gradient, oneDNN writes it in place; else into scratch, folded
+// (or added) onto grad_x.
 void backward_data_pass(const ConvShape& shape, const ConvShape& lowered, const float* weight,
-                        const float* grad_y, const uint16_t* rounded, float* grad_x) {
+                        const float* grad_y, const uint16_t* rounded, float* grad_x,
+                        bool overwrite) {
   const bool stem = by_space_to_depth(shape);
   ConvPrimitives& p = primitives(lowered, false);
   const dnnl::primitive& primitive = backward_data(lowered, p);
   const auto& pd = p.backward_data_pd;
-  auto* grad_padded = static_cast<float*>(padded_scratch().bytes(p.plain_src.get_size()));
+  const bool in_place = overwrite && shape.pad == 0 && !stem;
+  auto* grad_padded =
+      in_place ? grad_x : static_cast<float*>(padded_scratch().bytes(p.plain_src.get_size()));
   const std::vector<float> stem_weights =
       stem ? space_to_depth_weights(shape, lowered, weight) : std::vector<float>();
   const Source grad = output_gradient(lowered, p, grad_y, rounded);
@@ -543,6 +548,7 @@ void backward_data_pass(const ConvShape& shape, const ConvShape& lowered, const 
   run.input(DNNL_ARG_DIFF_DST, grad.desc, pd.diff_dst_desc(), grad.data);
   run.output(DNNL_ARG_DIFF_SRC, p.plain_src, pd.diff_src_desc(), grad_padded);
   run.execute(primitive);
+  if (in_place) return;
   if (stem) {
     const size_t padded_count = size_t(shape.batch) * size_t(shape.in_channels) *
                                 size_t(shape.padded_height()) * size_t(shape.padded_width());
@@ -553,7 +559,7 @@ void backward_data_pass(const ConvShape& shape, const ConvShape& lowered, const 
   // Folded back onto the input (by 0: added).
   const auto [batch, channels] = pad_batch(shape);
   reflect_pad_backward_channels_last(batch, shape.in_height, shape.in_width, channels, shape.pad,
-                                     grad_padded, grad_x);
+                                     grad_padded, grad_x, overwrite);
 }
 
 // oneDNN overwrites its outputs; parameter gradients accumulate. With bf16 operands it would sum
@@ -609,9 +615,8 @@ void backward_weights_pass(const ConvShape& shape, const ConvShape& lowered, con
 }  // namespace
 
 void conv2d_backward(const ConvShape& shape, const float* x, const float* weight,
-                     const float* grad_y, float* grad_x, float* grad_weight, float* grad_bias,
-                     const float* kept_input) {
-  if (grad_bias && !grad_weight) {
+                     const float* grad_y, const ConvGradients& grads, const float* kept_input) {
+  if (grads.bias && !grads.weight) {
     throw InvalidArgument("conv2d backward: a bias gradient is taken with the weight gradient");
   }
   const ConvShape lowered = run_shape(shape);
@@ -624,10 +629,13 @@ void conv2d_backward(const ConvShape& shape, const float* x, const float* weight
     rounded = bits;
   }
   try {
-    if (grad_weight) {
-      backward_weights_pass(shape, lowered, x, kept_input, grad_y, rounded, grad_weight, grad_bias);
+    if (grads.weight) {
+      backward_weights_pass(shape, lowered, x, kept_input, grad_y, rounded, grads.weight,
+                            grads.bias);
     }
-    if (grad_x) backward_data_pass(shape, lowered, weight, grad_y, rounded, grad_x);
+    if (grads.x) {
+      backward_data_pass(shape, lowered, weight, grad_y, rounded, grads.x, grads.overwrite_x);
+    }
   } catch (const dnnl::error& e) {
     fail("backward", e);
   }

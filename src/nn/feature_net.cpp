@@ -223,9 +223,9 @@ class CpuMapOps final : public MapOps {
     nn::conv2d_forward(shape, x, weight, bias, y, kept_input);
   }
   void conv2d_backward(const ConvShape& shape, const float* x, const float* weight,
-                       const float* grad_y, float* grad_x, float* grad_weight, float* grad_bias,
+                       const float* grad_y, const ConvGradients& grads,
                        const float* kept_input) override {
-    nn::conv2d_backward(shape, x, weight, grad_y, grad_x, grad_weight, grad_bias, kept_input);
+    nn::conv2d_backward(shape, x, weight, grad_y, grads, kept_input);
   }
   void instance_norm_forward(const InstanceNormShape& shape, const float* x, const float* gamma,
                              const float* beta, const float* residual, Activation activation,

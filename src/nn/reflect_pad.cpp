@@ -3,6 +3,7 @@
 // padded map here and runs unpadded on it; backward folds the border's gradient back onto the rows
 // and columns it was copied from. One implementation for both layouts: planar maps are
 // channels-last maps of one channel, a batch of planes.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -49,11 +50,12 @@ std::vector<int> source_indices(int n, int pad) {
 
 // Calls visit(padded values, the values they copy, count) over every padded row of every image
 // [height, width, channels], left to right: a border pixel's channels, then the row's interior
-// in one run. Images are independent, so the threads split them and each writes only its own,
-// in the map or in its gradient; each value is visited in the same order for any thread count.
+// in one run (but the interior rows' own with skip_interior). Images are independent, so the
+// threads split them and each writes only its own, in the map or in its gradient; each value is
+// visited in the same order for any thread count.
 template <typename Padded, typename Source, typename Visit>
 void for_each_padded_run(int batch, int height, int width, int channels, int pad, Padded* padded,
-                         Source* source, Visit visit) {
+                         Source* source, Visit visit, bool skip_interior = false) {
   check(height, width, pad);
   const size_t padded_height = size_t(height + 2 * pad), padded_width = size_t(width + 2 * pad);
   const size_t c = size_t(channels), row = size_t(width) * c;
@@ -68,7 +70,8 @@ void for_each_padded_run(int batch, int height, int width, int channels, int pad
       for (size_t j = 0; j < size_t(pad); ++j) {
         visit(padded_row + j * c, source_row + size_t(columns[j]) * c, c);
       }
-      visit(padded_row + size_t(pad) * c, source_row, row);
+      const bool interior_row = i >= size_t(pad) && i < size_t(pad + height);
+      if (!(skip_interior && interior_row)) visit(padded_row + size_t(pad) * c, source_row, row);
       for (size_t j = size_t(pad + width); j < padded_width; ++j) {
         visit(padded_row + j * c, source_row + size_t(columns[j]) * c, c);
       }
@@ -87,11 +90,29 @@ void reflect_pad_forward_channels_last(int batch, int height, int width, int cha
 }
 
 void reflect_pad_backward_channels_last(int batch, int height, int width, int channels, int pad,
-                                        const float* grad_padded, float* grad_x) {
-  for_each_padded_run(batch, height, width, channels, pad, grad_padded, grad_x,
-                      [](const float* grad_out, float* grad_in, size_t count) {
-                        for (size_t k = 0; k < count; ++k) grad_in[k] += grad_out[k];
-                      });
+                                        const float* grad_padded, float* grad_x, bool overwrite) {
+  if (overwrite) {
+    // The interior rows' own values written first; the border is then added onto them.
+    check(height, width, pad);
+    const size_t row = size_t(width) * size_t(channels);
+    const size_t padded_width = size_t(width + 2 * pad), padded_height = size_t(height + 2 * pad);
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < batch; ++n) {
+      for (size_t r = 0; r < size_t(height); ++r) {
+        const float* from =
+            grad_padded +
+            ((size_t(n) * padded_height + r + size_t(pad)) * padded_width + size_t(pad)) *
+                size_t(channels);
+        std::copy_n(from, row, grad_x + (size_t(n) * size_t(height) + r) * row);
+      }
+    }
+  }
+  for_each_padded_run(
+      batch, height, width, channels, pad, grad_padded, grad_x,
+      [](const float* grad_out, float* grad_in, size_t count) {
+        for (size_t k = 0; k < count; ++k) grad_in[k] += grad_out[k];
+      },
+      overwrite);
 }
 
 void reflect_pad_forward_bf16_channels_last(int batch, int height, int width, int channels, int pad,

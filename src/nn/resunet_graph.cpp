@@ -176,7 +176,7 @@ std::vector<ResUNetGraph::UnitOutput> ResUNetGraph::unit_outputs(const Workspace
 }
 
 void ResUNetGraph::unit_backward(MapOps& ops, Workspace& ws, int index, const float* params,
-                                 float* grads, float* grad_out, float* grad_in,
+                                 float* grads, float* grad_out, float* grad_in, bool grad_in_fresh,
                                  float* grad_residual) const {
   const Unit& unit = units[size_t(index)];
   const Workspace::UnitRecord& record = ws.records_[size_t(index)];
@@ -188,24 +188,34 @@ void ResUNetGraph::unit_backward(MapOps& ops, Workspace& ws, int index, const fl
 
   const ConvShape shape = conv_shape(input, unit.out_channels, unit.kernel, unit.stride, *this);
   // No bias gradient: the instance norm subtracts each plane's mean, so it is exactly zero.
-  ops.conv2d_backward(shape, input.data, params + unit.weight, grad_out, grad_in,
-                      grads + unit.weight, nullptr, record.kept_input);
+  ConvGradients gradients;
+  gradients.x = grad_in;
+  gradients.weight = grads + unit.weight;
+  gradients.overwrite_x = grad_in_fresh;
+  ops.conv2d_backward(shape, input.data, params + unit.weight, grad_out, gradients,
+                      record.kept_input);
 }
 
 void ResUNetGraph::block_backward(MapOps& ops, Workspace& ws, const Block& block,
                                   const float* params, float* grads, float* grad_out,
-                                  float* grad_in) const {
+                                  float* grad_in, bool grad_in_fresh) const {
   const size_t inner_size = ws.records_[size_t(block.conv1)].output.size();
-  float* inner = zeroed(ops, ws.scratch(kGradInner, inner_size), inner_size);
-  // Without a downsample the identity is the input itself: its gradient goes straight in.
-  float* identity = block.downsample >= 0
-                        ? zeroed(ops, ws.scratch(kGradIdentity, inner_size), inner_size)
-                        : grad_in;
-  unit_backward(ops, ws, block.conv2, params, grads, grad_out, inner, identity);
+  float* inner = ws.scratch(kGradInner, inner_size);  // conv2's input gradient writes it
+  // The residual's gradient is added to the identity's: a downsample's output gradient, or
+  // without one the block's input gradient itself.
+  float* identity = grad_in;
   if (block.downsample >= 0) {
-    unit_backward(ops, ws, block.downsample, params, grads, identity, grad_in, nullptr);
+    identity = zeroed(ops, ws.scratch(kGradIdentity, inner_size), inner_size);
+  } else if (grad_in_fresh) {
+    zeroed(ops, grad_in, ws.records_[size_t(block.conv1)].input.size());
+    grad_in_fresh = false;
   }
-  unit_backward(ops, ws, block.conv1, params, grads, inner, grad_in, nullptr);
+  unit_backward(ops, ws, block.conv2, params, grads, grad_out, inner, true, identity);
+  if (block.downsample >= 0) {
+    unit_backward(ops, ws, block.downsample, params, grads, identity, grad_in, grad_in_fresh,
+                  nullptr);
+  }
+  unit_backward(ops, ws, block.conv1, params, grads, inner, grad_in, false, nullptr);
 }
 
 void ResUNetGraph::backward(MapOps& ops, Workspace& ws, const float* params, float* grads,
@@ -227,15 +237,21 @@ void ResUNetGraph::backward(MapOps& ops, Workspace& ws, const float* params, flo
   // out_conv, from the two channels-last outputs.
   const int out = out_channels();
   MapBatch grad_out = ws.out_;
-  grad_out.data = zeroed(ops, grad_a, ws.out_.size());
+  grad_out.data = grad_a;
+  if (!grad_coarse || (fine_channels > 0 && !grad_fine)) zeroed(ops, grad_a, ws.out_.size());
   if (grad_coarse) ops.channels_last_to_maps(grad_coarse, 0, coarse_channels, grad_out);
   if (grad_fine && fine_channels > 0) {
     ops.channels_last_to_maps(grad_fine, coarse_channels, fine_channels, grad_out);
   }
   const ConvShape out_shape = conv_shape(ws.features_, out, 1, 1, *this);
-  float* g = zeroed(ops, grad_b, ws.features_.size());
-  ops.conv2d_backward(out_shape, ws.features_.data, params + out_weight, grad_out.data, g,
-                      grads + out_weight, grads + out_bias, nullptr);
+  float* g = grad_b;
+  ConvGradients out_gradients;
+  out_gradients.x = g;
+  out_gradients.weight = grads + out_weight;
+  out_gradients.bias = grads + out_bias;
+  out_gradients.overwrite_x = true;
+  ops.conv2d_backward(out_shape, ws.features_.data, params + out_weight, grad_out.data,
+                      out_gradients, nullptr);
 
   // Decoder levels, finest first: iconv ← skip ← upconv ← upsample.
   struct Level {
@@ -247,15 +263,15 @@ void ResUNetGraph::backward(MapOps& ops, Workspace& ws, const float* params, flo
   for (const Level& level : {Level{iconv2, upconv2, ws.skip2_, 0, ws.up2_},
                              Level{iconv3, upconv3, ws.skip3_, 1, ws.up3_}}) {
     if (shallow) break;  // out_conv read layer1's output: g is its gradient
-    float* grad_skip = zeroed(ops, spare(g), level.skip.size());
-    unit_backward(ops, ws, level.iconv, params, grads, g, grad_skip, nullptr);
+    float* grad_skip = spare(g);
+    unit_backward(ops, ws, level.iconv, params, grads, g, grad_skip, true, nullptr);
     const MapBatch& encoder = ws.stages_[level.encoder_stage];
     const MapBatch& decoder = ws.records_[size_t(level.upconv)].output;
     float* grad_encoder = ws.scratch(kGradSkip0 + level.encoder_stage, encoder.size());
     ws.grad_skip_[level.encoder_stage] = grad_encoder;
     ops.skip_concat_backward(grad_skip, decoder, encoder, g, grad_encoder);
-    float* grad_up = zeroed(ops, spare(g), level.up.size());
-    unit_backward(ops, ws, level.upconv, params, grads, g, grad_up, nullptr);
+    float* grad_up = spare(g);
+    unit_backward(ops, ws, level.upconv, params, grads, g, grad_up, true, nullptr);
     MapBatch grad_below = at(level.up, g);
     grad_below.height /= 2;
     grad_below.width /= 2;
@@ -266,15 +282,14 @@ void ResUNetGraph::backward(MapOps& ops, Workspace& ws, const float* params, flo
   for (int stage = shallow ? 0 : 2; stage >= 0; --stage) {
     const std::vector<Block>& blocks = stages[size_t(stage)];
     for (size_t b = blocks.size(); b-- > 0;) {
-      const size_t in_size = ws.records_[size_t(blocks[b].conv1)].input.size();
-      float* grad_in =
-          b == 0 && stage > 0 ? ws.grad_skip_[stage - 1] : zeroed(ops, spare(g), in_size);
-      block_backward(ops, ws, blocks[b], params, grads, g, grad_in);
+      const bool from_skip = b == 0 && stage > 0;
+      float* grad_in = from_skip ? ws.grad_skip_[stage - 1] : spare(g);
+      block_backward(ops, ws, blocks[b], params, grads, g, grad_in, !from_skip);
       g = grad_in;
     }
   }
   // The images need no gradient, so conv1's data pass is skipped.
-  unit_backward(ops, ws, stem, params, grads, g, nullptr, nullptr);
+  unit_backward(ops, ws, stem, params, grads, g, nullptr, false, nullptr);
 }
 
 }  // namespace mvibr::nn

@@ -459,8 +459,13 @@ TEST_F(CudaLayers, Conv2dMatchesCpu) {
       std::vector<float> y(out_count), grad_x = grad_x0, grad_weight = grad_weight0,
                                        grad_bias = grad_bias0;
       nn::conv2d_forward(s, x.data(), weight.data(), with_bias ? bias.data() : nullptr, y.data());
-      nn::conv2d_backward(s, x.data(), weight.data(), grad_y.data(), grad_x.data(),
-                          grad_weight.data(), with_bias ? grad_bias.data() : nullptr);
+      nn::conv2d_backward(s, x.data(), weight.data(), grad_y.data(),
+                          nn::ConvGradients{grad_x.data(), grad_weight.data(),
+                                            with_bias ? grad_bias.data() : nullptr});
+      // The input gradient written over a buffer's contents instead (overwrite_x).
+      std::vector<float> grad_x_written(in_count, 7.0f);
+      nn::conv2d_backward(s, nullptr, weight.data(), grad_y.data(),
+                          nn::ConvGradients{grad_x_written.data(), nullptr, nullptr, true});
 
       // Products summed per output: forward fan_in; input gradient at most out_channels
       // ceil(k/stride)^2, each up to 4 times where the padding folds back, and the value it adds
@@ -483,10 +488,17 @@ TEST_F(CudaLayers, Conv2dMatchesCpu) {
         nn::cuda::conv2d_forward(context(), s, device_x.data(), device_weight.data(),
                                  with_bias ? device_bias.data() : nullptr, device_y.data());
         nn::cuda::conv2d_backward(context(), s, device_x.data(), device_weight.data(),
-                                  device_grad_y.data(), device_grad_x.data(),
-                                  device_grad_weight.data(),
-                                  with_bias ? device_grad_bias.data() : nullptr);
+                                  device_grad_y.data(),
+                                  nn::ConvGradients{device_grad_x.data(), device_grad_weight.data(),
+                                                    with_bias ? device_grad_bias.data() : nullptr});
+        DeviceArray<float> device_grad_x_written(std::vector<float>(in_count, 7.0f));
+        nn::cuda::conv2d_backward(
+            context(), s, nullptr, device_weight.data(), device_grad_y.data(),
+            nn::ConvGradients{device_grad_x_written.data(), nullptr, nullptr, true});
         device_synchronize();
+        EXPECT_LE(normwise_relative_error(device_grad_x_written.to_host(), grad_x_written),
+                  sum_bound(data_terms))
+            << "grad_x written";
         EXPECT_LE(normwise_relative_error(device_y.to_host(), y), sum_bound(fan_in)) << "y";
         EXPECT_LE(normwise_relative_error(device_grad_x.to_host(), grad_x), sum_bound(data_terms))
             << "grad_x";

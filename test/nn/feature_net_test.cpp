@@ -112,11 +112,13 @@ Case conv_case(ConvShape s, bool bias, uint64_t seed) {
     EXPECT_EQ(kept.empty(), s.operands == ConvOperands::kFp32 || s.kernel == 1);
     float* keep = kept.empty() ? nullptr : kept.data();
     conv2d_forward(s, x.data(), weight.data(), bias ? b.data() : nullptr, y.data(), keep);
-    conv2d_backward(s, x.data(), weight.data(), grad_y.data(), grad_x.data(), grad_weight.data(),
-                    bias ? grad_bias.data() : nullptr, keep);
+    conv2d_backward(
+        s, x.data(), weight.data(), grad_y.data(),
+        ConvGradients{grad_x.data(), grad_weight.data(), bias ? grad_bias.data() : nullptr}, keep);
     if (keep) {
       std::vector<float> from_x(weight.size(), 0.0f);
-      conv2d_backward(s, x.data(), nullptr, grad_y.data(), nullptr, from_x.data(), nullptr);
+      conv2d_backward(s, x.data(), nullptr, grad_y.data(),
+                      ConvGradients{nullptr, from_x.data(), nullptr});
       EXPECT_EQ(from_x, grad_weight) << "weight gradients from the kept input and from x";
     }
     Arrays out{{"y", array(planar(y, output, s.layout), out_shape)},
@@ -635,17 +637,21 @@ TEST(Conv2d, WeightGradientsAccumulate) {
   const ConvShape s{1, 2, 3, 5, 4, 3, 1};
   const std::vector<float> x(40, 0.5f), grad_y(3 * 3 * 2, 1.0f);
   std::vector<float> once(54, 0.0f), twice(54, 0.0f), bias_once(3, 0.0f), bias_twice(3, 0.0f);
-  conv2d_backward(s, x.data(), nullptr, grad_y.data(), nullptr, once.data(), bias_once.data());
+  conv2d_backward(s, x.data(), nullptr, grad_y.data(),
+                  ConvGradients{nullptr, once.data(), bias_once.data()});
   for (int i = 0; i < 2; ++i) {
-    conv2d_backward(s, x.data(), nullptr, grad_y.data(), nullptr, twice.data(), bias_twice.data());
+    conv2d_backward(s, x.data(), nullptr, grad_y.data(),
+                    ConvGradients{nullptr, twice.data(), bias_twice.data()});
   }
   for (size_t i = 0; i < once.size(); ++i) EXPECT_FLOAT_EQ(twice[i], 2 * once[i]);
   for (size_t i = 0; i < 3; ++i) EXPECT_FLOAT_EQ(bias_twice[i], 2 * bias_once[i]);
   EXPECT_FLOAT_EQ(bias_once[0], 6.0f);
 }
 
-// The input gradient accumulates too, padded or not, on either layout.
-TEST(Conv2d, InputGradientsAccumulate) {
+// The input gradient accumulates too, padded or not, on either layout; or overwrites what the
+// buffer held (overwrite_x), as if accumulated from zeros (the folded border's terms may be added
+// in another order: within an ulp).
+TEST(Conv2d, InputGradientsAccumulateOrOverwrite) {
   for (const MapLayout layout : {MapLayout::kPlanar, MapLayout::kChannelsLast}) {
     for (const int pad : {0, 1}) {
       SCOPED_TRACE(std::to_string(pad) +
@@ -657,13 +663,19 @@ TEST(Conv2d, InputGradientsAccumulate) {
       std::vector<float> weight(size_t(4 * 3 * 9)), grad_y(out);
       for (size_t i = 0; i < weight.size(); ++i) weight[i] = float(i % 7) * 0.25f - 0.5f;
       for (size_t i = 0; i < grad_y.size(); ++i) grad_y[i] = float(i % 5) * 0.5f - 1.0f;
-      std::vector<float> once(2 * 3 * 5 * 6, 0.0f), twice(once.size(), 0.0f);
-      conv2d_backward(s, nullptr, weight.data(), grad_y.data(), once.data(), nullptr, nullptr);
-      for (int i = 0; i < 2; ++i)
-        conv2d_backward(s, nullptr, weight.data(), grad_y.data(), twice.data(), nullptr, nullptr);
+      std::vector<float> once(2 * 3 * 5 * 6, 0.0f), twice(once.size(), 0.0f),
+          written(once.size(), 7.0f);
+      const auto into = [&](std::vector<float>& grad_x, bool overwrite) {
+        conv2d_backward(s, nullptr, weight.data(), grad_y.data(),
+                        ConvGradients{grad_x.data(), nullptr, nullptr, overwrite});
+      };
+      into(once, false);
+      for (int i = 0; i < 2; ++i) into(twice, false);
+      into(written, true);
       double largest = 0;
       for (size_t i = 0; i < once.size(); ++i) {
         EXPECT_EQ(twice[i], 2 * once[i]) << i;
+        EXPECT_NEAR(written[i], once[i], 2e-7 * std::abs(once[i])) << i;
         largest = std::max(largest, double(std::abs(once[i])));
       }
       EXPECT_GT(largest, 0.5);

@@ -77,12 +77,21 @@ void check_conv_operands(ConvOperands operands);
 // the backward, which then reads them instead of x.
 void conv2d_forward(const ConvShape& shape, const float* x, const float* weight, const float* bias,
                     float* y, float* kept_input = nullptr);
-// The backward from grad_y, each gradient added (+=) where its pointer is not null: grad_x, the
-// input's (the padding's folded back onto the values it copies; reads weight), grad_weight (reads
-// x, or the forward's kept_input when given) and grad_bias (with grad_weight only). With bf16
-// operands grad_y is rounded once for both passes.
+// Where conv2d_backward puts the gradients, each pointer null for none: the input's is added to
+// `x` (the padding's folded back onto the values it copies), or written over it with overwrite_x
+// (then `x` need not be initialised); the weights' and the bias's (with the weights' only) are
+// added.
+struct ConvGradients {
+  float* x = nullptr;
+  float* weight = nullptr;
+  float* bias = nullptr;
+  bool overwrite_x = false;
+};
+
+// The backward from grad_y: the input's gradient reads weight, the weights' x, or the forward's
+// kept_input when given. With bf16 operands grad_y is rounded once for both passes.
 void conv2d_backward(const ConvShape& shape, const float* x, const float* weight,
-                     const float* grad_y, float* grad_x, float* grad_weight, float* grad_bias,
+                     const float* grad_y, const ConvGradients& grads,
                      const float* kept_input = nullptr);
 // The size of a forward's kept input: the input as both passes read it, reflect-padded and rounded,
 // where the operands are bf16 (half a float a value); 0 otherwise, where x itself is read or
@@ -98,8 +107,10 @@ void reflect_pad_backward(int planes, int height, int width, int pad, const floa
 // The same on channels-last maps [batch, height, width, channels].
 void reflect_pad_forward_channels_last(int batch, int height, int width, int channels, int pad,
                                        const float* x, float* padded);
+// overwrite: grad_x = the folded gradient instead (grad_x need not be initialised).
 void reflect_pad_backward_channels_last(int batch, int height, int width, int channels, int pad,
-                                        const float* grad_padded, float* grad_x);
+                                        const float* grad_padded, float* grad_x,
+                                        bool overwrite = false);
 // The forward into bfloat16 values (their bits), rounded to nearest even as oneDNN and PyTorch
 // round (a NaN stays a NaN): a convolution's bf16 operand in one pass.
 void reflect_pad_forward_bf16_channels_last(int batch, int height, int width, int channels, int pad,

@@ -137,10 +137,10 @@ void layer_norm_backward(Context& context, size_t rows, int dim, const float* we
 // rejects, or one whose tensors exceed 2^31 elements (cuDNN's 4-D descriptors).
 void conv2d_forward(Context& context, const ConvShape& shape, const float* x, const float* weight,
                     const float* bias, float* y);
-// Each gradient added (+=) where its pointer is not null, grad_bias with grad_weight only:
-// backward data (reads weight), then backward filter and bias (read x).
+// The gradients as conv_layers.h's ConvGradients says: backward filter and bias (read x), then
+// backward data (reads weight).
 void conv2d_backward(Context& context, const ConvShape& shape, const float* x, const float* weight,
-                     const float* grad_y, float* grad_x, float* grad_weight, float* grad_bias);
+                     const float* grad_y, const ConvGradients& grads);
 
 // ---- Instance norm with residual and activation (conv_layers.h) ----
 

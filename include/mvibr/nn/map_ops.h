@@ -50,8 +50,8 @@ class MapOps {
   virtual void conv2d_forward(const ConvShape& shape, const float* x, const float* weight,
                               const float* bias, float* y, float* kept_input) = 0;
   virtual void conv2d_backward(const ConvShape& shape, const float* x, const float* weight,
-                               const float* grad_y, float* grad_x, float* grad_weight,
-                               float* grad_bias, const float* kept_input) = 0;
+                               const float* grad_y, const ConvGradients& grads,
+                               const float* kept_input) = 0;
   // statistics: kInstanceNormStatisticsFloats per plane, which the forward may fill for the
   // backward (the CPU's does; the GPU's backward takes them again).
   virtual void instance_norm_forward(const InstanceNormShape& shape, const float* x,

@@ -105,11 +105,13 @@ struct ResUNetGraph {
   MapBatch unit_forward(MapOps& ops, Workspace& workspace, int unit, const MapBatch& input,
                         const float* residual, const float* params) const;
   // grad_out: the gradient of the unit's output (destroyed). grad_in and grad_residual (either
-  // may be null) accumulate the gradients of its input and residual.
+  // may be null) accumulate the gradients of its input and residual; grad_in_fresh: grad_in
+  // holds nothing yet and is written instead (no zeroing first).
   void unit_backward(MapOps& ops, Workspace& workspace, int unit, const float* params, float* grads,
-                     float* grad_out, float* grad_in, float* grad_residual) const;
+                     float* grad_out, float* grad_in, bool grad_in_fresh,
+                     float* grad_residual) const;
   void block_backward(MapOps& ops, Workspace& workspace, const Block& block, const float* params,
-                      float* grads, float* grad_out, float* grad_in) const;
+                      float* grads, float* grad_out, float* grad_in, bool grad_in_fresh) const;
 };
 
 }  // namespace mvibr::nn
