@@ -81,8 +81,9 @@ class TrainParallel : public ::testing::Test {
 
 // In exact arithmetic the two runs are the same; in floats their gradients differ by summation
 // order (testing::keep_rounding_from_compounding says why that stays small). Five seeds, each
-// within 1e-5 in parameters and loss: a lost rank, a wrong ray split or a wrong normalisation is
-// off by far more.
+// within 1e-5 in parameters and 5e-5 in the last loss, which has come out up to 25x further apart
+// than the parameters (1.3e-5 against 5.3e-7; only the order of a convolution's folded border
+// terms had changed): a lost rank, a wrong ray split or a wrong normalisation is off by far more.
 TEST_F(TrainParallel, TwoRanksOfBTrainAsOneRankOfTwoB) {
   for (uint64_t seed = 1; seed <= 5; ++seed) {
     const std::string suffix = "-seed" + std::to_string(seed);
@@ -104,7 +105,7 @@ TEST_F(TrainParallel, TwoRanksOfBTrainAsOneRankOfTwoB) {
     // The summed loss is the loss of the global batch: the same on both sides.
     const double loss_difference = std::abs(two.last_loss - one.last_loss) / one.last_loss;
     EXPECT_LE(relative, 1e-5) << "seed " << seed << ": 2 ranks x 32 rays vs 1 rank x 64 rays";
-    EXPECT_LE(loss_difference, 1e-5) << "seed " << seed;
+    EXPECT_LE(loss_difference, 5e-5) << "seed " << seed;
     EXPECT_GT(moved, 10.0) << "seed " << seed << ": the runs must have trained";
     std::cout << "[          ] seed " << seed << ", 2x32 vs 1x64 rays after 6 steps: parameters "
               << relative << " apart (training moved them " << moved << "x that), losses "
