@@ -57,9 +57,11 @@ class CudaMapOps final : public MapOps {
     cuda::conv2d_forward(*context_, shape, x, weight, bias, y);
   }
   void conv2d_backward(const ConvShape& shape, const float* x, const float* weight,
-                       const float* grad_y, const ConvGradients& grads, const float*) override {
+                       const float* grad_y, const ConvGradients& grads, const float*,
+                       const uint16_t*) override {
     cuda::conv2d_backward(*context_, shape, x, weight, grad_y, grads);
   }
+  bool conv2d_rounds_output_gradient(const ConvShape&) const override { return false; }  // fp32
   // No statistics kept: the backward kernel takes them again.
   void instance_norm_forward(const InstanceNormShape& shape, const float* x, const float* gamma,
                              const float* beta, const float* residual, Activation activation,
@@ -69,7 +71,8 @@ class CudaMapOps final : public MapOps {
   // Its three kernels in turn (the CPU's runs the three on each plane while it is in cache).
   void instance_norm_backward(const InstanceNormShape& shape, const float* x, const float* gamma,
                               const float*, Activation activation, const float* out, float* grad,
-                              float* grad_residual, float* grad_gamma, float* grad_beta) override {
+                              float* grad_residual, float* grad_gamma, float* grad_beta,
+                              uint16_t*) override {
     const size_t count = size_t(shape.batch) * size_t(shape.channels) * size_t(shape.plane_size);
     cuda::activation_backward(activation, count, out, grad, stream());
     if (grad_residual) cuda::add_into(count, grad, grad_residual, stream());

@@ -614,14 +614,19 @@ void backward_weights_pass(const ConvShape& shape, const ConvShape& lowered, con
 
 }  // namespace
 
+bool conv2d_rounds_output_gradient(const ConvShape& shape) {
+  return bf16_operands(shape);
+}
+
 void conv2d_backward(const ConvShape& shape, const float* x, const float* weight,
-                     const float* grad_y, const ConvGradients& grads, const float* kept_input) {
+                     const float* grad_y, const ConvGradients& grads, const float* kept_input,
+                     const uint16_t* rounded_grad_y) {
   if (grads.bias && !grads.weight) {
     throw InvalidArgument("conv2d backward: a bias gradient is taken with the weight gradient");
   }
   const ConvShape lowered = run_shape(shape);
-  const uint16_t* rounded = nullptr;
-  if (bf16_operands(shape)) {
+  const uint16_t* rounded = rounded_grad_y;
+  if (bf16_operands(shape) && !rounded) {
     const size_t count = size_t(shape.batch) * size_t(shape.out_channels) *
                          size_t(shape.out_height()) * size_t(shape.out_width());
     auto* bits = static_cast<uint16_t*>(padded_scratch(2).bytes(count * sizeof(uint16_t)));

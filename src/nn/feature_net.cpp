@@ -223,9 +223,12 @@ class CpuMapOps final : public MapOps {
     nn::conv2d_forward(shape, x, weight, bias, y, kept_input);
   }
   void conv2d_backward(const ConvShape& shape, const float* x, const float* weight,
-                       const float* grad_y, const ConvGradients& grads,
-                       const float* kept_input) override {
-    nn::conv2d_backward(shape, x, weight, grad_y, grads, kept_input);
+                       const float* grad_y, const ConvGradients& grads, const float* kept_input,
+                       const uint16_t* rounded_grad_y) override {
+    nn::conv2d_backward(shape, x, weight, grad_y, grads, kept_input, rounded_grad_y);
+  }
+  bool conv2d_rounds_output_gradient(const ConvShape& shape) const override {
+    return nn::conv2d_rounds_output_gradient(shape);
   }
   void instance_norm_forward(const InstanceNormShape& shape, const float* x, const float* gamma,
                              const float* beta, const float* residual, Activation activation,
@@ -235,9 +238,9 @@ class CpuMapOps final : public MapOps {
   void instance_norm_backward(const InstanceNormShape& shape, const float* x, const float* gamma,
                               const float* statistics, Activation activation, const float* out,
                               float* grad, float* grad_residual, float* grad_gamma,
-                              float* grad_beta) override {
+                              float* grad_beta, uint16_t* rounded_grad) override {
     nn::instance_norm_backward(shape, x, gamma, statistics, activation, out, grad, grad_residual,
-                               grad_gamma, grad_beta);
+                               grad_gamma, grad_beta, rounded_grad);
   }
   // Planar maps are channels-last maps of one channel, a batch of planes.
   void upsample2x_forward(const MapBatch& x, float* y) override {

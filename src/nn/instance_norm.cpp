@@ -239,7 +239,8 @@ void activation_and_residual_backward(Activation activation, size_t n, const flo
 
 void backward_channels_last(const InstanceNormShape& shape, const float* x, const float* gamma,
                             const float* kept, Activation activation, const float* out, float* grad,
-                            float* grad_residual, float* grad_gamma, float* grad_beta) {
+                            float* grad_residual, float* grad_gamma, float* grad_beta,
+                            uint16_t* rounded_grad) {
   const size_t pixels = size_t(shape.plane_size), channels = size_t(shape.channels);
   const size_t image_size = pixels * channels, run = run_length(channels);
   // Per image and channel, then added over the images in order, as the planar backward does.
@@ -291,11 +292,18 @@ void backward_channels_last(const InstanceNormShape& shape, const float* x, cons
       const size_t count = std::min(run, image_size - start);
       float* values = g + start;
       const float* inputs = image + start;
-#pragma omp simd
-      for (size_t k = 0; k < count; ++k) {
+      const auto gradient = [&](size_t k) {
         const float normalised =
             multiply_add(inputs[k] - r.centre[k], r.inverse_std[k], -r.offset[k]);
-        values[k] = scale[k] * multiply_add(-normalised, mean_dot[k], values[k] - mean_grad[k]);
+        return scale[k] * multiply_add(-normalised, mean_dot[k], values[k] - mean_grad[k]);
+      };
+      if (rounded_grad) {
+        uint16_t* rounded = rounded_grad + size_t(n) * image_size + start;
+#pragma omp simd
+        for (size_t k = 0; k < count; ++k) rounded[k] = bf16_bits(gradient(k));
+      } else {
+#pragma omp simd
+        for (size_t k = 0; k < count; ++k) values[k] = gradient(k);
       }
     }
   }
@@ -340,11 +348,11 @@ void instance_norm_forward(const InstanceNormShape& shape, const float* x, const
 
 void instance_norm_backward(const InstanceNormShape& shape, const float* x, const float* gamma,
                             const float* statistics_kept, Activation activation, const float* out,
-                            float* grad, float* grad_residual, float* grad_gamma,
-                            float* grad_beta) {
+                            float* grad, float* grad_residual, float* grad_gamma, float* grad_beta,
+                            uint16_t* rounded_grad) {
   if (shape.layout == MapLayout::kChannelsLast) {
     backward_channels_last(shape, x, gamma, statistics_kept, activation, out, grad, grad_residual,
-                           grad_gamma, grad_beta);
+                           grad_gamma, grad_beta, rounded_grad);
     return;
   }
   const int planes = shape.batch * shape.channels;
@@ -376,6 +384,11 @@ void instance_norm_backward(const InstanceNormShape& shape, const float* x, cons
     for (size_t i = 0; i < n; ++i) {
       const double normalised = (double(values[i]) - s.mean) * s.inverse_std;
       g[i] = float(scale * (g[i] - mean_grad - normalised * mean_dot));
+    }
+    if (rounded_grad) {
+      uint16_t* rounded = rounded_grad + size_t(p) * n;
+#pragma omp simd
+      for (size_t i = 0; i < n; ++i) rounded[i] = bf16_bits(g[i]);
     }
   }
   for (int p = 0; p < planes; ++p) {

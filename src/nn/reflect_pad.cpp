@@ -11,6 +11,7 @@
 
 #include "mvibr/core/error.h"
 #include "mvibr/nn/conv_layers.h"
+#include "vector_math.h"
 
 namespace mvibr::nn {
 namespace {
@@ -29,17 +30,6 @@ void check(int height, int width, int pad) {
                           " needs a map larger than " + std::to_string(height) + "x" +
                           std::to_string(width));
   }
-}
-
-// x rounded to bfloat16, to nearest even: the upper half of its bits after adding half of the
-// lower half's range (less one unless the kept part is odd). A NaN keeps its sign and exponent
-// and gets a quiet payload instead (the rounding could carry it to infinity).
-uint16_t bf16_bits(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-  const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
-  return uint16_t(nan ? (bits >> 16) | 0x40u : rounded);
 }
 
 std::vector<int> source_indices(int n, int pad) {

@@ -16,7 +16,8 @@ enum Scratch {
   kGradB,
   kGradInner,
   kGradIdentity,
-  kGradSkip0,  // kGradSkip0 + stage: the gradient of encoder stage 0 or 1 from its skip
+  kGradRounded,  // a unit's output gradient rounded to bf16 (MapOps::conv2d_rounds_output_gradient)
+  kGradSkip0,    // kGradSkip0 + stage: the gradient of encoder stage 0 or 1 from its skip
   kScratchSlots = kGradSkip0 + 2
 };
 
@@ -181,19 +182,26 @@ void ResUNetGraph::unit_backward(MapOps& ops, Workspace& ws, int index, const fl
   const Unit& unit = units[size_t(index)];
   const Workspace::UnitRecord& record = ws.records_[size_t(index)];
   const MapBatch& input = record.input;
+  const ConvShape shape = conv_shape(input, unit.out_channels, unit.kernel, unit.stride, *this);
+  // A convolution on bf16 operands takes its output gradient rounded: the norm rounds it as it
+  // makes it.
+  uint16_t* rounded = nullptr;
+  if (ops.conv2d_rounds_output_gradient(shape)) {
+    const size_t values = record.output.size();
+    rounded = reinterpret_cast<uint16_t*>(ws.scratch(kGradRounded, (values + 1) / 2));
+  }
   ops.instance_norm_backward(norm_shape(record.output), record.conv_output.data,
                              params + unit.gamma, record.norm_statistics, unit.activation,
                              record.output.data, grad_out, grad_residual, grads + unit.gamma,
-                             grads + unit.beta);
+                             grads + unit.beta, rounded);
 
-  const ConvShape shape = conv_shape(input, unit.out_channels, unit.kernel, unit.stride, *this);
   // No bias gradient: the instance norm subtracts each plane's mean, so it is exactly zero.
   ConvGradients gradients;
   gradients.x = grad_in;
   gradients.weight = grads + unit.weight;
   gradients.overwrite_x = grad_in_fresh;
   ops.conv2d_backward(shape, input.data, params + unit.weight, grad_out, gradients,
-                      record.kept_input);
+                      record.kept_input, rounded);
 }
 
 void ResUNetGraph::block_backward(MapOps& ops, Workspace& ws, const Block& block,
@@ -251,7 +259,7 @@ void ResUNetGraph::backward(MapOps& ops, Workspace& ws, const float* params, flo
   out_gradients.bias = grads + out_bias;
   out_gradients.overwrite_x = true;
   ops.conv2d_backward(out_shape, ws.features_.data, params + out_weight, grad_out.data,
-                      out_gradients, nullptr);
+                      out_gradients, nullptr, nullptr);
 
   // Decoder levels, finest first: iconv ← skip ← upconv ← upsample.
   struct Level {

@@ -109,6 +109,17 @@ inline double elu_slope(double y) {
   return y > 0 ? 1.0 : y + 1.0;
 }
 
+// x rounded to bfloat16 (its bits), to nearest even: the upper half of its bits after adding half
+// of the lower half's range (less one unless the kept part is odd). A NaN keeps its sign and
+// exponent and gets a quiet payload instead (the rounding could carry it to infinity). As oneDNN
+// and PyTorch round.
+inline uint16_t bf16_bits(float x) {
+  const uint32_t bits = uint32_t(bits_of(x));
+  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
+  return uint16_t(nan ? (bits >> 16) | 0x40u : rounded);
+}
+
 // The logistic function. Float from exp(-|x|), which cannot overflow, so loops of it vectorise:
 // 1 / (1 + e) above zero, e / (1 + e) below. Double as PyTorch writes it.
 inline float sigmoid_of(float x) {

@@ -187,19 +187,28 @@ Case instance_norm_case(int batch, int channels, int height, int width, Activati
     std::vector<float> statistics(size_t(batch * channels) * kInstanceNormStatisticsFloats);
     instance_norm_forward(s, x.data(), gamma.data(), beta.data(), residual ? res.data() : nullptr,
                           activation, out.data(), statistics.data());
-    // The backward on the kept statistics, and on statistics taken again: the same doubles.
-    const auto backward = [&](const float* kept) {
+    // The backward on the kept statistics, and on statistics taken again: the same doubles. And
+    // x's gradient rounded to bf16 as it is made: the rounding of the fp32 one.
+    const auto backward = [&](const float* kept, uint16_t* rounded) {
       std::vector<std::vector<float>> gradients{laid_out(floats(in.at("grad_out")), maps, layout),
                                                 std::vector<float>(residual ? x.size() : 0, 0.0f),
                                                 std::vector<float>(gamma.size(), 0.0f),
                                                 std::vector<float>(beta.size(), 0.0f)};
       instance_norm_backward(s, x.data(), gamma.data(), kept, activation, out.data(),
                              gradients[0].data(), residual ? gradients[1].data() : nullptr,
-                             gradients[2].data(), gradients[3].data());
+                             gradients[2].data(), gradients[3].data(), rounded);
       return gradients;
     };
-    const std::vector<std::vector<float>> gradients = backward(statistics.data());
-    EXPECT_EQ(gradients, backward(nullptr)) << "kept statistics against statistics taken again";
+    const std::vector<std::vector<float>> gradients = backward(statistics.data(), nullptr);
+    EXPECT_EQ(gradients, backward(nullptr, nullptr))
+        << "kept statistics against statistics taken again";
+    std::vector<uint16_t> rounded(x.size()), rounding(x.size());
+    const std::vector<std::vector<float>> with_rounding =
+        backward(statistics.data(), rounded.data());
+    round_to_bf16(x.size(), gradients[0].data(), rounding.data());
+    EXPECT_EQ(rounded, rounding) << "x's gradient rounded as it is made";
+    EXPECT_EQ(with_rounding[1], gradients[1]);
+    EXPECT_EQ(with_rounding[2], gradients[2]);
     const std::vector<float>&grad = gradients[0], &grad_residual = gradients[1],
           &grad_gamma = gradients[2], &grad_beta = gradients[3];
     Arrays result{{"out", array(planar(out, maps, layout), shape)},

@@ -89,10 +89,14 @@ struct ConvGradients {
 };
 
 // The backward from grad_y: the input's gradient reads weight, the weights' x, or the forward's
-// kept_input when given. With bf16 operands grad_y is rounded once for both passes.
+// kept_input when given. With bf16 operands grad_y is rounded once for both passes, or comes
+// rounded already (rounded_grad_y; grad_y is then read for the bias gradient alone).
 void conv2d_backward(const ConvShape& shape, const float* x, const float* weight,
                      const float* grad_y, const ConvGradients& grads,
-                     const float* kept_input = nullptr);
+                     const float* kept_input = nullptr, const uint16_t* rounded_grad_y = nullptr);
+// Whether conv2d_backward reads the output gradient rounded to bf16 (the shape's operands), so
+// that the layer making it may round it as it goes.
+bool conv2d_rounds_output_gradient(const ConvShape& shape);
 // The size of a forward's kept input: the input as both passes read it, reflect-padded and rounded,
 // where the operands are bf16 (half a float a value); 0 otherwise, where x itself is read or
 // padding it again costs no more than keeping it padded (fp32, measured).
@@ -143,10 +147,13 @@ void instance_norm_forward(const InstanceNormShape& shape, const float* x, const
 // the norm one plane (one image, channels last) at a time, while it is in cache. The statistics
 // are the forward's, in double (or taken again from x where `statistics` is null): the Jacobian
 // subtracts two nearly equal terms on small planes, which normalised values stored in fp32
-// would not resolve.
+// would not resolve. rounded_grad (null: none): x's gradient goes there instead, rounded to
+// bf16 (round_to_bf16's rounding), for a convolution that reads it so
+// (conv2d_rounds_output_gradient); grad is left spent.
 void instance_norm_backward(const InstanceNormShape& shape, const float* x, const float* gamma,
                             const float* statistics, Activation activation, const float* out,
-                            float* grad, float* grad_residual, float* grad_gamma, float* grad_beta);
+                            float* grad, float* grad_residual, float* grad_gamma, float* grad_beta,
+                            uint16_t* rounded_grad = nullptr);
 
 // Bilinear upsampling by 2 with align_corners=True (F.interpolate(scale_factor=2)): `planes`
 // maps [height, width] to [2 height, 2 width].

@@ -51,17 +51,19 @@ class MapOps {
                               const float* bias, float* y, float* kept_input) = 0;
   virtual void conv2d_backward(const ConvShape& shape, const float* x, const float* weight,
                                const float* grad_y, const ConvGradients& grads,
-                               const float* kept_input) = 0;
+                               const float* kept_input, const uint16_t* rounded_grad_y) = 0;
+  virtual bool conv2d_rounds_output_gradient(const ConvShape& shape) const = 0;
   // statistics: kInstanceNormStatisticsFloats per plane, which the forward may fill for the
   // backward (the CPU's does; the GPU's backward takes them again).
   virtual void instance_norm_forward(const InstanceNormShape& shape, const float* x,
                                      const float* gamma, const float* beta, const float* residual,
                                      Activation activation, float* out, float* statistics) = 0;
+  // rounded_grad: as conv_layers.h's, where conv2d_rounds_output_gradient (never on the GPU).
   virtual void instance_norm_backward(const InstanceNormShape& shape, const float* x,
                                       const float* gamma, const float* statistics,
                                       Activation activation, const float* out, float* grad,
-                                      float* grad_residual, float* grad_gamma,
-                                      float* grad_beta) = 0;
+                                      float* grad_residual, float* grad_gamma, float* grad_beta,
+                                      uint16_t* rounded_grad) = 0;
   // y: x's maps at twice the size; grad_x (its data, overwritten) from grad_y.
   virtual void upsample2x_forward(const MapBatch& x, float* y) = 0;
   virtual void upsample2x_backward(const float* grad_y, const MapBatch& grad_x) = 0;
