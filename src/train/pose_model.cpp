@@ -477,8 +477,14 @@ struct PoseModel::State : WithStateCopies<PoseModel::State> {
     std::vector<float> grad_points(b->points.size()), grad_weights(b->weights.size());
     path_backward(*b, b->points, b->joints, b->triangulated, global.joints_3d, global.joints_2d,
                   grad_points.data(), grad_weights.data());
+    // The soft-argmax writes the J heatmaps' gradient and the confidence head the K channels';
+    // without the head those are zeros.
     std::vector<float>& grad_maps = b->grad_maps;
-    grad_maps.assign(BV * cells * C, 0.0f);
+    if (config.use_confidences || K == 0) {
+      grad_maps.resize(BV * cells * C);
+    } else {
+      grad_maps.assign(BV * cells * C, 0.0f);
+    }
     if (fusion) {
       std::vector<float> grad_raw_points(b->raw_points.size()),
           grad_raw_weights(grad_weights.size());
