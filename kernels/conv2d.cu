@@ -71,10 +71,8 @@ void check_shape(const ConvShape& s) {
   }
   // cuDNN's 4-D descriptors count elements in int.
   constexpr size_t kLimit = size_t(1) << 31;
-  const size_t in = size_t(s.batch) * s.in_channels * s.padded_height() * s.padded_width();
-  const size_t out = size_t(s.batch) * s.out_channels * s.out_height() * s.out_width();
   const size_t weights = size_t(s.out_channels) * s.in_channels * s.kernel * s.kernel;
-  if (in >= kLimit || out >= kLimit || weights >= kLimit) {
+  if (s.padded_input_size() >= kLimit || s.output_size() >= kLimit || weights >= kLimit) {
     throw InvalidArgument("conv2d on the GPU: tensors of 2^31 elements or more (" + describe(s) +
                           ")");
   }
@@ -257,8 +255,7 @@ void choose_filter(Context::Impl& c, const ConvShape& s, ConvPlan& p) {
 // x as cuDNN reads it: itself, or reflect-padded into the Context's padded_maps.
 const float* padded_input(Context::Impl& c, const ConvShape& s, const float* x) {
   if (s.pad == 0) return x;
-  float* padded =
-      c.padded_maps(size_t(s.batch) * s.in_channels * s.padded_height() * s.padded_width());
+  float* padded = c.padded_maps(s.padded_input_size());
   reflect_pad_forward(s.batch * s.in_channels, s.in_height, s.in_width, s.pad, x, padded, c.stream);
   return padded;
 }
@@ -287,9 +284,7 @@ void backward_data_pass(Context::Impl& c, const ConvShape& shape, const float* w
                         const float* grad_y, float* grad_x, bool overwrite) {
   ConvPlan& p = plan_for(c, shape);
   if (!p.have_data) choose_data(c, shape, p);
-  float* grad_input = shape.pad == 0 ? grad_x
-                                     : c.padded_maps(size_t(shape.batch) * shape.in_channels *
-                                                     shape.padded_height() * shape.padded_width());
+  float* grad_input = shape.pad == 0 ? grad_x : c.padded_maps(shape.padded_input_size());
   void* workspace = c.workspace(p.data_bytes);
   const float one = 1.0f, zero = 0.0f;
   const bool add = shape.pad == 0 && !overwrite;
@@ -298,9 +293,7 @@ void backward_data_pass(Context::Impl& c, const ConvShape& shape, const float* w
                                                  add ? &one : &zero, p.x, grad_input));
   if (shape.pad > 0) {
     if (overwrite) {
-      const size_t count =
-          size_t(shape.batch) * shape.in_channels * shape.in_height * shape.in_width;
-      MVIBR_CUDA_CHECK(cudaMemsetAsync(grad_x, 0, count * sizeof(float), c.stream));
+      MVIBR_CUDA_CHECK(cudaMemsetAsync(grad_x, 0, shape.input_size() * sizeof(float), c.stream));
     }
     reflect_pad_backward(shape.batch * shape.in_channels, shape.in_height, shape.in_width,
                          shape.pad, grad_input, grad_x, c.stream);

@@ -34,9 +34,6 @@ class CudaMapOps final : public MapOps {
   void zero(float* data, size_t count) override {
     MVIBR_CUDA_CHECK(cudaMemsetAsync(data, 0, count * sizeof(float), stream()));
   }
-  void add_into(size_t count, const float* values, float* target) override {
-    cuda::add_into(count, values, target, stream());
-  }
   void channels_last_to_maps(const float* in, int first, int count, const MapBatch& maps) override {
     cuda::channels_last_to_planar(in, first, count, maps, stream());
   }

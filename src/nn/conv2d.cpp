@@ -14,8 +14,8 @@
 //   direct where it has none (it has none in bf16).
 // - ConvOperands::kBf16 asks for bf16 inputs and weights with fp32 outputs, and oneDNN runs its
 //   AMX or AVX512-BF16 kernels. The input is rounded as it is padded (one pass where a pad and
-//   oneDNN's rounding reorder took two); weights and output gradients by the reorders into the
-//   chosen layouts.
+//   oneDNN's rounding reorder took two), the output gradient once for both backward passes (or
+//   by the layer that makes it), the weights by the reorders into the chosen layouts.
 // - Creating a primitive costs far more than running a small one, so each shape's are built
 //   once and cached.
 #include <dnnl.hpp>
@@ -279,12 +279,6 @@ Scratch& padded_scratch(int which = 0) {
   return scratch.at(size_t(which));
 }
 
-// Planar maps pad as channels-last maps of one channel: {batch, channels} for reflect_pad.cpp.
-std::pair<int, int> pad_batch(const ConvShape& s) {
-  if (s.layout == MapLayout::kPlanar) return {s.batch * s.in_channels, 1};
-  return {s.batch, s.in_channels};
-}
-
 // The input as the primitives read it: x itself, or reflect-padded (and, with bf16 operands,
 // rounded) into the thread's scratch.
 struct Source {
@@ -300,7 +294,7 @@ memory::desc bf16_source_desc(const ConvShape& s, const ConvPrimitives& p) {
 Source source(const ConvShape& s, const ConvPrimitives& p, const float* x, float* kept) {
   const bool round = bf16_operands(s);
   if (s.pad == 0 && !round) return {p.plain_src, x};
-  const auto [batch, channels] = pad_batch(s);
+  const auto [batch, channels] = channels_last_walk(s.batch, s.in_channels, s.layout);
   const size_t count = p.plain_src.get_size() / sizeof(float);
   if (round) {
     auto* padded = static_cast<uint16_t*>(kept ? static_cast<void*>(kept)
@@ -457,9 +451,8 @@ void add_depth_to_space_weights(const ConvShape& s, const ConvShape& q, const fl
 // given.
 Source space_to_depth_source(const ConvShape& s, const ConvShape& q, const ConvPrimitives& p,
                              const float* x, float* kept) {
-  const size_t padded_count = size_t(s.batch) * size_t(s.in_channels) * size_t(s.padded_height()) *
-                              size_t(s.padded_width());
-  auto* padded = static_cast<uint16_t*>(padded_scratch().bytes(padded_count * sizeof(uint16_t)));
+  auto* padded =
+      static_cast<uint16_t*>(padded_scratch().bytes(s.padded_input_size() * sizeof(uint16_t)));
   reflect_pad_forward_bf16_channels_last(s.batch, s.in_height, s.in_width, s.in_channels, s.pad, x,
                                          padded);
   const size_t count = p.plain_src.get_size() / sizeof(float);
@@ -489,10 +482,7 @@ void check_conv_operands(ConvOperands operands) {
 
 size_t conv2d_kept_input_floats(const ConvShape& shape) {
   if (!bf16_operands(shape)) return 0;
-  const ConvShape s = run_shape(shape);
-  const size_t values = size_t(s.batch) * size_t(s.in_channels) * size_t(s.padded_height()) *
-                        size_t(s.padded_width());
-  return (values + 1) / 2;
+  return (run_shape(shape).padded_input_size() + 1) / 2;
 }
 
 void conv2d_forward(const ConvShape& shape, const float* x, const float* weight, const float* bias,
@@ -501,9 +491,8 @@ void conv2d_forward(const ConvShape& shape, const float* x, const float* weight,
     const ConvShape lowered = run_shape(shape);
     const bool stem = by_space_to_depth(shape);
     ConvPrimitives& p = primitives(lowered, bias != nullptr);
-    float* kept = conv2d_kept_input_floats(shape) ? kept_input : nullptr;
-    const Source src =
-        stem ? space_to_depth_source(shape, lowered, p, x, kept) : source(shape, p, x, kept);
+    const Source src = stem ? space_to_depth_source(shape, lowered, p, x, kept_input)
+                            : source(shape, p, x, kept_input);
     const std::vector<float> stem_weights =
         stem ? space_to_depth_weights(shape, lowered, weight) : std::vector<float>();
     LayoutRun run;
@@ -550,14 +539,13 @@ void backward_data_pass(const ConvShape& shape, const ConvShape& lowered, const 
   run.execute(primitive);
   if (in_place) return;
   if (stem) {
-    const size_t padded_count = size_t(shape.batch) * size_t(shape.in_channels) *
-                                size_t(shape.padded_height()) * size_t(shape.padded_width());
-    auto* grad_p = static_cast<float*>(padded_scratch(1).bytes(padded_count * sizeof(float)));
+    auto* grad_p =
+        static_cast<float*>(padded_scratch(1).bytes(shape.padded_input_size() * sizeof(float)));
     depth_to_space(shape, lowered, grad_padded, grad_p);
     grad_padded = grad_p;
   }
   // Folded back onto the input (by 0: added).
-  const auto [batch, channels] = pad_batch(shape);
+  const auto [batch, channels] = channels_last_walk(shape.batch, shape.in_channels, shape.layout);
   reflect_pad_backward_channels_last(batch, shape.in_height, shape.in_width, channels, shape.pad,
                                      grad_padded, grad_x, overwrite);
 }
@@ -576,7 +564,7 @@ void backward_weights_pass(const ConvShape& shape, const ConvShape& lowered, con
   ConvPrimitives& p = primitives(lowered, bias_by_onednn);
   const dnnl::primitive& primitive = backward_weights(lowered, p);
   const auto& pd = p.backward_weights_pd;
-  const Source src = kept_input && conv2d_kept_input_floats(shape)
+  const Source src = kept_input && bf16_operands(shape)
                          ? Source{bf16_source_desc(lowered, p), kept_input}
                      : stem ? space_to_depth_source(shape, lowered, p, x, nullptr)
                             : source(shape, p, x, nullptr);
@@ -627,8 +615,7 @@ void conv2d_backward(const ConvShape& shape, const float* x, const float* weight
   const ConvShape lowered = run_shape(shape);
   const uint16_t* rounded = rounded_grad_y;
   if (bf16_operands(shape) && !rounded) {
-    const size_t count = size_t(shape.batch) * size_t(shape.out_channels) *
-                         size_t(shape.out_height()) * size_t(shape.out_width());
+    const size_t count = shape.output_size();
     auto* bits = static_cast<uint16_t*>(padded_scratch(2).bytes(count * sizeof(uint16_t)));
     round_to_bf16(count, grad_y, bits);
     rounded = bits;

@@ -195,11 +195,6 @@ class CpuMapOps final : public MapOps {
   std::unique_ptr<MapBuffer> make_buffer() const override { return std::make_unique<HostBuffer>(); }
   MapLayout layout() const override { return layout_; }
   void zero(float* data, size_t count) override { std::fill(data, data + count, 0.0f); }
-  void add_into(size_t count, const float* values, float* target) override {
-    const long long n = static_cast<long long>(count);
-#pragma omp parallel for schedule(static)
-    for (long long i = 0; i < n; ++i) target[i] += values[i];
-  }
   void channels_last_to_maps(const float* in, int first, int count, const MapBatch& maps) override {
     channels_from_last(in, first, count, maps);
   }
@@ -242,23 +237,17 @@ class CpuMapOps final : public MapOps {
     nn::instance_norm_backward(shape, x, gamma, statistics, activation, out, grad, grad_residual,
                                grad_gamma, grad_beta, rounded_grad);
   }
-  // Planar maps are channels-last maps of one channel, a batch of planes.
   void upsample2x_forward(const MapBatch& x, float* y) override {
-    const auto [batch, channels] = images_and_channels(x);
+    const auto [batch, channels] = channels_last_walk(x.batch, x.channels, x.layout);
     upsample2x_forward_channels_last(batch, x.height, x.width, channels, x.data, y);
   }
   void upsample2x_backward(const float* grad_y, const MapBatch& grad_x) override {
-    const auto [batch, channels] = images_and_channels(grad_x);
+    const auto [batch, channels] = channels_last_walk(grad_x.batch, grad_x.channels, grad_x.layout);
     upsample2x_backward_channels_last(batch, grad_x.height, grad_x.width, channels, grad_y,
                                       grad_x.data);
   }
 
  private:
-  static std::pair<int, int> images_and_channels(const MapBatch& maps) {
-    if (maps.layout == MapLayout::kPlanar) return {maps.batch * maps.channels, 1};
-    return {maps.batch, maps.channels};
-  }
-
   MapLayout layout_;
 };
 

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "mvibr/core/enum_names.h"
 #include "mvibr/nn/layers.h"  // Activation
@@ -67,7 +68,24 @@ struct ConvShape {
   int padded_width() const { return in_width + 2 * pad; }
   int out_height() const { return (padded_height() - kernel) / stride + 1; }
   int out_width() const { return (padded_width() - kernel) / stride + 1; }
+  // Values in the input, the padded input and the output.
+  size_t input_size() const {
+    return size_t(batch) * size_t(in_channels) * size_t(in_height) * size_t(in_width);
+  }
+  size_t padded_input_size() const {
+    return size_t(batch) * size_t(in_channels) * size_t(padded_height()) * size_t(padded_width());
+  }
+  size_t output_size() const {
+    return size_t(batch) * size_t(out_channels) * size_t(out_height()) * size_t(out_width());
+  }
 };
+
+// How the channels-last layers walk a batch of maps, {images, channels}: planar maps are
+// channels-last maps of one channel, a batch of planes.
+inline std::pair<int, int> channels_last_walk(int batch, int channels, MapLayout layout) {
+  if (layout == MapLayout::kPlanar) return {batch * channels, 1};
+  return {batch, channels};
+}
 
 // InvalidArgument, in one line, unless this CPU runs convolutions with these operands.
 void check_conv_operands(ConvOperands operands);

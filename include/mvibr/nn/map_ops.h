@@ -30,7 +30,6 @@ class MapOps {
 
   // Data movement.
   virtual void zero(float* data, size_t count) = 0;
-  virtual void add_into(size_t count, const float* values, float* target) = 0;  // target +=
   // Channels-last in [B, H, W, count] -> channels [first, first + count) of maps (overwritten).
   virtual void channels_last_to_maps(const float* in, int first, int count,
                                      const MapBatch& maps) = 0;
