@@ -37,6 +37,7 @@
 
 #include "mvibr/core/error.h"
 #include "mvibr/nn/conv_layers.h"
+#include "vector_math.h"
 
 namespace mvibr::nn {
 namespace {
@@ -385,17 +386,42 @@ void copy_pairs(size_t c, size_t count, const T* from, size_t from_stride, T* to
   }
 }
 
-// Q from P (bf16 bits), zero past P's edge.
-void space_to_depth(const ConvShape& s, const ConvShape& q, const uint16_t* p, uint16_t* out) {
-  const size_t c = size_t(s.in_channels), wq = size_t(q.in_width);
-  for_each_q_row(s, q, [&](size_t q_at, size_t p_at, size_t pairs, size_t tail) {
-    copy_pairs(c, pairs, p + p_at, 2 * c, out + q_at, 4 * c);
-    uint16_t* rest = out + q_at + pairs * 4 * c;
-    for (size_t k = 0; k < tail; ++k) rest[k] = p[p_at + pairs * 2 * c + k];
-    for (size_t w = pairs; w < wq; ++w) {
-      for (size_t k = w == pairs ? tail : 0; k < 2 * c; ++k) out[q_at + w * 4 * c + k] = 0;
+// The input's index that Q's 2 n cells along an axis copy (-1: past P's edge, zero).
+std::vector<int> space_to_depth_sources(int n, int pad, int padded, int input) {
+  std::vector<int> source(2 * size_t(n), -1);
+  for (int i = 0; i < std::min(2 * n, padded); ++i) {
+    source[size_t(i)] = reflect_pad_source(i, pad, input);
+  }
+  return source;
+}
+
+// Q from x in one pass: padded by reflection, rounded to bf16 (their bits), rearranged.
+void space_to_depth_bf16(const ConvShape& s, const ConvShape& q, const float* x, uint16_t* out) {
+  const size_t c = size_t(s.in_channels), hq = size_t(q.in_height), wq = size_t(q.in_width);
+  const std::vector<int> rows =
+      space_to_depth_sources(q.in_height, s.pad, s.padded_height(), s.in_height);
+  const std::vector<int> columns =
+      space_to_depth_sources(q.in_width, s.pad, s.padded_width(), s.in_width);
+  const size_t in_row = size_t(s.in_width) * c, in_image = size_t(s.in_height) * in_row;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < s.batch; ++n) {
+    for (size_t h = 0; h < hq; ++h) {
+      for (size_t dy = 0; dy < 2; ++dy) {
+        uint16_t* q_row = out + ((size_t(n) * hq + h) * wq * 4 + 2 * dy) * c;
+        const int row = rows[2 * h + dy];
+        const float* from = x + size_t(n) * in_image + size_t(std::max(row, 0)) * in_row;
+        for (size_t cell = 0; cell < 2 * wq; ++cell) {  // (w, dx) at q_row + (4 w + dx) C
+          uint16_t* to = q_row + (cell / 2 * 4 + cell % 2) * c;
+          const int column = columns[cell];
+          if (row < 0 || column < 0) {
+            std::fill_n(to, c, uint16_t(0));
+          } else {
+            for (size_t k = 0; k < c; ++k) to[k] = bf16_bits(from[size_t(column) * c + k]);
+          }
+        }
+      }
     }
-  });
+  }
 }
 
 // P's gradient from Q's; Q's cells past P's edge are dropped (every cell of P is in Q).
@@ -447,18 +473,13 @@ void add_depth_to_space_weights(const ConvShape& s, const ConvShape& q, const fl
   });
 }
 
-// Q as the primitives read it: the input padded and rounded, then rearranged, into `kept` when
-// given.
+// Q as the primitives read it, into `kept` when given.
 Source space_to_depth_source(const ConvShape& s, const ConvShape& q, const ConvPrimitives& p,
                              const float* x, float* kept) {
-  auto* padded =
-      static_cast<uint16_t*>(padded_scratch().bytes(s.padded_input_size() * sizeof(uint16_t)));
-  reflect_pad_forward_bf16_channels_last(s.batch, s.in_height, s.in_width, s.in_channels, s.pad, x,
-                                         padded);
   const size_t count = p.plain_src.get_size() / sizeof(float);
   auto* out = static_cast<uint16_t*>(kept ? static_cast<void*>(kept)
-                                          : padded_scratch(1).bytes(count * sizeof(uint16_t)));
-  space_to_depth(s, q, padded, out);
+                                          : padded_scratch().bytes(count * sizeof(uint16_t)));
+  space_to_depth_bf16(s, q, x, out);
   return {bf16_source_desc(q, p), out};
 }
 

@@ -71,6 +71,10 @@ void for_each_padded_run(int batch, int height, int width, int channels, int pad
 
 }  // namespace
 
+int reflect_pad_source(int i, int pad, int n) {
+  return reflect(i - pad, n);
+}
+
 void reflect_pad_forward_channels_last(int batch, int height, int width, int channels, int pad,
                                        const float* x, float* padded) {
   for_each_padded_run(batch, height, width, channels, pad, padded, x,

@@ -116,8 +116,17 @@ void ResUNetGraph::forward(MapOps& ops, Workspace& ws, int views, int height, in
   ws.layout_ = ops.layout();
   ws.forward_done_ = false;
   ws.records_.assign(units.size(), {});
-  ws.images_ = ws.take(views, 3, height, width);
-  ops.channels_last_to_maps(images, 0, 3, ws.images_);
+  // Channels last, the images are already the stem's input maps. They are read in place where
+  // the stem's convolution keeps its own copy for the backward (the caller may reuse them before
+  // it); else copied.
+  const Unit& first = units[size_t(stem)];
+  ws.images_ = {const_cast<float*>(images), views, 3, height, width, ws.layout_};
+  const ConvShape stem_shape =
+      conv_shape(ws.images_, first.out_channels, first.kernel, first.stride, *this);
+  if (ws.layout_ != MapLayout::kChannelsLast || ops.conv2d_kept_input_floats(stem_shape) == 0) {
+    ws.images_ = ws.take(views, 3, height, width);
+    ops.channels_last_to_maps(images, 0, 3, ws.images_);
+  }
 
   MapBatch x = unit_forward(ops, ws, stem, ws.images_, nullptr, params);
   for (int stage = 0; stage < (shallow ? 1 : 3); ++stage) {

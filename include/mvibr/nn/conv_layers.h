@@ -123,6 +123,8 @@ size_t conv2d_kept_input_floats(const ConvShape& shape);
 // Reflect padding by `pad` on every side of `planes` maps [height, width], as PyTorch's 'reflect'
 // (the edge is not repeated: row -1 is row 1). Needs pad < height and pad < width.
 void reflect_pad_forward(int planes, int height, int width, int pad, const float* x, float* padded);
+// The index that padded index i (0 at the padding's start) copies along an axis of n values.
+int reflect_pad_source(int i, int pad, int n);
 // grad_x += the gradient of the padded map folded back onto the map it was padded from.
 void reflect_pad_backward(int planes, int height, int width, int pad, const float* grad_padded,
                           float* grad_x);
