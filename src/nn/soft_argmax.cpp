@@ -29,6 +29,29 @@ void check_sizes(int n, int height, int width, int channels, int joints) {
 template <typename T>
 struct ImageMoments {
   std::vector<T> max_logit, sum, x, y;  // per joint, as SoftmaxMoments
+
+  // To and from an image's [joints, kSoftArgmaxMoments] kept moments.
+  void keep(T* kept) const {
+    for (size_t j = 0; j < sum.size(); ++j) {
+      T* at = kept + j * kSoftArgmaxMoments;
+      at[0] = max_logit[j];
+      at[1] = sum[j];
+      at[2] = x[j];
+      at[3] = y[j];
+    }
+  }
+  static ImageMoments kept(const T* kept, size_t joints) {
+    ImageMoments m{std::vector<T>(joints), std::vector<T>(joints), std::vector<T>(joints),
+                   std::vector<T>(joints)};
+    for (size_t j = 0; j < joints; ++j) {
+      const T* at = kept + j * kSoftArgmaxMoments;
+      m.max_logit[j] = at[0];
+      m.sum[j] = at[1];
+      m.x[j] = at[2];
+      m.y[j] = at[3];
+    }
+    return m;
+  }
 };
 
 template <typename T>
@@ -77,7 +100,7 @@ ImageMoments<T> image_moments(const T* image, const HeatmapView& view, int joint
 
 template <typename T>
 void soft_argmax_forward(int n, int height, int width, int channels, int joints, const T* heatmaps,
-                         const SoftArgmaxOptions& options, T* points) {
+                         const SoftArgmaxOptions& options, T* points, T* moments) {
   check_sizes(n, height, width, channels, joints);
   const HeatmapView view{height, width, channels};
   const size_t map_size = size_t(height) * width * channels;
@@ -85,6 +108,7 @@ void soft_argmax_forward(int n, int height, int width, int channels, int joints,
   for (int image = 0; image < n; ++image) {
     const ImageMoments<T> m =
         image_moments(heatmaps + size_t(image) * map_size, view, joints, T(options.multiplier));
+    if (moments) m.keep(moments + size_t(image) * size_t(joints) * kSoftArgmaxMoments);
     T* point = points + 2 * size_t(image) * size_t(joints);
     for (size_t j = 0; j < size_t(joints); ++j) {
       point[2 * j] = T(options.scale_x) * m.x[j] + T(options.offset_x);
@@ -95,8 +119,8 @@ void soft_argmax_forward(int n, int height, int width, int channels, int joints,
 
 template <typename T>
 void soft_argmax_backward(int n, int height, int width, int channels, int joints, const T* heatmaps,
-                          const SoftArgmaxOptions& options, const T* grad_points,
-                          T* grad_heatmaps) {
+                          const SoftArgmaxOptions& options, const T* grad_points, T* grad_heatmaps,
+                          const T* moments) {
   check_sizes(n, height, width, channels, joints);
   const HeatmapView view{height, width, channels};
   const size_t map_size = size_t(height) * width * channels, J = size_t(joints);
@@ -106,7 +130,9 @@ void soft_argmax_backward(int n, int height, int width, int channels, int joints
   for (int image = 0; image < n; ++image) {
     const T* maps = heatmaps + size_t(image) * map_size;
     T* grads = grad_heatmaps + size_t(image) * map_size;
-    const ImageMoments<T> m = image_moments(maps, view, joints, multiplier);
+    const ImageMoments<T> m =
+        moments ? ImageMoments<T>::kept(moments + size_t(image) * J * kSoftArgmaxMoments, J)
+                : image_moments(maps, view, joints, multiplier);
     const T* grad_point = grad_points + 2 * size_t(image) * J;
     std::vector<T> grad_x(J), grad_y(J), scale(J), row_term(J);
     for (size_t j = 0; j < J; ++j) {
@@ -134,12 +160,12 @@ void soft_argmax_backward(int n, int height, int width, int channels, int joints
 }
 
 template void soft_argmax_forward(int, int, int, int, int, const float*, const SoftArgmaxOptions&,
-                                  float*);
+                                  float*, float*);
 template void soft_argmax_forward(int, int, int, int, int, const double*, const SoftArgmaxOptions&,
-                                  double*);
+                                  double*, double*);
 template void soft_argmax_backward(int, int, int, int, int, const float*, const SoftArgmaxOptions&,
-                                   const float*, float*);
+                                   const float*, float*, const float*);
 template void soft_argmax_backward(int, int, int, int, int, const double*, const SoftArgmaxOptions&,
-                                   const double*, double*);
+                                   const double*, double*, const double*);
 
 }  // namespace mvibr::nn

@@ -90,6 +90,7 @@ struct MicroBatch {
   std::vector<float> maps;            // [BV,Hf,Wf,J+K]
   std::vector<float> grad_maps;       // their gradient, kept: 2 MiB anew each step was page faults
   std::vector<float> points;          // [BV,J,2] pixels (with fusion, of the fused heatmaps)
+  std::vector<float> moments;         // the soft-argmax's of maps, kept for its backward
   std::vector<float> pooled, hidden;  // [BV,K], [BV,hidden] after ReLU
   std::vector<float> confidences;     // [BV,J] after the sigmoid
   std::vector<float> weights;         // [B,V,J] normalised over views
@@ -317,8 +318,9 @@ struct PoseModel::State : WithStateCopies<PoseModel::State> {
     b->points.resize(BV * J * 2);
     std::vector<float>& raw_points = fusion ? b->raw_points : b->points;
     raw_points.resize(BV * J * 2);
+    b->moments.resize(BV * J * nn::kSoftArgmaxMoments);
     nn::soft_argmax_forward(int(BV), map_height, map_width, int(C), int(J), b->maps.data(),
-                            soft_argmax_options(), raw_points.data());
+                            soft_argmax_options(), raw_points.data(), b->moments.data());
     if (fusion) fuse(b);
     b->weights.resize(BV * J);
     if (config.use_confidences) {
@@ -492,11 +494,13 @@ struct PoseModel::State : WithStateCopies<PoseModel::State> {
                     global.joints_2d, grad_raw_points.data(), grad_raw_weights.data());
       for (size_t i = 0; i < grad_weights.size(); ++i) grad_weights[i] += grad_raw_weights[i];
       nn::soft_argmax_backward(int(BV), map_height, map_width, int(C), int(J), b->maps.data(),
-                               soft_argmax_options(), grad_raw_points.data(), grad_maps.data());
+                               soft_argmax_options(), grad_raw_points.data(), grad_maps.data(),
+                               b->moments.data());
       fuse_backward(*b, grad_points.data(), grad_maps.data());
     } else {
       nn::soft_argmax_backward(int(BV), map_height, map_width, int(C), int(J), b->maps.data(),
-                               soft_argmax_options(), grad_points.data(), grad_maps.data());
+                               soft_argmax_options(), grad_points.data(), grad_maps.data(),
+                               b->moments.data());
     }
     if (config.use_confidences) {
       std::vector<float> grad_logits(BV * J);

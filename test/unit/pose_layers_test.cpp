@@ -645,6 +645,37 @@ TEST(PoseSoftArgmax, BackwardLeavesTheOtherChannels) {
                InvalidArgument);
 }
 
+// The backward from the forward's kept moments gives the gradients of the backward that makes
+// them again, bit for bit; moments of another map give other gradients.
+TEST(PoseSoftArgmax, KeptMomentsGiveTheSameGradients) {
+  const int n = 3, height = 6, width = 5, channels = 9, joints = 7;
+  const std::vector<double> drawn =
+      synthetic::random_values(size_t(n) * height * width * channels, -1, 1, 10);
+  const std::vector<float> heatmaps(drawn.begin(), drawn.end());
+  const std::vector<double> drawn_grad =
+      synthetic::random_values(size_t(n) * joints * 2, -1, 1, 11);
+  const std::vector<float> grad_points(drawn_grad.begin(), drawn_grad.end());
+  const SoftArgmaxOptions options = SoftArgmaxOptions::for_stride(4, 30);
+  std::vector<float> points(grad_points.size()), kept_points(grad_points.size());
+  std::vector<float> moments(size_t(n) * joints * nn::kSoftArgmaxMoments);
+  nn::soft_argmax_forward(n, height, width, channels, joints, heatmaps.data(), options,
+                          points.data());
+  nn::soft_argmax_forward(n, height, width, channels, joints, heatmaps.data(), options,
+                          kept_points.data(), moments.data());
+  EXPECT_EQ(points, kept_points);
+  std::vector<float> again(heatmaps.size(), 0.0f), kept(heatmaps.size(), 0.0f);
+  nn::soft_argmax_backward(n, height, width, channels, joints, heatmaps.data(), options,
+                           grad_points.data(), again.data());
+  nn::soft_argmax_backward(n, height, width, channels, joints, heatmaps.data(), options,
+                           grad_points.data(), kept.data(), moments.data());
+  EXPECT_EQ(again, kept);
+  std::vector<float> shifted = moments;
+  shifted[2] += 0.5f;  // image 0, joint 0: its x
+  nn::soft_argmax_backward(n, height, width, channels, joints, heatmaps.data(), options,
+                           grad_points.data(), kept.data(), shifted.data());
+  EXPECT_NE(again, kept);
+}
+
 // P = K [R|t] projects as the camera does, and the ray through the pixel passes through the
 // point (mvibr's pixel-centre convention, camera.h).
 TEST(PoseTriangulation, ProjectionMatrixMatchesTheCamera) {

@@ -114,11 +114,16 @@ MVIBR_HD void soft_argmax_map_backward(const T* map, HeatmapView view,
 // The batch on the CPU, OpenMP over the N J maps. heatmaps and grad_heatmaps [N, height, width,
 // channels]; points and grad_points [N, joints, 2]; joints <= channels. The backward writes
 // channels [0, joints) of grad_heatmaps and leaves the others as they are.
+// moments (null: none): [N, joints, kSoftArgmaxMoments], each map's SoftmaxMoments, which the
+// forward writes and the backward then reads instead of a pass over the maps to make them again
+// (the same values: its gradients are bit for bit those without).
+constexpr size_t kSoftArgmaxMoments = 4;
 template <typename T>
 void soft_argmax_forward(int n, int height, int width, int channels, int joints, const T* heatmaps,
-                         const SoftArgmaxOptions& options, T* points);
+                         const SoftArgmaxOptions& options, T* points, T* moments = nullptr);
 template <typename T>
 void soft_argmax_backward(int n, int height, int width, int channels, int joints, const T* heatmaps,
-                          const SoftArgmaxOptions& options, const T* grad_points, T* grad_heatmaps);
+                          const SoftArgmaxOptions& options, const T* grad_points, T* grad_heatmaps,
+                          const T* moments = nullptr);
 
 }  // namespace mvibr::nn
