@@ -4,7 +4,9 @@
 // reordered. The bias is cudnnAddTensor after the forward, its gradient
 // cudnnConvolutionBackwardBias; gradients accumulate through beta = 1. Reflect padding (which
 // cuDNN lacks) pads the input into the Context's padded_maps and folds the input gradient back
-// from there (kernels/reflect_pad.cu).
+// from there (kernels/reflect_pad.cu); an upsampling convolution (ConvShape::upsample) upsamples
+// x into its upsampled_maps first, and takes the gradient back down from there
+// (kernels/upsample.cu).
 //
 // Each shape gets its descriptors once (a ConvPlan cached in the Context), and each pass its
 // algorithm on first use: cuDNN's ranking (cudnnGet*_v7) or measured times (cudnnFind*), then
@@ -65,6 +67,10 @@ void check_shape(const ConvShape& s) {
     throw InvalidArgument("conv2d on the GPU: reflect padding by " + std::to_string(s.pad) +
                           " needs a map larger than " + std::to_string(s.in_height) + "x" +
                           std::to_string(s.in_width));
+  }
+  if (s.upsample && (s.in_height % 2 != 0 || s.in_width % 2 != 0)) {
+    throw InvalidArgument("conv2d on the GPU: an upsampled input is of even size, not " +
+                          std::to_string(s.in_height) + "x" + std::to_string(s.in_width));
   }
   if (s.layout != MapLayout::kPlanar) {
     throw InvalidArgument("conv2d on the GPU: maps must be planar (NCHW), not channels last");
@@ -252,11 +258,18 @@ void choose_filter(Context::Impl& c, const ConvShape& s, ConvPlan& p) {
   p.have_filter = true;
 }
 
-// x as cuDNN reads it: itself, or reflect-padded into the Context's padded_maps.
+// x as cuDNN reads it: itself, or upsampled into the Context's upsampled_maps and reflect-padded
+// into its padded_maps.
 const float* padded_input(Context::Impl& c, const ConvShape& s, const float* x) {
+  const int planes = s.batch * s.in_channels;
+  if (s.upsample) {
+    float* upsampled = c.upsampled_maps(size_t(planes) * s.in_height * s.in_width);
+    upsample2x_forward(planes, s.source_height(), s.source_width(), x, upsampled, c.stream);
+    x = upsampled;
+  }
   if (s.pad == 0) return x;
   float* padded = c.padded_maps(s.padded_input_size());
-  reflect_pad_forward(s.batch * s.in_channels, s.in_height, s.in_width, s.pad, x, padded, c.stream);
+  reflect_pad_forward(planes, s.in_height, s.in_width, s.pad, x, padded, c.stream);
   return padded;
 }
 
@@ -279,24 +292,35 @@ void conv2d_forward(Context& context, const ConvShape& shape, const float* x, co
 namespace {
 
 // Unpadded, cuDNN adds into grad_x (beta = 1) or overwrites it (beta = 0); padded, it writes the
-// padded gradient, which is folded back onto grad_x (zeroed first to overwrite).
+// padded gradient, which is folded back onto grad_x (zeroed first to overwrite). Upsampling, the
+// gradient of the upsampled input is made (overwritten) in upsampled_maps and taken down to
+// grad_x from there.
 void backward_data_pass(Context::Impl& c, const ConvShape& shape, const float* weight,
                         const float* grad_y, float* grad_x, bool overwrite) {
   ConvPlan& p = plan_for(c, shape);
   if (!p.have_data) choose_data(c, shape, p);
-  float* grad_input = shape.pad == 0 ? grad_x : c.padded_maps(shape.padded_input_size());
+  const int planes = shape.batch * shape.in_channels;
+  const size_t upsampled_size = size_t(planes) * shape.in_height * shape.in_width;
+  float* grad_upsampled = shape.upsample ? c.upsampled_maps(upsampled_size) : grad_x;
+  const bool overwrite_upsampled = overwrite || shape.upsample;
+  float* grad_input = shape.pad == 0 ? grad_upsampled : c.padded_maps(shape.padded_input_size());
   void* workspace = c.workspace(p.data_bytes);
   const float one = 1.0f, zero = 0.0f;
-  const bool add = shape.pad == 0 && !overwrite;
+  const bool add = shape.pad == 0 && !overwrite_upsampled;
   MVIBR_CUDNN_CHECK(cudnnConvolutionBackwardData(c.cudnn, &one, p.w, weight, p.y, grad_y, p.conv,
                                                  p.data_algo, workspace, p.data_bytes,
                                                  add ? &one : &zero, p.x, grad_input));
   if (shape.pad > 0) {
-    if (overwrite) {
-      MVIBR_CUDA_CHECK(cudaMemsetAsync(grad_x, 0, shape.input_size() * sizeof(float), c.stream));
+    if (overwrite_upsampled) {
+      MVIBR_CUDA_CHECK(
+          cudaMemsetAsync(grad_upsampled, 0, upsampled_size * sizeof(float), c.stream));
     }
-    reflect_pad_backward(shape.batch * shape.in_channels, shape.in_height, shape.in_width,
-                         shape.pad, grad_input, grad_x, c.stream);
+    reflect_pad_backward(planes, shape.in_height, shape.in_width, shape.pad, grad_input,
+                         grad_upsampled, c.stream);
+  }
+  if (shape.upsample) {
+    upsample2x_backward(planes, shape.source_height(), shape.source_width(), grad_upsampled, grad_x,
+                        c.stream, !overwrite);
   }
 }
 

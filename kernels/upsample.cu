@@ -58,7 +58,7 @@ __global__ void upsample2x_forward_kernel(size_t count, int height, int width, c
 }
 
 __global__ void upsample2x_backward_kernel(size_t count, int height, int width, const float* grad_y,
-                                           float* grad_x) {
+                                           float* grad_x, bool accumulate) {
   const int out_height = 2 * height, out_width = 2 * width;
   for (size_t e = grid_thread_index(); e < count; e += grid_thread_count()) {
     const auto [row, col, plane] = element_of(e, height, width);
@@ -91,7 +91,7 @@ __global__ void upsample2x_backward_kernel(size_t count, int height, int width, 
         }
       }
     }
-    grad_x[e] = sum;
+    grad_x[e] = accumulate ? __fadd_rn(grad_x[e], sum) : sum;
   }
 }
 
@@ -116,13 +116,13 @@ void upsample2x_forward(int planes, int height, int width, const float* x, float
 }
 
 void upsample2x_backward(int planes, int height, int width, const float* grad_y, float* grad_x,
-                         StreamHandle stream) {
+                         StreamHandle stream, bool accumulate) {
   check(planes, height, width);
   const size_t count = size_t(planes) * size_t(height) * size_t(width);
   if (count == 0) return;
   MVIBR_LAUNCH(upsample2x_backward_kernel, blocks_for(count, kThreadsPerBlock), kThreadsPerBlock, 0,
                stream)
-  (count, height, width, grad_y, grad_x);
+  (count, height, width, grad_y, grad_x, accumulate);
   MVIBR_CUDA_CHECK_LAUNCH();
 }
 

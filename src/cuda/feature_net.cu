@@ -75,17 +75,9 @@ class CudaMapOps final : public MapOps {
     if (grad_residual) cuda::add_into(count, grad, grad_residual, stream());
     cuda::instance_norm_backward(*context_, shape, x, gamma, grad, grad_gamma, grad_beta);
   }
-  void upsample2x_forward(const MapBatch& x, float* y) override {
-    cuda::upsample2x_forward(planes(x), x.height, x.width, x.data, y, stream());
-  }
-  void upsample2x_backward(const float* grad_y, const MapBatch& grad_x) override {
-    cuda::upsample2x_backward(planes(grad_x), grad_x.height, grad_x.width, grad_y, grad_x.data,
-                              stream());
-  }
 
  private:
   StreamHandle stream() const { return context_->stream(); }
-  static int planes(const MapBatch& maps) { return maps.batch * maps.channels; }
   Context* context_;
 };
 

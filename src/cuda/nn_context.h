@@ -67,6 +67,10 @@ struct Context::Impl {
   float* padded_maps(size_t count) {
     return static_cast<float*>(padded_.get(count * sizeof(float), stream));
   }
+  // A third, for an upsampling convolution's upsampled input or its gradient.
+  float* upsampled_maps(size_t count) {
+    return static_cast<float*>(upsampled_.get(count * sizeof(float), stream));
+  }
 
   ~Impl();
 
@@ -81,7 +85,7 @@ struct Context::Impl {
     void* data_ = nullptr;
     size_t bytes_ = 0;
   };
-  Growing workspace_, padded_;
+  Growing workspace_, padded_, upsampled_;
 };
 
 }  // namespace mvibr::nn::cuda

@@ -86,6 +86,10 @@ void check_shape(const ConvShape& s) {
                           " needs a map larger than " + std::to_string(s.in_height) + "x" +
                           std::to_string(s.in_width));
   }
+  if (s.upsample && (s.in_height % 2 != 0 || s.in_width % 2 != 0)) {
+    throw InvalidArgument("conv2d: an upsampled input is of even size, not " +
+                          std::to_string(s.in_height) + "x" + std::to_string(s.in_width));
+  }
 }
 
 Tag maps_tag(const ConvShape& s) {
@@ -280,8 +284,8 @@ Scratch& padded_scratch(int which = 0) {
   return scratch.at(size_t(which));
 }
 
-// The input as the primitives read it: x itself, or reflect-padded (and, with bf16 operands,
-// rounded) into the thread's scratch.
+// The input as the primitives read it: x itself, or upsampled, reflect-padded and (with bf16
+// operands) rounded into the thread's scratch, in one pass.
 struct Source {
   memory::desc desc;
   const void* data;
@@ -294,18 +298,26 @@ memory::desc bf16_source_desc(const ConvShape& s, const ConvPrimitives& p) {
 // With bf16 operands, into `kept` when given (conv2d_kept_input_floats).
 Source source(const ConvShape& s, const ConvPrimitives& p, const float* x, float* kept) {
   const bool round = bf16_operands(s);
-  if (s.pad == 0 && !round) return {p.plain_src, x};
+  if (s.pad == 0 && !round && !s.upsample) return {p.plain_src, x};
   const auto [batch, channels] = channels_last_walk(s.batch, s.in_channels, s.layout);
+  const int height = s.source_height(), width = s.source_width();
   const size_t count = p.plain_src.get_size() / sizeof(float);
   if (round) {
     auto* padded = static_cast<uint16_t*>(kept ? static_cast<void*>(kept)
                                                : padded_scratch().bytes(count * sizeof(uint16_t)));
-    reflect_pad_forward_bf16_channels_last(batch, s.in_height, s.in_width, channels, s.pad, x,
-                                           padded);
+    if (s.upsample) {
+      upsample2x_pad_forward_bf16_channels_last(batch, height, width, channels, s.pad, x, padded);
+    } else {
+      reflect_pad_forward_bf16_channels_last(batch, height, width, channels, s.pad, x, padded);
+    }
     return {bf16_source_desc(s, p), padded};
   }
   auto* padded = static_cast<float*>(padded_scratch().bytes(count * sizeof(float)));
-  reflect_pad_forward_channels_last(batch, s.in_height, s.in_width, channels, s.pad, x, padded);
+  if (s.upsample) {
+    upsample2x_pad_forward_channels_last(batch, height, width, channels, s.pad, x, padded);
+  } else {
+    reflect_pad_forward_channels_last(batch, height, width, channels, s.pad, x, padded);
+  }
   return {p.plain_src, padded};
 }
 
@@ -317,7 +329,7 @@ Source source(const ConvShape& s, const ConvPrimitives& p, const float* x, float
 // stem's forward and backward weights: 3.8 -> 2.5 ms (bench/conv_bench).
 bool by_space_to_depth(const ConvShape& s) {
   return bf16_operands(s) && s.layout == MapLayout::kChannelsLast && s.stride == 2 &&
-         s.in_channels <= 4 && s.kernel >= 3;  // Q's kernel above 1x1, so bf16 too
+         s.in_channels <= 4 && s.kernel >= 3 && !s.upsample;  // Q's kernel above 1x1, so bf16 too
 }
 
 ConvShape space_to_depth_shape(const ConvShape& s) {
@@ -538,7 +550,7 @@ Source output_gradient(const ConvShape& lowered, const ConvPrimitives& p, const 
 }
 
 // Overwriting an unpadded input's gradient, oneDNN writes it in place; else into scratch, folded
-// (or added) onto grad_x.
+// (or added) onto grad_x, through the upsampling's taps where it upsampled.
 void backward_data_pass(const ConvShape& shape, const ConvShape& lowered, const float* weight,
                         const float* grad_y, const uint16_t* rounded, float* grad_x,
                         bool overwrite) {
@@ -546,7 +558,7 @@ void backward_data_pass(const ConvShape& shape, const ConvShape& lowered, const 
   ConvPrimitives& p = primitives(lowered, false);
   const dnnl::primitive& primitive = backward_data(lowered, p);
   const auto& pd = p.backward_data_pd;
-  const bool in_place = overwrite && shape.pad == 0 && !stem;
+  const bool in_place = overwrite && shape.pad == 0 && !stem && !shape.upsample;
   auto* grad_padded =
       in_place ? grad_x : static_cast<float*>(padded_scratch().bytes(p.plain_src.get_size()));
   const std::vector<float> stem_weights =
@@ -567,8 +579,14 @@ void backward_data_pass(const ConvShape& shape, const ConvShape& lowered, const 
   }
   // Folded back onto the input (by 0: added).
   const auto [batch, channels] = channels_last_walk(shape.batch, shape.in_channels, shape.layout);
-  reflect_pad_backward_channels_last(batch, shape.in_height, shape.in_width, channels, shape.pad,
-                                     grad_padded, grad_x, overwrite);
+  const int height = shape.source_height(), width = shape.source_width();
+  if (shape.upsample) {
+    upsample2x_pad_backward_channels_last(batch, height, width, channels, shape.pad, grad_padded,
+                                          grad_x, overwrite);
+  } else {
+    reflect_pad_backward_channels_last(batch, height, width, channels, shape.pad, grad_padded,
+                                       grad_x, overwrite);
+  }
 }
 
 // oneDNN overwrites its outputs; parameter gradients accumulate. With bf16 operands it would sum

@@ -237,15 +237,6 @@ class CpuMapOps final : public MapOps {
     nn::instance_norm_backward(shape, x, gamma, statistics, activation, out, grad, grad_residual,
                                grad_gamma, grad_beta, rounded_grad);
   }
-  void upsample2x_forward(const MapBatch& x, float* y) override {
-    const auto [batch, channels] = channels_last_walk(x.batch, x.channels, x.layout);
-    upsample2x_forward_channels_last(batch, x.height, x.width, channels, x.data, y);
-  }
-  void upsample2x_backward(const float* grad_y, const MapBatch& grad_x) override {
-    const auto [batch, channels] = channels_last_walk(grad_x.batch, grad_x.channels, grad_x.layout);
-    upsample2x_backward_channels_last(batch, grad_x.height, grad_x.width, channels, grad_y,
-                                      grad_x.data);
-  }
 
  private:
   MapLayout layout_;
@@ -327,10 +318,12 @@ ResUNet::ResUNet(const ResUNetOptions& options, ParameterSet* parameters, const 
   }
   graph_.upconv3 =
       add_unit("upconv3.conv.conv", w[2], d[0], 3, 1, true, Activation::kElu, "upconv3.conv.bn");
+  graph_.units[size_t(graph_.upconv3)].upsample = true;
   graph_.iconv3 =
       add_unit("iconv3.conv", d[0] + w[1], d[0], 3, 1, true, Activation::kElu, "iconv3.bn");
   graph_.upconv2 =
       add_unit("upconv2.conv.conv", d[0], d[1], 3, 1, true, Activation::kElu, "upconv2.conv.bn");
+  graph_.units[size_t(graph_.upconv2)].upsample = true;
   const int out = options.out_channels();
   graph_.iconv2 =
       add_unit("iconv2.conv", d[1] + w[0], out, 3, 1, true, Activation::kElu, "iconv2.bn");

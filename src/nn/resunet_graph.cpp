@@ -21,23 +21,22 @@ enum Scratch {
   kScratchSlots = kGradSkip0 + 2
 };
 
-// Reflect-padded by (kernel - 1) / 2: the size kept.
+// Reflect-padded by (kernel - 1) / 2: the size kept (upsampled, twice the input's).
 ConvShape conv_shape(const MapBatch& input, int out_channels, int kernel, int stride,
+                     const ResUNetGraph& graph, bool upsample = false) {
+  const int scale = upsample ? 2 : 1;
+  return {input.batch,         input.channels, out_channels,     scale * input.height,
+          scale * input.width, kernel,         stride,           graph.conv_algorithm,
+          graph.conv_operands, input.layout,   (kernel - 1) / 2, upsample};
+}
+
+ConvShape conv_shape(const MapBatch& input, const ResUNetGraph::Unit& unit,
                      const ResUNetGraph& graph) {
-  return {input.batch,         input.channels, out_channels,    input.height,
-          input.width,         kernel,         stride,          graph.conv_algorithm,
-          graph.conv_operands, input.layout,   (kernel - 1) / 2};
+  return conv_shape(input, unit.out_channels, unit.kernel, unit.stride, graph, unit.upsample);
 }
 
 InstanceNormShape norm_shape(const MapBatch& maps) {
   return {maps.batch, maps.channels, int(maps.plane_size()), maps.layout};
-}
-
-// The same maps at another address.
-MapBatch at(const MapBatch& maps, float* data) {
-  MapBatch moved = maps;
-  moved.data = data;
-  return moved;
 }
 
 float* zeroed(MapOps& ops, float* data, size_t count) {
@@ -84,7 +83,7 @@ std::pair<int, int> ResUNetGraph::output_size(int height, int width, bool shallo
 MapBatch ResUNetGraph::unit_forward(MapOps& ops, Workspace& ws, int index, const MapBatch& input,
                                     const float* residual, const float* params) const {
   const Unit& unit = units[size_t(index)];
-  const ConvShape shape = conv_shape(input, unit.out_channels, unit.kernel, unit.stride, *this);
+  const ConvShape shape = conv_shape(input, unit, *this);
   Workspace::UnitRecord record;
   record.input = input;
   record.conv_output =
@@ -119,10 +118,8 @@ void ResUNetGraph::forward(MapOps& ops, Workspace& ws, int views, int height, in
   // Channels last, the images are already the stem's input maps. They are read in place where
   // the stem's convolution keeps its own copy for the backward (the caller may reuse them before
   // it); else copied.
-  const Unit& first = units[size_t(stem)];
   ws.images_ = {const_cast<float*>(images), views, 3, height, width, ws.layout_};
-  const ConvShape stem_shape =
-      conv_shape(ws.images_, first.out_channels, first.kernel, first.stride, *this);
+  const ConvShape stem_shape = conv_shape(ws.images_, units[size_t(stem)], *this);
   if (ws.layout_ != MapLayout::kChannelsLast || ops.conv2d_kept_input_floats(stem_shape) == 0) {
     ws.images_ = ws.take(views, 3, height, width);
     ops.channels_last_to_maps(images, 0, 3, ws.images_);
@@ -139,12 +136,7 @@ void ResUNetGraph::forward(MapOps& ops, Workspace& ws, int views, int height, in
     ws.stages_[stage] = x;
   }
 
-  // Decoder: upsample, conv, then the skip from the encoder at that resolution.
-  const auto upsample = [&](const MapBatch& in) {
-    MapBatch up = ws.take(in.batch, in.channels, 2 * in.height, 2 * in.width);
-    ops.upsample2x_forward(in, up.data);
-    return up;
-  };
+  // Decoder: upsample and conv (one unit), then the skip from the encoder at that resolution.
   const auto skip = [&](const MapBatch& decoder, const MapBatch& encoder) {
     MapBatch cat =
         ws.take(decoder.batch, decoder.channels + encoder.channels, decoder.height, decoder.width);
@@ -154,10 +146,9 @@ void ResUNetGraph::forward(MapOps& ops, Workspace& ws, int views, int height, in
   if (shallow) {
     ws.features_ = ws.stages_[0];
   } else {
-    ws.up3_ = upsample(ws.stages_[2]);
-    ws.skip3_ = skip(unit_forward(ops, ws, upconv3, ws.up3_, nullptr, params), ws.stages_[1]);
-    ws.up2_ = upsample(unit_forward(ops, ws, iconv3, ws.skip3_, nullptr, params));
-    ws.skip2_ = skip(unit_forward(ops, ws, upconv2, ws.up2_, nullptr, params), ws.stages_[0]);
+    ws.skip3_ = skip(unit_forward(ops, ws, upconv3, ws.stages_[2], nullptr, params), ws.stages_[1]);
+    const MapBatch decoded3 = unit_forward(ops, ws, iconv3, ws.skip3_, nullptr, params);
+    ws.skip2_ = skip(unit_forward(ops, ws, upconv2, decoded3, nullptr, params), ws.stages_[0]);
     ws.features_ = unit_forward(ops, ws, iconv2, ws.skip2_, nullptr, params);
   }
 
@@ -191,7 +182,7 @@ void ResUNetGraph::unit_backward(MapOps& ops, Workspace& ws, int index, const fl
   const Unit& unit = units[size_t(index)];
   const Workspace::UnitRecord& record = ws.records_[size_t(index)];
   const MapBatch& input = record.input;
-  const ConvShape shape = conv_shape(input, unit.out_channels, unit.kernel, unit.stride, *this);
+  const ConvShape shape = conv_shape(input, unit, *this);
   // A convolution on bf16 operands takes its output gradient rounded: the norm rounds it as it
   // makes it.
   uint16_t* rounded = nullptr;
@@ -270,15 +261,14 @@ void ResUNetGraph::backward(MapOps& ops, Workspace& ws, const float* params, flo
   ops.conv2d_backward(out_shape, ws.features_.data, params + out_weight, grad_out.data,
                       out_gradients, nullptr, nullptr);
 
-  // Decoder levels, finest first: iconv ← skip ← upconv ← upsample.
+  // Decoder levels, finest first: iconv ← skip ← upconv (with its upsampling).
   struct Level {
     int iconv, upconv;
     const MapBatch& skip;
     int encoder_stage;
-    const MapBatch& up;
   };
-  for (const Level& level : {Level{iconv2, upconv2, ws.skip2_, 0, ws.up2_},
-                             Level{iconv3, upconv3, ws.skip3_, 1, ws.up3_}}) {
+  for (const Level& level :
+       {Level{iconv2, upconv2, ws.skip2_, 0}, Level{iconv3, upconv3, ws.skip3_, 1}}) {
     if (shallow) break;  // out_conv read layer1's output: g is its gradient
     float* grad_skip = spare(g);
     unit_backward(ops, ws, level.iconv, params, grads, g, grad_skip, true, nullptr);
@@ -287,12 +277,9 @@ void ResUNetGraph::backward(MapOps& ops, Workspace& ws, const float* params, flo
     float* grad_encoder = ws.scratch(kGradSkip0 + level.encoder_stage, encoder.size());
     ws.grad_skip_[level.encoder_stage] = grad_encoder;
     ops.skip_concat_backward(grad_skip, decoder, encoder, g, grad_encoder);
-    float* grad_up = spare(g);
-    unit_backward(ops, ws, level.upconv, params, grads, g, grad_up, true, nullptr);
-    MapBatch grad_below = at(level.up, g);
-    grad_below.height /= 2;
-    grad_below.width /= 2;
-    ops.upsample2x_backward(grad_up, grad_below);
+    float* grad_below = spare(g);
+    unit_backward(ops, ws, level.upconv, params, grads, g, grad_below, true, nullptr);
+    g = grad_below;
   }
 
   // Encoder, last block first; a stage's input gradient starts from the skip's.

@@ -1,10 +1,14 @@
 // Bilinear upsampling by 2 with align_corners=True, forward and backward (see conv_layers.h): the
 // decoder's upconv layers. With align_corners the output's corners sit on the input's corners,
 // so output index o samples the input at o (n - 1) / (2n - 1), PyTorch's source index. One
-// implementation for both layouts: planar maps are channels-last maps of one channel.
+// implementation for both layouts (planar maps are channels-last maps of one channel) and with
+// the reflect padding of the convolution that reads the result: padded index i takes the taps of
+// the upsampled index it reflects (reflect_pad_source), so the upsampled map is never written.
+#include <cstdint>
 #include <vector>
 
 #include "mvibr/nn/conv_layers.h"
+#include "vector_math.h"
 
 namespace mvibr::nn {
 namespace {
@@ -15,31 +19,37 @@ struct Tap {
   float low_weight, high_weight;
 };
 
-std::vector<Tap> taps(int n) {
+// The taps of the 2n upsampled indices, reflect-padded by `pad` on both sides.
+std::vector<Tap> taps(int n, int pad) {
   const int outputs = 2 * n;
   const double scale = double(n - 1) / double(outputs - 1);
-  std::vector<Tap> result(static_cast<size_t>(outputs));
-  for (int o = 0; o < outputs; ++o) {
-    const double source = scale * o;
+  std::vector<Tap> result(size_t(outputs + 2 * pad));
+  for (int i = 0; i < outputs + 2 * pad; ++i) {
+    const double source = scale * reflect_pad_source(i, pad, outputs);
     const int low = int(source);
     const int high = low < n - 1 ? low + 1 : low;
     const float fraction = float(source - low);
-    result[size_t(o)] = {low, high, 1.0f - fraction, fraction};
+    result[size_t(i)] = {low, high, 1.0f - fraction, fraction};
   }
   return result;
 }
 
-}  // namespace
+float stored(float value, float*) {
+  return value;
+}
+uint16_t stored(float value, uint16_t*) {
+  return bf16_bits(value);
+}
 
-void upsample2x_forward_channels_last(int batch, int height, int width, int channels,
-                                      const float* x, float* y) {
-  const std::vector<Tap> rows = taps(height), columns = taps(width);
-  const size_t c = size_t(channels), in_row = size_t(width) * c, out_width = size_t(2 * width);
-  const size_t in_size = size_t(height) * in_row;
+template <typename Out>
+void forward(int batch, int height, int width, int channels, int pad, const float* x, Out* y) {
+  const std::vector<Tap> rows = taps(height, pad), columns = taps(width, pad);
+  const size_t c = size_t(channels), in_row = size_t(width) * c, out_width = columns.size();
+  const size_t in_size = size_t(height) * in_row, out_size = rows.size() * out_width * c;
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < batch; ++n) {
     const float* in = x + size_t(n) * in_size;
-    float* out = y + size_t(n) * 4 * in_size;
+    Out* out = y + size_t(n) * out_size;
     for (size_t i = 0; i < rows.size(); ++i) {
       const Tap r = rows[i];
       const float* low = in + size_t(r.low) * in_row;
@@ -48,28 +58,45 @@ void upsample2x_forward_channels_last(int batch, int height, int width, int chan
         const Tap t = columns[j];
         const float *low_left = low + size_t(t.low) * c, *low_right = low + size_t(t.high) * c;
         const float *high_left = high + size_t(t.low) * c, *high_right = high + size_t(t.high) * c;
-        float* out_pixel = out + (i * out_width + j) * c;
+        Out* out_pixel = out + (i * out_width + j) * c;
+#pragma omp simd
         for (size_t k = 0; k < c; ++k) {
-          out_pixel[k] =
+          out_pixel[k] = stored(
               r.low_weight * (t.low_weight * low_left[k] + t.high_weight * low_right[k]) +
-              r.high_weight * (t.low_weight * high_left[k] + t.high_weight * high_right[k]);
+                  r.high_weight * (t.low_weight * high_left[k] + t.high_weight * high_right[k]),
+              out_pixel);
         }
       }
     }
   }
 }
 
-void upsample2x_backward_channels_last(int batch, int height, int width, int channels,
-                                       const float* grad_y, float* grad_x) {
-  const std::vector<Tap> rows = taps(height), columns = taps(width);
-  const size_t c = size_t(channels), in_row = size_t(width) * c, out_width = size_t(2 * width);
-  const size_t in_size = size_t(height) * in_row;
+}  // namespace
+
+void upsample2x_pad_forward_channels_last(int batch, int height, int width, int channels, int pad,
+                                          const float* x, float* y) {
+  forward(batch, height, width, channels, pad, x, y);
+}
+
+void upsample2x_pad_forward_bf16_channels_last(int batch, int height, int width, int channels,
+                                               int pad, const float* x, uint16_t* y) {
+  forward(batch, height, width, channels, pad, x, y);
+}
+
+void upsample2x_pad_backward_channels_last(int batch, int height, int width, int channels, int pad,
+                                           const float* grad_padded, float* grad_x,
+                                           bool overwrite) {
+  const std::vector<Tap> rows = taps(height, pad), columns = taps(width, pad);
+  const size_t c = size_t(channels), in_row = size_t(width) * c, out_width = columns.size();
+  const size_t in_size = size_t(height) * in_row, out_size = rows.size() * out_width * c;
   // One image per thread: the scatter stays inside it.
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < batch; ++n) {
-    const float* in = grad_y + size_t(n) * 4 * in_size;
+    const float* in = grad_padded + size_t(n) * out_size;
     float* out = grad_x + size_t(n) * in_size;
-    for (size_t k = 0; k < in_size; ++k) out[k] = 0.0f;
+    if (overwrite) {
+      for (size_t k = 0; k < in_size; ++k) out[k] = 0.0f;
+    }
     for (size_t i = 0; i < rows.size(); ++i) {
       const Tap r = rows[i];
       float* low = out + size_t(r.low) * in_row;
@@ -87,6 +114,16 @@ void upsample2x_backward_channels_last(int batch, int height, int width, int cha
       }
     }
   }
+}
+
+void upsample2x_forward_channels_last(int batch, int height, int width, int channels,
+                                      const float* x, float* y) {
+  upsample2x_pad_forward_channels_last(batch, height, width, channels, 0, x, y);
+}
+
+void upsample2x_backward_channels_last(int batch, int height, int width, int channels,
+                                       const float* grad_y, float* grad_x) {
+  upsample2x_pad_backward_channels_last(batch, height, width, channels, 0, grad_y, grad_x, true);
 }
 
 void upsample2x_forward(int planes, int height, int width, const float* x, float* y) {

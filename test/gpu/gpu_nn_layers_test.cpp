@@ -412,12 +412,17 @@ nn::ConvShape reflected(nn::ConvShape s, int pad) {
   return s;
 }
 
+nn::ConvShape upsampled(nn::ConvShape s) {
+  s.upsample = true;
+  return s;
+}
+
 TEST_F(CudaLayers, Conv2dMatchesCpu) {
   // {batch, in_channels, out_channels, in_height, in_width, kernel, stride}, then the reflect
   // padding. IBRNet's ResUNet: the 7x7 stride-2 stem, 3x3 convolutions in and between stages, the
   // 1x1 shortcut, and a 3x3 on the deepest 2x3 maps; then unpadded odd shapes, a stride that
   // leaves the last row and column uncovered (their input gradient gets nothing), a kernel as
-  // large as the map.
+  // large as the map; the decoder's upsampling convolutions, padded and not.
   const nn::ConvShape shapes[] = {
       reflected({4, 3, 64, 100, 80, 7, 2}, 3),
       reflected({2, 64, 64, 25, 20, 3, 1}, 1),
@@ -430,6 +435,8 @@ TEST_F(CudaLayers, Conv2dMatchesCpu) {
       {1, 1, 1, 1, 1, 1, 1},
       {2, 3, 5, 11, 13, 5, 3},
       {1, 2, 3, 4, 4, 4, 1},
+      upsampled(reflected({2, 32, 16, 26, 20, 3, 1}, 1)),
+      upsampled({2, 6, 5, 10, 14, 3, 1}),
   };
   struct Setting {
     nn::cuda::ConvSearch search;
@@ -442,7 +449,7 @@ TEST_F(CudaLayers, Conv2dMatchesCpu) {
   for (const nn::ConvShape& s : shapes) {
     for (bool with_bias : {true, false}) {
       SCOPED_TRACE(describe(s) + (with_bias ? " with bias" : " without bias"));
-      const size_t in_count = size_t(s.batch) * s.in_channels * s.in_height * s.in_width;
+      const size_t in_count = s.input_size();
       const size_t out_count = size_t(s.batch) * s.out_channels * s.out_height() * s.out_width();
       const int fan_in = s.in_channels * s.kernel * s.kernel;
       const size_t weight_count = size_t(s.out_channels) * fan_in;
@@ -467,11 +474,13 @@ TEST_F(CudaLayers, Conv2dMatchesCpu) {
       nn::conv2d_backward(s, nullptr, weight.data(), grad_y.data(),
                           nn::ConvGradients{grad_x_written.data(), nullptr, nullptr, true});
 
-      // Products summed per output: forward fan_in; input gradient at most out_channels
-      // ceil(k/stride)^2, each up to 4 times where the padding folds back, and the value it adds
-      // to; weight and bias gradients batch x output plane.
+      // Products summed per output: forward fan_in (and the upsampling's 4 taps); input gradient
+      // at most out_channels ceil(k/stride)^2, each up to 4 times where the padding folds back
+      // and 16 more where the upsampling's taps gather, and the value it adds to; weight and bias
+      // gradients batch x output plane.
       const int taps = (s.kernel + s.stride - 1) / s.stride;
-      const double data_terms = double(s.out_channels) * taps * taps * (s.pad > 0 ? 4 : 1) + 1;
+      const double data_terms =
+          double(s.out_channels) * taps * taps * (s.pad > 0 ? 4 : 1) * (s.upsample ? 16 : 1) + 1;
       const double weight_terms = double(s.batch) * s.out_height() * s.out_width();
 
       const DeviceArray<float> device_x(x), device_weight(weight), device_bias(bias),
@@ -499,7 +508,9 @@ TEST_F(CudaLayers, Conv2dMatchesCpu) {
         EXPECT_LE(normwise_relative_error(device_grad_x_written.to_host(), grad_x_written),
                   sum_bound(data_terms))
             << "grad_x written";
-        EXPECT_LE(normwise_relative_error(device_y.to_host(), y), sum_bound(fan_in)) << "y";
+        EXPECT_LE(normwise_relative_error(device_y.to_host(), y),
+                  sum_bound(fan_in * (s.upsample ? 4 : 1)))
+            << "y";
         EXPECT_LE(normwise_relative_error(device_grad_x.to_host(), grad_x), sum_bound(data_terms))
             << "grad_x";
         EXPECT_LE(normwise_relative_error(device_grad_weight.to_host(), grad_weight),

@@ -91,14 +91,16 @@ Case conv_case(ConvShape s, bool bias, uint64_t seed) {
             {"stride", s.stride},
             {"pad", s.pad},
             {"bias", bias},
-            {"operands", s.operands == ConvOperands::kBf16 ? "bf16" : "fp32"}};
-  c.inputs["x"] = random_array({n, ci, size_t(s.in_height), size_t(s.in_width)}, -1, 1, seed);
+            {"operands", s.operands == ConvOperands::kBf16 ? "bf16" : "fp32"},
+            {"upsample", s.upsample}};
+  c.inputs["x"] =
+      random_array({n, ci, size_t(s.source_height()), size_t(s.source_width())}, -1, 1, seed);
   c.inputs["weight"] = random_array({co, ci, k, k}, -0.5, 0.5, seed + 1);
   if (bias) c.inputs["bias"] = random_array({co}, -0.5, 0.5, seed + 2);
   const std::vector<size_t> out_shape{n, co, size_t(s.out_height()), size_t(s.out_width())};
   c.inputs["grad_y"] = random_array(out_shape, -1, 1, seed + 3);
   c.run = [s, bias, out_shape](const Arrays& in) {
-    const MapBatch input{nullptr, s.batch, s.in_channels, s.in_height, s.in_width};
+    const MapBatch input{nullptr, s.batch, s.in_channels, s.source_height(), s.source_width()};
     const MapBatch output{nullptr, s.batch, s.out_channels, s.out_height(), s.out_width()};
     const auto x = laid_out(floats(in.at("x")), input, s.layout);
     const auto weight = floats(in.at("weight"));
@@ -483,6 +485,27 @@ std::map<std::string, std::function<Case()>> all_cases() {
   cases["bf16_conv_channels_last_3x3_stride2_reflect_1"] = [=] {
     return conv_case(channels_last(reflect(bf16_shape({2, 16, 32, 12, 13, 3, 2}), 1)), false, 40);
   };
+  // Upsampling convolutions (the decoder's upconvs): x upsampled by 2, then padded, in one pass.
+  const auto upsampled = [](ConvShape s) {
+    s.upsample = true;
+    return s;
+  };
+  cases["conv_3x3_upsampled_reflect_1_bias"] = [=] {
+    return conv_case(upsampled(reflect({2, 4, 6, 10, 8, 3, 1}, 1)), true, 43);
+  };
+  cases["conv_1x1_upsampled"] = [=] {
+    return conv_case(upsampled({2, 5, 3, 6, 4, 1, 1}), false, 44);
+  };
+  cases["channels_last_conv_3x3_upsampled_reflect_1"] = [=] {
+    return conv_case(channels_last(upsampled(reflect({2, 6, 5, 8, 10, 3, 1}, 1))), true, 45);
+  };
+  cases["bf16_conv_channels_last_3x3_upsampled_reflect_1"] = [=] {
+    return conv_case(channels_last(upsampled(reflect(bf16_shape({2, 32, 16, 8, 6, 3, 1}), 1))),
+                     true, 46);
+  };
+  cases["bf16_conv_3x3_upsampled_reflect_1"] = [=] {
+    return conv_case(upsampled(reflect(bf16_shape({2, 16, 8, 6, 10, 3, 1}), 1)), false, 47);
+  };
   cases["channels_last_reflect_pad_1"] = [] {
     return reflect_pad_case(6, 5, 4, 1, 6, MapLayout::kChannelsLast, 3);
   };
@@ -663,31 +686,42 @@ TEST(Conv2d, WeightGradientsAccumulate) {
 TEST(Conv2d, InputGradientsAccumulateOrOverwrite) {
   for (const MapLayout layout : {MapLayout::kPlanar, MapLayout::kChannelsLast}) {
     for (const int pad : {0, 1}) {
-      SCOPED_TRACE(std::to_string(pad) +
-                   (layout == MapLayout::kPlanar ? " planar" : " channels last"));
-      ConvShape s{2, 3, 4, 5, 6, 3, 1};
-      s.layout = layout;
-      s.pad = pad;
-      const size_t out = size_t(s.batch) * s.out_channels * s.out_height() * s.out_width();
-      std::vector<float> weight(size_t(4 * 3 * 9)), grad_y(out);
-      for (size_t i = 0; i < weight.size(); ++i) weight[i] = float(i % 7) * 0.25f - 0.5f;
-      for (size_t i = 0; i < grad_y.size(); ++i) grad_y[i] = float(i % 5) * 0.5f - 1.0f;
-      std::vector<float> once(2 * 3 * 5 * 6, 0.0f), twice(once.size(), 0.0f),
-          written(once.size(), 7.0f);
-      const auto into = [&](std::vector<float>& grad_x, bool overwrite) {
-        conv2d_backward(s, nullptr, weight.data(), grad_y.data(),
-                        ConvGradients{grad_x.data(), nullptr, nullptr, overwrite});
-      };
-      into(once, false);
-      for (int i = 0; i < 2; ++i) into(twice, false);
-      into(written, true);
-      double largest = 0;
-      for (size_t i = 0; i < once.size(); ++i) {
-        EXPECT_EQ(twice[i], 2 * once[i]) << i;
-        EXPECT_NEAR(written[i], once[i], 2e-7 * std::abs(once[i])) << i;
-        largest = std::max(largest, double(std::abs(once[i])));
+      for (const bool upsample : {false, true}) {
+        SCOPED_TRACE(std::to_string(pad) +
+                     (layout == MapLayout::kPlanar ? " planar" : " channels last") +
+                     (upsample ? " upsampled" : ""));
+        ConvShape s{2, 3, 4, 6, 8, 3, 1};
+        s.layout = layout;
+        s.pad = pad;
+        s.upsample = upsample;
+        const size_t out = size_t(s.batch) * s.out_channels * s.out_height() * s.out_width();
+        std::vector<float> weight(size_t(4 * 3 * 9)), grad_y(out);
+        for (size_t i = 0; i < weight.size(); ++i) weight[i] = float(i % 7) * 0.25f - 0.5f;
+        for (size_t i = 0; i < grad_y.size(); ++i) grad_y[i] = float(i % 5) * 0.5f - 1.0f;
+        std::vector<float> once(s.input_size(), 0.0f), twice(once.size(), 0.0f),
+            written(once.size(), 7.0f);
+        const auto into = [&](std::vector<float>& grad_x, bool overwrite) {
+          conv2d_backward(s, nullptr, weight.data(), grad_y.data(),
+                          ConvGradients{grad_x.data(), nullptr, nullptr, overwrite});
+        };
+        into(once, false);
+        for (int i = 0; i < 2; ++i) into(twice, false);
+        into(written, true);
+        double largest = 0;
+        for (float value : once) largest = std::max(largest, double(std::abs(value)));
+        EXPECT_GT(largest, 0.5);
+        // The upsampling's taps (like 3/7) scatter their terms onto what is there: added twice,
+        // within the rounding of those adds, not exactly twice.
+        for (size_t i = 0; i < once.size(); ++i) {
+          if (upsample) {
+            EXPECT_NEAR(twice[i], 2 * once[i], 1e-6 * largest) << i;
+            EXPECT_NEAR(written[i], once[i], 1e-6 * largest) << i;
+          } else {
+            EXPECT_EQ(twice[i], 2 * once[i]) << i;
+            EXPECT_NEAR(written[i], once[i], 2e-7 * std::abs(once[i])) << i;
+          }
+        }
       }
-      EXPECT_GT(largest, 0.5);
     }
   }
 }

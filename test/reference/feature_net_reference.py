@@ -70,7 +70,8 @@ def conv(case, p):
     x, weight = load(case, "x", True), load(case, "weight", True)
     bias = load(case, "bias", True) if p["bias"] else None
     pad = p.get("pad", 0)
-    padded = F.pad(x, (pad, pad, pad, pad), mode="reflect") if pad else x
+    source = upsample(x) if p.get("upsample") else x
+    padded = F.pad(source, (pad, pad, pad, pad), mode="reflect") if pad else source
     y = (conv2d_bf16 if p.get("operands") == "bf16" else F.conv2d)(padded, weight, bias, p["stride"])
     backward_and_save(case, "y", y, x=x, weight=weight, bias=bias)
 

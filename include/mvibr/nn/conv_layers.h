@@ -57,6 +57,10 @@ enum class ConvOperands { kFp32, kBf16 };
 // [batch, in_channels, in_height, in_width] (unpadded), weights [out_channels, in_channels,
 // kernel, kernel] (PyTorch's layout), output [batch, out_channels, out_height(), out_width()];
 // input and output in `layout`. Reflection needs pad < in_height and pad < in_width.
+// - upsample: x holds the input at half its size, [batch, in_channels, source_height(),
+//   source_width()], and the convolution reads it upsampled by 2 (upsample2x below; the
+//   decoder's upconvs), in the same pass as the padding; in_height and in_width are even. The
+//   input gradient is x's.
 struct ConvShape {
   int batch = 1, in_channels = 1, out_channels = 1;
   int in_height = 1, in_width = 1, kernel = 1, stride = 1;
@@ -64,13 +68,16 @@ struct ConvShape {
   ConvOperands operands = ConvOperands::kFp32;
   MapLayout layout = MapLayout::kPlanar;
   int pad = 0;
+  bool upsample = false;
+  int source_height() const { return upsample ? in_height / 2 : in_height; }
+  int source_width() const { return upsample ? in_width / 2 : in_width; }
   int padded_height() const { return in_height + 2 * pad; }
   int padded_width() const { return in_width + 2 * pad; }
   int out_height() const { return (padded_height() - kernel) / stride + 1; }
   int out_width() const { return (padded_width() - kernel) / stride + 1; }
-  // Values in the input, the padded input and the output.
+  // Values in x, the padded input and the output.
   size_t input_size() const {
-    return size_t(batch) * size_t(in_channels) * size_t(in_height) * size_t(in_width);
+    return size_t(batch) * size_t(in_channels) * size_t(source_height()) * size_t(source_width());
   }
   size_t padded_input_size() const {
     return size_t(batch) * size_t(in_channels) * size_t(padded_height()) * size_t(padded_width());
@@ -185,6 +192,15 @@ void upsample2x_forward_channels_last(int batch, int height, int width, int chan
                                       const float* x, float* y);
 void upsample2x_backward_channels_last(int batch, int height, int width, int channels,
                                        const float* grad_y, float* grad_x);
+// Upsampled and reflect-padded by `pad` in one pass: y [batch, 2 height + 2 pad, 2 width + 2 pad,
+// channels], in fp32 or rounded to bf16 (their bits, as reflect_pad_forward_bf16_channels_last).
+void upsample2x_pad_forward_channels_last(int batch, int height, int width, int channels, int pad,
+                                          const float* x, float* y);
+void upsample2x_pad_forward_bf16_channels_last(int batch, int height, int width, int channels,
+                                               int pad, const float* x, uint16_t* y);
+// grad_x from the padded, upsampled map's gradient: added, or written with overwrite.
+void upsample2x_pad_backward_channels_last(int batch, int height, int width, int channels, int pad,
+                                           const float* grad_padded, float* grad_x, bool overwrite);
 
 }  // namespace mvibr::nn
 

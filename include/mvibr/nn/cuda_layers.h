@@ -167,8 +167,8 @@ void reflect_pad_backward(int planes, int height, int width, int pad, const floa
 // By 2, align_corners=True: [planes, height, width] -> [planes, 2 height, 2 width].
 void upsample2x_forward(int planes, int height, int width, const float* x, float* y,
                         StreamHandle stream);
-// grad_x overwritten.
+// grad_x overwritten, or added to with accumulate.
 void upsample2x_backward(int planes, int height, int width, const float* grad_y, float* grad_x,
-                         StreamHandle stream);
+                         StreamHandle stream, bool accumulate = false);
 
 }  // namespace mvibr::nn::cuda

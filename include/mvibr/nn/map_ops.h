@@ -63,9 +63,6 @@ class MapOps {
                                       Activation activation, const float* out, float* grad,
                                       float* grad_residual, float* grad_gamma, float* grad_beta,
                                       uint16_t* rounded_grad) = 0;
-  // y: x's maps at twice the size; grad_x (its data, overwritten) from grad_y.
-  virtual void upsample2x_forward(const MapBatch& x, float* y) = 0;
-  virtual void upsample2x_backward(const float* grad_y, const MapBatch& grad_x) = 0;
 };
 
 // The CPU's, on host memory, for maps in `layout` (stateless; OpenMP inside the layers).

@@ -31,6 +31,7 @@ struct ResUNetGraph {
     std::string name;  // the convolution's PyTorch module path ("layer1.0.conv2")
     size_t weight = 0, bias = kNoBias, gamma = 0, beta = 0;  // offsets
     int in_channels = 0, out_channels = 0, kernel = 1, stride = 1;
+    bool upsample = false;  // the decoder's upconvs: the input upsampled by 2 (ConvShape::upsample)
     Activation activation = Activation::kNone;
   };
   // out = ReLU(IN(conv2(ReLU(IN(conv1(x))))) + identity), identity = downsample(x) or x.
@@ -62,7 +63,7 @@ struct ResUNetGraph {
     MapLayout layout_ = MapLayout::kPlanar;  // the last forward's ops'
     bool forward_done_ = false;
     std::vector<UnitRecord> records_;
-    MapBatch images_, stages_[3], up3_, skip3_, up2_, skip2_, features_, out_;
+    MapBatch images_, stages_[3], skip3_, skip2_, features_, out_;
     float* grad_skip_[2] = {nullptr, nullptr};  // the encoder stages' gradients from the skips
   };
 
