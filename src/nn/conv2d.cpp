@@ -407,32 +407,67 @@ std::vector<int> space_to_depth_sources(int n, int pad, int padded, int input) {
   return source;
 }
 
-// Q from x in one pass: padded by reflection, rounded to bf16 (their bits), rearranged.
+// Q from x in one pass: padded by reflection, rounded to bf16 (their bits), rearranged. Each of
+// Q's rows (h, dy) is padded row 2h + dy: it is rounded whole into a row of P (vectorised, in
+// cache), whose pixel pairs are then moved to Q's cells as fixed-size copies of C channels.
+template <size_t C>
 void space_to_depth_bf16(const ConvShape& s, const ConvShape& q, const float* x, uint16_t* out) {
-  const size_t c = size_t(s.in_channels), hq = size_t(q.in_height), wq = size_t(q.in_width);
+  constexpr size_t c = C;
+  const size_t hq = size_t(q.in_height), wq = size_t(q.in_width), wp = size_t(s.padded_width());
+  const size_t pad = size_t(s.pad), width = size_t(s.in_width);
+  const size_t pairs = std::min(wq, wp / 2), tail = pairs < wq && wp % 2 ? c : 0;
   const std::vector<int> rows =
       space_to_depth_sources(q.in_height, s.pad, s.padded_height(), s.in_height);
-  const std::vector<int> columns =
-      space_to_depth_sources(q.in_width, s.pad, s.padded_width(), s.in_width);
-  const size_t in_row = size_t(s.in_width) * c, in_image = size_t(s.in_height) * in_row;
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < s.batch; ++n) {
-    for (size_t h = 0; h < hq; ++h) {
-      for (size_t dy = 0; dy < 2; ++dy) {
-        uint16_t* q_row = out + ((size_t(n) * hq + h) * wq * 4 + 2 * dy) * c;
-        const int row = rows[2 * h + dy];
-        const float* from = x + size_t(n) * in_image + size_t(std::max(row, 0)) * in_row;
-        for (size_t cell = 0; cell < 2 * wq; ++cell) {  // (w, dx) at q_row + (4 w + dx) C
-          uint16_t* to = q_row + (cell / 2 * 4 + cell % 2) * c;
-          const int column = columns[cell];
-          if (row < 0 || column < 0) {
-            std::fill_n(to, c, uint16_t(0));
-          } else {
-            for (size_t k = 0; k < c; ++k) to[k] = bf16_bits(from[size_t(column) * c + k]);
+  const std::vector<int> columns = space_to_depth_sources(q.in_width, s.pad, int(wp), s.in_width);
+  const size_t in_row = width * c, in_image = size_t(s.in_height) * in_row;
+#pragma omp parallel
+  {
+    std::vector<uint16_t> padded_row(2 * pairs * c + tail);
+#pragma omp for schedule(static)
+    for (int n = 0; n < s.batch; ++n) {
+      for (size_t h = 0; h < hq; ++h) {
+        for (size_t dy = 0; dy < 2; ++dy) {
+          uint16_t* q_row = out + ((size_t(n) * hq + h) * wq * 4 + 2 * dy) * c;
+          const int row = rows[2 * h + dy];
+          size_t done = 0;  // the pairs moved
+          if (row >= 0) {
+            const float* from = x + size_t(n) * in_image + size_t(row) * in_row;
+            uint16_t* p = padded_row.data();
+            for (size_t j = 0; j < padded_row.size() / c; ++j) {
+              if (j == pad) {  // the interior, one run
+                const size_t run = std::min(width, padded_row.size() / c - pad) * c;
+#pragma omp simd
+                for (size_t k = 0; k < run; ++k) p[pad * c + k] = bf16_bits(from[k]);
+                j += run / c - 1;
+                continue;
+              }
+              for (size_t k = 0; k < c; ++k)
+                p[j * c + k] = bf16_bits(from[size_t(columns[j]) * c + k]);
+            }
+            copy_runs<2 * C>(pairs, p, 2 * c, q_row, 4 * c);
+            for (size_t k = 0; k < tail; ++k) q_row[pairs * 4 * c + k] = p[pairs * 2 * c + k];
+            done = pairs;
+          }
+          for (size_t w = done; w < wq; ++w) {
+            const size_t first = w == done && row >= 0 ? tail : 0;
+            std::fill(q_row + w * 4 * c + first, q_row + w * 4 * c + 2 * c, uint16_t(0));
           }
         }
       }
     }
+  }
+}
+
+void space_to_depth_bf16(const ConvShape& s, const ConvShape& q, const float* x, uint16_t* out) {
+  switch (s.in_channels) {  // by_space_to_depth: at most 4
+    case 1:
+      return space_to_depth_bf16<1>(s, q, x, out);
+    case 2:
+      return space_to_depth_bf16<2>(s, q, x, out);
+    case 3:
+      return space_to_depth_bf16<3>(s, q, x, out);
+    default:
+      return space_to_depth_bf16<4>(s, q, x, out);
   }
 }
 
