@@ -3,7 +3,9 @@
 // and ISA for all three passes. The callers hold plain NCHW or NHWC maps (ConvShape::layout) and
 // OIHW weights.
 // - Reflect padding: the input is padded into scratch (reflect_pad.cpp) and the primitives run
-//   unpadded on it; the input gradient comes out padded and is folded back.
+//   unpadded on it; the input gradient comes out padded and is folded back. An upsampled input
+//   (ConvShape::upsample) is upsampled in the same pass, and its gradient taken back through the
+//   taps in the fold (upsample.cpp).
 // - The 3x3 and 7x7 convolutions ask for the layouts the best kernel wants and are reordered into
 //   and out of them around each call. On NCHW oneDNN can only run its im2col + JIT sgemm
 //   ("gemm:jit"); its direct kernels ("jit:avx2", "brgconv") are 1.3-4x faster with the reorders
@@ -441,8 +443,9 @@ void space_to_depth_bf16(const ConvShape& s, const ConvShape& q, const float* x,
                 j += run / c - 1;
                 continue;
               }
-              for (size_t k = 0; k < c; ++k)
+              for (size_t k = 0; k < c; ++k) {
                 p[j * c + k] = bf16_bits(from[size_t(columns[j]) * c + k]);
+              }
             }
             copy_runs<2 * C>(pairs, p, 2 * c, q_row, 4 * c);
             for (size_t k = 0; k < tail; ++k) q_row[pairs * 4 * c + k] = p[pairs * 2 * c + k];

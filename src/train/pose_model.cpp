@@ -90,7 +90,7 @@ struct MicroBatch {
   std::vector<float> maps;            // [BV,Hf,Wf,J+K]
   std::vector<float> grad_maps;       // their gradient, kept: 2 MiB anew each step was page faults
   std::vector<float> points;          // [BV,J,2] pixels (with fusion, of the fused heatmaps)
-  std::vector<float> moments;         // the soft-argmax's of maps, kept for its backward
+  std::vector<float> moments;         // the soft-argmax's moments of maps, for its backward
   std::vector<float> pooled, hidden;  // [BV,K], [BV,hidden] after ReLU
   std::vector<float> confidences;     // [BV,J] after the sigmoid
   std::vector<float> weights;         // [B,V,J] normalised over views
