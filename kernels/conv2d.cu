@@ -55,23 +55,9 @@ std::string describe(const ConvShape& s) {
          std::to_string(s.stride);
 }
 
+// The CPU layer's checks, then cuDNN's own limits.
 void check_shape(const ConvShape& s) {
-  if (s.batch < 1 || s.in_channels < 1 || s.out_channels < 1 || s.kernel < 1 || s.stride < 1 ||
-      s.pad < 0 || s.padded_height() < s.kernel || s.padded_width() < s.kernel) {
-    throw InvalidArgument("conv2d on the GPU: a " + std::to_string(s.kernel) + "x" +
-                          std::to_string(s.kernel) + " convolution cannot run on a " +
-                          std::to_string(s.in_height) + "x" + std::to_string(s.in_width) +
-                          " map padded by " + std::to_string(s.pad));
-  }
-  if (s.pad >= s.in_height || s.pad >= s.in_width) {
-    throw InvalidArgument("conv2d on the GPU: reflect padding by " + std::to_string(s.pad) +
-                          " needs a map larger than " + std::to_string(s.in_height) + "x" +
-                          std::to_string(s.in_width));
-  }
-  if (s.upsample && (s.in_height % 2 != 0 || s.in_width % 2 != 0)) {
-    throw InvalidArgument("conv2d on the GPU: an upsampled input is of even size, not " +
-                          std::to_string(s.in_height) + "x" + std::to_string(s.in_width));
-  }
+  check_conv_shape(s, "conv2d on the GPU");
   if (s.layout != MapLayout::kPlanar) {
     throw InvalidArgument("conv2d on the GPU: maps must be planar (NCHW), not channels last");
   }

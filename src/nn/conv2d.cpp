@@ -33,6 +33,7 @@
 #include <new>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -76,24 +77,6 @@ memory::dims dims(int a, int b, int c, int d) {
   return {memory::dim(a), memory::dim(b), memory::dim(c), memory::dim(d)};
 }
 
-void check_shape(const ConvShape& s) {
-  if (s.batch < 1 || s.in_channels < 1 || s.out_channels < 1 || s.kernel < 1 || s.stride < 1 ||
-      s.pad < 0 || s.padded_height() < s.kernel || s.padded_width() < s.kernel) {
-    throw InvalidArgument("conv2d: a " + std::to_string(s.kernel) + "x" + std::to_string(s.kernel) +
-                          " convolution cannot run on a " + std::to_string(s.in_height) + "x" +
-                          std::to_string(s.in_width) + " map padded by " + std::to_string(s.pad));
-  }
-  if (s.pad >= s.in_height || s.pad >= s.in_width) {
-    throw InvalidArgument("conv2d: reflect padding by " + std::to_string(s.pad) +
-                          " needs a map larger than " + std::to_string(s.in_height) + "x" +
-                          std::to_string(s.in_width));
-  }
-  if (s.upsample && (s.in_height % 2 != 0 || s.in_width % 2 != 0)) {
-    throw InvalidArgument("conv2d: an upsampled input is of even size, not " +
-                          std::to_string(s.in_height) + "x" + std::to_string(s.in_width));
-  }
-}
-
 Tag maps_tag(const ConvShape& s) {
   return s.layout == MapLayout::kPlanar ? Tag::nchw : Tag::nhwc;
 }
@@ -126,7 +109,7 @@ memory::desc operand(const ConvShape& s, const memory::desc& plain, Operand what
 ConvPrimitives& primitives(const ConvShape& s, bool with_bias) {
   static std::mutex mutex;
   static std::map<ConvKey, std::unique_ptr<ConvPrimitives>> cache;
-  check_shape(s);
+  check_conv_shape(s, "conv2d");
   const ConvKey key{s.batch,  s.in_channels, s.out_channels, s.in_height, s.in_width, s.kernel,
                     s.stride, s.pad,         with_bias,      s.algorithm, s.operands, s.layout};
   std::lock_guard<std::mutex> lock(mutex);
@@ -347,7 +330,7 @@ ConvShape space_to_depth_shape(const ConvShape& s) {
 
 // The shape the primitives run: the space-to-depth form, or the shape itself.
 ConvShape run_shape(const ConvShape& s) {
-  check_shape(s);
+  check_conv_shape(s, "conv2d");
   return by_space_to_depth(s) ? space_to_depth_shape(s) : s;
 }
 
@@ -384,19 +367,19 @@ void copy_runs(size_t count, const T* from, size_t from_stride, T* to, size_t to
   }
 }
 
-// The same for runs of 2C values, C <= 4 (by_space_to_depth).
-template <typename T>
-void copy_pairs(size_t c, size_t count, const T* from, size_t from_stride, T* to,
-                size_t to_stride) {
+// f(std::integral_constant<size_t, C>) for the space-to-depth forms' C <= 4 channels
+// (by_space_to_depth): their copies and loops of fixed size.
+template <typename F>
+void with_channels(int c, F f) {
   switch (c) {
     case 1:
-      return copy_runs<2>(count, from, from_stride, to, to_stride);
+      return f(std::integral_constant<size_t, 1>());
     case 2:
-      return copy_runs<4>(count, from, from_stride, to, to_stride);
+      return f(std::integral_constant<size_t, 2>());
     case 3:
-      return copy_runs<6>(count, from, from_stride, to, to_stride);
+      return f(std::integral_constant<size_t, 3>());
     default:
-      return copy_runs<8>(count, from, from_stride, to, to_stride);
+      return f(std::integral_constant<size_t, 4>());
   }
 }
 
@@ -461,27 +444,16 @@ void space_to_depth_bf16(const ConvShape& s, const ConvShape& q, const float* x,
   }
 }
 
-void space_to_depth_bf16(const ConvShape& s, const ConvShape& q, const float* x, uint16_t* out) {
-  switch (s.in_channels) {  // by_space_to_depth: at most 4
-    case 1:
-      return space_to_depth_bf16<1>(s, q, x, out);
-    case 2:
-      return space_to_depth_bf16<2>(s, q, x, out);
-    case 3:
-      return space_to_depth_bf16<3>(s, q, x, out);
-    default:
-      return space_to_depth_bf16<4>(s, q, x, out);
-  }
-}
-
 // P's gradient from Q's; Q's cells past P's edge are dropped (every cell of P is in Q).
 void depth_to_space(const ConvShape& s, const ConvShape& q, const float* grad_q, float* grad_p) {
-  const size_t c = size_t(s.in_channels);
-  for_each_q_row(s, q, [&](size_t q_at, size_t p_at, size_t pairs, size_t tail) {
-    copy_pairs(c, pairs, grad_q + q_at, 4 * c, grad_p + p_at, 2 * c);
-    for (size_t k = 0; k < tail; ++k) {
-      grad_p[p_at + pairs * 2 * c + k] = grad_q[q_at + pairs * 4 * c + k];
-    }
+  with_channels(s.in_channels, [&](auto channels) {
+    constexpr size_t c = decltype(channels)::value;
+    for_each_q_row(s, q, [&](size_t q_at, size_t p_at, size_t pairs, size_t tail) {
+      copy_runs<2 * c>(pairs, grad_q + q_at, 4 * c, grad_p + p_at, 2 * c);
+      for (size_t k = 0; k < tail; ++k) {
+        grad_p[p_at + pairs * 2 * c + k] = grad_q[q_at + pairs * 4 * c + k];
+      }
+    });
   });
 }
 
@@ -523,14 +495,31 @@ void add_depth_to_space_weights(const ConvShape& s, const ConvShape& q, const fl
   });
 }
 
-// Q as the primitives read it, into `kept` when given.
-Source space_to_depth_source(const ConvShape& s, const ConvShape& q, const ConvPrimitives& p,
-                             const float* x, float* kept) {
+// The input as the primitives of the lowered shape q (run_shape) read it: source(), or Q, into
+// `kept` when given.
+Source lowered_source(const ConvShape& s, const ConvShape& q, const ConvPrimitives& p,
+                      const float* x, float* kept) {
+  if (!by_space_to_depth(s)) return source(s, p, x, kept);
   const size_t count = p.plain_src.get_size() / sizeof(float);
   auto* out = static_cast<uint16_t*>(kept ? static_cast<void*>(kept)
                                           : padded_scratch().bytes(count * sizeof(uint16_t)));
-  space_to_depth_bf16(s, q, x, out);
+  with_channels(s.in_channels, [&](auto channels) {
+    space_to_depth_bf16<decltype(channels)::value>(s, q, x, out);
+  });
   return {bf16_source_desc(q, p), out};
+}
+
+// The weights as the primitives of q read them: the caller's, or Q's.
+struct LoweredWeights {
+  std::vector<float> rearranged;
+  const float* data;
+};
+
+LoweredWeights lowered_weights(const ConvShape& s, const ConvShape& q, const float* weight) {
+  if (!by_space_to_depth(s)) return {{}, weight};
+  LoweredWeights w{space_to_depth_weights(s, q, weight), nullptr};
+  w.data = w.rearranged.data();
+  return w;
 }
 
 // oneDNN's failures (no implementation for a shape, memory) as the project's error type.
@@ -539,6 +528,25 @@ Source space_to_depth_source(const ConvShape& s, const ConvShape& q, const ConvP
 }
 
 }  // namespace
+
+void check_conv_shape(const ConvShape& s, const char* who) {
+  const std::string at = std::string(who) + ": ";
+  if (s.batch < 1 || s.in_channels < 1 || s.out_channels < 1 || s.kernel < 1 || s.stride < 1 ||
+      s.pad < 0 || s.padded_height() < s.kernel || s.padded_width() < s.kernel) {
+    throw InvalidArgument(at + "a " + std::to_string(s.kernel) + "x" + std::to_string(s.kernel) +
+                          " convolution cannot run on a " + std::to_string(s.in_height) + "x" +
+                          std::to_string(s.in_width) + " map padded by " + std::to_string(s.pad));
+  }
+  if (s.pad >= s.in_height || s.pad >= s.in_width) {
+    throw InvalidArgument(at + "reflect padding by " + std::to_string(s.pad) +
+                          " needs a map larger than " + std::to_string(s.in_height) + "x" +
+                          std::to_string(s.in_width));
+  }
+  if (s.upsample && (s.in_height % 2 != 0 || s.in_width % 2 != 0)) {
+    throw InvalidArgument(at + "an upsampled input is of even size, not " +
+                          std::to_string(s.in_height) + "x" + std::to_string(s.in_width));
+  }
+}
 
 void check_conv_operands(ConvOperands operands) {
   ConvShape probe;
@@ -560,16 +568,12 @@ void conv2d_forward(const ConvShape& shape, const float* x, const float* weight,
                     float* y, float* kept_input) {
   try {
     const ConvShape lowered = run_shape(shape);
-    const bool stem = by_space_to_depth(shape);
     ConvPrimitives& p = primitives(lowered, bias != nullptr);
-    const Source src = stem ? space_to_depth_source(shape, lowered, p, x, kept_input)
-                            : source(shape, p, x, kept_input);
-    const std::vector<float> stem_weights =
-        stem ? space_to_depth_weights(shape, lowered, weight) : std::vector<float>();
+    const Source src = lowered_source(shape, lowered, p, x, kept_input);
+    const LoweredWeights weights = lowered_weights(shape, lowered, weight);
     LayoutRun run;
     run.input(DNNL_ARG_SRC, src.desc, p.forward_pd.src_desc(), src.data);
-    run.input(DNNL_ARG_WEIGHTS, p.plain_weights, p.forward_pd.weights_desc(),
-              stem ? stem_weights.data() : weight);
+    run.input(DNNL_ARG_WEIGHTS, p.plain_weights, p.forward_pd.weights_desc(), weights.data);
     if (bias) run.input(DNNL_ARG_BIAS, p.bias, p.bias, bias);
     run.output(DNNL_ARG_DST, p.plain_dst, p.forward_pd.dst_desc(), y);
     run.execute(p.forward);
@@ -599,12 +603,10 @@ void backward_data_pass(const ConvShape& shape, const ConvShape& lowered, const 
   const bool in_place = overwrite && shape.pad == 0 && !stem && !shape.upsample;
   auto* grad_padded =
       in_place ? grad_x : static_cast<float*>(padded_scratch().bytes(p.plain_src.get_size()));
-  const std::vector<float> stem_weights =
-      stem ? space_to_depth_weights(shape, lowered, weight) : std::vector<float>();
+  const LoweredWeights weights = lowered_weights(shape, lowered, weight);
   const Source grad = output_gradient(lowered, p, grad_y, rounded);
   LayoutRun run;
-  run.input(DNNL_ARG_WEIGHTS, p.plain_weights, pd.weights_desc(),
-            stem ? stem_weights.data() : weight);
+  run.input(DNNL_ARG_WEIGHTS, p.plain_weights, pd.weights_desc(), weights.data);
   run.input(DNNL_ARG_DIFF_DST, grad.desc, pd.diff_dst_desc(), grad.data);
   run.output(DNNL_ARG_DIFF_SRC, p.plain_src, pd.diff_src_desc(), grad_padded);
   run.execute(primitive);
@@ -643,8 +645,7 @@ void backward_weights_pass(const ConvShape& shape, const ConvShape& lowered, con
   const auto& pd = p.backward_weights_pd;
   const Source src = kept_input && bf16_operands(shape)
                          ? Source{bf16_source_desc(lowered, p), kept_input}
-                     : stem ? space_to_depth_source(shape, lowered, p, x, nullptr)
-                            : source(shape, p, x, nullptr);
+                         : lowered_source(shape, lowered, p, x, nullptr);
   const Source grad = output_gradient(lowered, p, grad_y, rounded);
   LayoutRun run;
   run.input(DNNL_ARG_SRC, src.desc, pd.src_desc(), src.data);

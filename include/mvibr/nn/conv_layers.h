@@ -94,6 +94,11 @@ inline std::pair<int, int> channels_last_walk(int batch, int channels, MapLayout
   return {batch, channels};
 }
 
+// InvalidArgument, in one line starting with `who` ("conv2d"), unless both backends can run the
+// shape: positive sizes, a kernel within the padded map, a reflection within the map, an
+// upsampled input of even size.
+void check_conv_shape(const ConvShape& shape, const char* who);
+
 // InvalidArgument, in one line, unless this CPU runs convolutions with these operands.
 void check_conv_operands(ConvOperands operands);
 
