@@ -4,7 +4,7 @@
 // ("gemm:jit"); mvibr's conv2d asks for the channel-blocked layouts of its direct kernels and
 // reorders around them, and this is where that choice is measured. Also the pose backbone's
 // convolutions above 1x1 (configs/pose_synthetic.txt: 16 images of 128x128) with fp32 operands
-// (Winograd as the config asks) against bf16 operands (ConvOperands), reorders counted.
+// (Winograd as the config asks) against bf16 operands (Operands), reorders counted.
 // flops_per_second counts 2 x batch x out_channels x out_pixels x in_channels x kernel^2 per pass.
 //   conv_bench [--benchmark_* flags]
 #include <benchmark/benchmark.h>
@@ -177,9 +177,9 @@ void register_all() {
       const std::string suffix = std::string(pass_name) + "/" + shape_name(s);
       s.algorithm = ConvAlgorithm::kWinograd;
       s.layout = MapLayout::kChannelsLast;  // as the pose backbone runs them
-      s.operands = ConvOperands::kFp32;
+      s.operands = Operands::kFp32;
       register_mvibr("BM_pose_fp32_" + suffix, s, pass);
-      s.operands = ConvOperands::kBf16;
+      s.operands = Operands::kBf16;
       register_mvibr("BM_pose_bf16_" + suffix, s, pass);
     }
   }

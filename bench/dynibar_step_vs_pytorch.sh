@@ -8,7 +8,9 @@
 # phases, and both losses (equal to fp32 rounding when the two steps are the same step).
 #   bench/dynibar_step_vs_pytorch.sh [BUILD_DIR] [THREADS] [CONFIG]
 # CONFIG defaults to configs/dynibar_synthetic.txt (its data prepared if it is not yet).
-# WARMUP (1) and STEPS (5) in the environment set how many steps run.
+# WARMUP (1) and STEPS (5) in the environment set how many steps run; PRECISION (fp32) mvibr's
+# precision: bf16 multiplies bf16 operands in DynIBaR's networks (docs/features.md; the losses
+# then differ by bf16's rounding). PyTorch runs float32 either way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -16,6 +18,7 @@ threads=${2:-$(nproc)}
 config=${3:-configs/dynibar_synthetic.txt}
 warmup=${WARMUP:-1}
 steps=${STEPS:-5}
+precision=${PRECISION:-fp32}
 export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -27,17 +30,17 @@ if [[ ! -f $datadir/scene.h5 && $config == configs/dynibar_synthetic.txt ]]; the
 fi
 load=$(cut -d' ' -f1-3 /proc/loadavg)
 mvibr_json=$("$build/bench/dynibar_step_bench" --config "$config" --warmup "$warmup" \
-  --steps "$steps" --write_case "$work/case")
+  --steps "$steps" --precision "$precision" --write_case "$work/case")
 torch_json=$(/usr/bin/python3 bench/dynibar_torch_step.py "$work/case" "$threads" "$warmup" \
   "$steps")
-/usr/bin/python3 - "$mvibr_json" "$torch_json" "$config" "$load" <<'PY'
+/usr/bin/python3 - "$mvibr_json" "$torch_json" "$config" "$load" "$precision" <<'PY'
 import json, sys
 ours, theirs = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 c = ours["config"]
 print(f"DynIBaR step, {sys.argv[3]}: {c['datadir']} target {c['target_view']} "
       f"({c['image'][0]}x{c['image'][1]}, {c['sources']} sources), {c['N_rand']} rays x "
       f"{c['N_samples']} samples, feature_net {c['feature_net']} {c['coarse_feat_dim']} channels, "
-      f"update {ours['update']} (main loop)")
+      f"update {ours['update']} (main loop); mvibr {sys.argv[5]}, PyTorch fp32")
 print(f"{ours['threads']} threads (torch {theirs['threads']}, torch {theirs['torch']}), median of "
       f"{ours['steps']} steps after {ours['warmup']}; load average before: {sys.argv[4]}\n")
 ratio = theirs["step_seconds"] / ours["step_seconds"]

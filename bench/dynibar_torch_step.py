@@ -34,13 +34,14 @@ def main():
     threads, warmup, steps = map(int, sys.argv[2:5])
     torch.set_default_dtype(torch.float32)
     torch.set_num_threads(threads)
-    feature_net_reference.relu_on_our_side = lambda mask, z, name: F.relu(z)
+    feature_net_reference.relu_on_our_side = lambda mask, z, name, rounding=None: F.relu(z)
     resunet = feature_net_reference.resunet_forward
     feature_net_reference.resunet_forward = lambda *args, **kwargs: resunet(
         *args, norm=lambda x, gamma, beta: F.instance_norm(
             x, weight=gamma, bias=beta, eps=feature_net_reference.EPS), **kwargs)
 
     cfg, params, x, masks = reference.load_case(case, torch.float32)
+    cfg["linear_operands"] = "fp32"  # torch's own float32 products, whatever mvibr's were
     names = sorted(params)
     forward, backward, total, loss_value = [], [], [], 0.0
     for i in range(warmup + steps):

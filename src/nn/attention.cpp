@@ -57,16 +57,17 @@ void transpose_keys_values(const T* k, const T* v, size_t b, int h, size_t len, 
 }  // namespace
 
 MultiHeadAttention::MultiHeadAttention(ParameterBlock& block, const std::string& name, int n_head,
-                                       int d_model, int d_k, int d_v, AttentionMask mask)
+                                       int d_model, int d_k, int d_v, AttentionMask mask,
+                                       Operands operands)
     : n_head_(n_head),
       d_model_(d_model),
       d_k_(d_k),
       d_v_(d_v),
       mask_(mask),
-      w_qs_(block, name + ".w_qs", d_model, n_head * d_k, false),
-      w_ks_(block, name + ".w_ks", d_model, n_head * d_k, false),
-      w_vs_(block, name + ".w_vs", d_model, n_head * d_v, false),
-      fc_(block, name + ".fc", n_head * d_v, d_model, false),
+      w_qs_(block, name + ".w_qs", d_model, n_head * d_k, false, operands),
+      w_ks_(block, name + ".w_ks", d_model, n_head * d_k, false, operands),
+      w_vs_(block, name + ".w_vs", d_model, n_head * d_v, false, operands),
+      fc_(block, name + ".fc", n_head * d_v, d_model, false, operands),
       layer_norm_(block, name + ".layer_norm", d_model, 1e-6) {}
 
 void MultiHeadAttention::init_default(float* params, Initializer& init) const {

@@ -14,7 +14,7 @@
 //   byte do not pay for reorders (up to 2x slower blocked); on NHWC oneDNN's 1x1 kernels.
 // - ConvAlgorithm::kWinograd asks for oneDNN's Winograd on 3x3 stride-1 shapes and falls back to
 //   direct where it has none (it has none in bf16).
-// - ConvOperands::kBf16 asks for bf16 inputs and weights with fp32 outputs, and oneDNN runs its
+// - Operands::kBf16 asks for bf16 inputs and weights with fp32 outputs, and oneDNN runs its
 //   AMX or AVX512-BF16 kernels. The input is rounded as it is padded (one pass where a pad and
 //   oneDNN's rounding reorder took two), the output gradient once for both backward passes (or
 //   by the layer that makes it), the weights by the reorders into the chosen layouts.
@@ -71,7 +71,7 @@ struct ConvPrimitives {
 };
 
 using ConvKey = std::tuple<int, int, int, int, int, int, int, int, bool, ConvAlgorithm,
-                           ConvOperands, MapLayout>;
+                           Operands, MapLayout>;
 
 memory::dims dims(int a, int b, int c, int d) {
   return {memory::dim(a), memory::dim(b), memory::dim(c), memory::dim(d)};
@@ -94,11 +94,11 @@ memory::desc layout(const ConvShape& s, const memory::desc& plain, Operand what)
 }
 
 bool bf16_operands(const ConvShape& s) {
-  return s.operands == ConvOperands::kBf16 && s.kernel > 1;
+  return s.operands == Operands::kBf16 && s.kernel > 1;
 }
 
 // The descriptor of a pass's multiplied operand (input, weights, output gradient): bf16 where
-// the shape asks for it and is not 1x1 (ConvOperands), else as layout().
+// the shape asks for it and is not 1x1 (Operands), else as layout().
 memory::desc operand(const ConvShape& s, const memory::desc& plain, Operand what) {
   if (bf16_operands(s)) {
     return memory::desc(plain.dims(), memory::data_type::bf16, Tag::any);
@@ -145,7 +145,7 @@ ConvPrimitives& primitives(const ConvShape& s, bool with_bias) {
     try {
       p->forward_pd = forward_pd(dnnl::algorithm::convolution_direct);
     } catch (const dnnl::error&) {
-      if (s.operands != ConvOperands::kBf16) throw;
+      if (s.operands != Operands::kBf16) throw;
       throw InvalidArgument(kNoBf16);
     }
   }
@@ -548,7 +548,7 @@ void check_conv_shape(const ConvShape& s, const char* who) {
   }
 }
 
-void check_conv_operands(ConvOperands operands) {
+void check_conv_operands(Operands operands) {
   ConvShape probe;
   probe.in_height = probe.in_width = probe.kernel = 3;
   probe.operands = operands;

@@ -37,7 +37,8 @@ std::vector<Linear> make_hidden_layers(ParameterBlock& block, const MotionMlpOpt
   for (int i = 0; i < o.depth; ++i) {
     const bool after_skip = i > 0 && motion_mlp_skip_after(o, i - 1);
     const int in = i == 0 ? embedded : after_skip ? o.width + embedded : o.width;
-    layers.emplace_back(block, "pts_linears." + std::to_string(i), in, o.width);
+    layers.emplace_back(block, "pts_linears." + std::to_string(i), in, o.width, true,
+                        o.linear_operands);
   }
   return layers;
 }
@@ -94,7 +95,8 @@ MotionMlp::MotionMlp(ParameterSet& set, const std::string& prefix, MotionMlpOpti
       block_(set, prefix, ParameterGroup::kMlp),
       embed_(options.inputs, FrequencySpacing::kLinear, options.frequencies, options.frequencies),
       hidden_(make_hidden_layers(block_, options_, embed_.width())),
-      head_(block_, "coeff_linear", options.width, 3 * options.basis) {}
+      head_(block_, "coeff_linear", options.width, 3 * options.basis, true,
+            options.linear_operands) {}
 
 void MotionMlp::initialize(Initializer& init) {
   float* params = block_.values();

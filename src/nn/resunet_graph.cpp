@@ -154,7 +154,7 @@ void ResUNetGraph::forward(MapOps& ops, Workspace& ws, int views, int height, in
 
   const int out = out_channels();
   ws.out_ = ws.take(views, out, out_height, out_width);
-  // A 1x1 in fp32 (ConvOperands): it keeps nothing.
+  // A 1x1 in fp32 (Operands): it keeps nothing.
   ops.conv2d_forward(conv_shape(ws.features_, out, 1, 1, *this), ws.features_.data,
                      params + out_weight, params + out_bias, ws.out_.data, nullptr);
   ws.forward_done_ = true;

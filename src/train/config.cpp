@@ -188,13 +188,15 @@ const std::vector<Key>& keys() {
       {"precision",
        "model",
        enum_member(&C::precision),
-       "the GPU step's GEMMs (fp32 weights, activations and gradients); on the CPU, the pose "
-       "model's bf16 convolutions (nn/conv_layers.h: ConvOperands)",
+       "the GPU step's GEMMs (fp32 weights, activations and gradients); on the CPU, bf16 "
+       "operands (nn/layers.h: Operands) in the pose model's convolutions and DynIBaR's "
+       "networks",
        {[](const C& c) {
           return c.precision == Precision::kFp32 || c.device != Device::kCpu ||
-                 (c.precision == Precision::kBf16 && c.model == ModelKind::kPose);
+                 (c.precision == Precision::kBf16 &&
+                  (c.model == ModelKind::kPose || c.model == ModelKind::kDynibar));
         },
-        "device = cpu runs fp32, and bf16 only for model = pose"}},
+        "device = cpu runs fp32, and bf16 only for model = pose or dynibar"}},
       {"flush_subnormals", "model", &C::flush_subnormals,
        "treat subnormal floats (below 1.2e-38) as zero while training, as "
        "torch.set_flush_denormal(True): CPU arithmetic on them is 30-150x slower"},

@@ -114,6 +114,12 @@ constexpr int kMaxOffset = 3;  // the dynamic sources and trajectories reach t +
 // time, > 0 across time); a ray when more than 8 samples count.
 constexpr RayMaskRule kSeenTwice{2, 9}, kSeenOnce{1, 9};
 
+// The CPU networks' Linear operands: bf16 when the config asks for it (the GPU step has its own).
+nn::Operands linear_operands(const TrainConfig& c) {
+  return c.precision == Precision::kBf16 && !runs_on_device(c) ? nn::Operands::kBf16
+                                                                : nn::Operands::kFp32;
+}
+
 nn::AggregatorOptions network_options(const TrainConfig& c, nn::AggregatorVariant variant) {
   nn::AggregatorOptions o;
   o.variant = variant;
@@ -122,6 +128,7 @@ nn::AggregatorOptions network_options(const TrainConfig& c, nn::AggregatorVarian
   o.anti_alias_pooling = variant == nn::AggregatorVariant::kDynibarStatic && c.anti_alias_pooling;
   o.group = variant == nn::AggregatorVariant::kDynibarStatic ? nn::ParameterGroup::kStaticMlp
                                                              : nn::ParameterGroup::kMlp;
+  o.linear_operands = linear_operands(c);
   return o;
 }
 
@@ -309,6 +316,7 @@ struct DynibarModel::State : WithStateCopies<DynibarModel::State> {
   static nn::MotionMlpOptions motion_options(const TrainConfig& c) {
     nn::MotionMlpOptions o;
     o.basis = c.num_basis;
+    o.linear_operands = linear_operands(c);
     return o;
   }
 
@@ -1123,10 +1131,7 @@ DynibarModel::DynibarModel(const TrainConfig& config) {
     throw InvalidArgument("model = dynibar: num_frames (" + std::to_string(config.num_frames) +
                           ") must exceed num_basis (" + std::to_string(config.num_basis) + ")");
   }
-  if (config.precision != Precision::kFp32 && !runs_on_device(config)) {
-    throw InvalidArgument("config key 'precision': " + std::string(name_of(config.precision)) +
-                          " needs the GPU step (device = cuda); the CPU step is fp32");
-  }
+  if (!runs_on_device(config)) nn::check_linear_operands(linear_operands(config));
   if (config.N_importance != 0) {
     throw InvalidArgument("config key 'N_importance': " + std::to_string(config.N_importance) +
                           ", but DynIBaR's monocular model has no fine pass: set 0");

@@ -30,7 +30,7 @@ nn::ResUNetOptions pose_backbone_options(const TrainConfig& c, int joints) {
   nn::ResUNetOptions o = nn::ResUNetOptions::preset(c.feature_net);
   o.conv_algorithm = c.conv_algorithm;
   o.conv_operands =
-      c.precision == Precision::kBf16 ? nn::ConvOperands::kBf16 : nn::ConvOperands::kFp32;
+      c.precision == Precision::kBf16 ? nn::Operands::kBf16 : nn::Operands::kFp32;
   o.coarse_only = true;
   o.coarse_out_ch = joints + c.confidence_channels;
   // Channels last: oneDNN's convolutions read and write the maps as they are, with no transposes

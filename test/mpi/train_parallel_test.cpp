@@ -20,7 +20,7 @@
 #include "mvibr/train/pose_evaluate.h"
 #include "mvibr/train/pose_model.h"
 #include "mvibr/train/trainer.h"
-#include "support/bf16_convolutions.h"
+#include "support/bf16_operands.h"
 #include "training_fixture.h"
 
 namespace mvibr::train {
@@ -75,6 +75,45 @@ class TrainParallel : public ::testing::Test {
     return {closeness.relative, closeness.moved};
   }
 
+  // DynIBaR's terms are ratios of sums over the whole batch (masks, occlusion weights, counts):
+  // ranks exchange numerators and denominators, so 2 ranks of B rays train as 1 rank of 2B through
+  // the static bootstrap (10 steps) and into the main loop; within `bound` (relative, parameters
+  // and loss).
+  void check_dynibar_ranks_train_as_one(Precision precision, double bound) {
+    const fs::path video = fs::path(root_) / "video";
+    if (world_->rank() == 0 && !fs::exists(video)) {
+      testing::prepare_small_video(video, "train_parallel_test");
+    }
+    world_->barrier();
+    const std::string tag = name_of(precision);
+    TrainConfig two_config = testing::small_dynibar_config(video, "dynibar-two-" + tag, 13, 16),
+                one_config = testing::small_dynibar_config(video, "dynibar-one-" + tag, 13, 32);
+    for (TrainConfig* c : {&two_config, &one_config}) {
+      c->i_weights = 13;
+      c->allow_shared_shards = true;
+      c->precision = precision;
+      testing::keep_rounding_from_compounding(c);
+    }
+    std::ostringstream log;
+    const TrainSummary two = train(two_config, log, both());
+    EXPECT_EQ(two.last_step, 13u);
+    if (world_->rank() == 0) {
+      std::ostringstream alone_log;
+      const TrainSummary one = train(one_config, alone_log);
+      const auto [relative, moved] = compare(one_config, values(two_config, two.last_checkpoint),
+                                             values(one_config, one.last_checkpoint));
+      const double loss_difference = std::abs(two.last_loss - one.last_loss) / one.last_loss;
+      EXPECT_LE(relative, bound) << tag << ": 2 ranks x 16 rays vs 1 rank x 32 rays";
+      EXPECT_LE(loss_difference, bound) << tag;
+      EXPECT_GT(moved, 10.0) << tag << ": the runs must have trained";
+      std::cout << "[          ] DynIBaR " << tag
+                << ", 2x16 vs 1x32 rays after 13 steps: parameters " << relative
+                << " apart (training moved them " << moved << "x that), losses " << loss_difference
+                << "\n";
+    }
+    world_->barrier();
+  }
+
   std::unique_ptr<dist::Communicator> world_;
   static inline std::string root_;
 };
@@ -114,37 +153,17 @@ TEST_F(TrainParallel, TwoRanksOfBTrainAsOneRankOfTwoB) {
   world_->barrier();
 }
 
-// DynIBaR's terms are ratios of sums over the whole batch (masks, occlusion weights, counts):
-// ranks exchange numerators and denominators, so 2 ranks of B rays train as 1 rank of 2B through
-// the static bootstrap (10 steps) and into the main loop.
 TEST_F(TrainParallel, DynibarTwoRanksOfBTrainAsOneRankOfTwoB) {
-  const fs::path video = fs::path(root_) / "video";
-  if (world_->rank() == 0) testing::prepare_small_video(video, "train_parallel_test");
-  world_->barrier();
-  TrainConfig two_config = testing::small_dynibar_config(video, "dynibar-two", 13, 16),
-              one_config = testing::small_dynibar_config(video, "dynibar-one", 13, 32);
-  for (TrainConfig* c : {&two_config, &one_config}) {
-    c->i_weights = 13;
-    c->allow_shared_shards = true;
-    testing::keep_rounding_from_compounding(c);
-  }
-  std::ostringstream log;
-  const TrainSummary two = train(two_config, log, both());
-  EXPECT_EQ(two.last_step, 13u);
-  if (world_->rank() == 0) {
-    std::ostringstream alone_log;
-    const TrainSummary one = train(one_config, alone_log);
-    const auto [relative, moved] = compare(one_config, values(two_config, two.last_checkpoint),
-                                           values(one_config, one.last_checkpoint));
-    const double loss_difference = std::abs(two.last_loss - one.last_loss) / one.last_loss;
-    EXPECT_LE(relative, 1e-5) << "2 ranks x 16 rays vs 1 rank x 32 rays";
-    EXPECT_LE(loss_difference, 1e-5);
-    EXPECT_GT(moved, 10.0) << "the runs must have trained";
-    std::cout << "[          ] DynIBaR, 2x16 vs 1x32 rays after 13 steps: parameters " << relative
-              << " apart (training moved them " << moved << "x that), losses " << loss_difference
-              << "\n";
-  }
-  world_->barrier();
+  check_dynibar_ranks_train_as_one(Precision::kFp32, 1e-5);
+}
+
+// With bf16 operands: a rank's rows are multiplied in other calls than the single rank's, and a
+// value within fp32 rounding of a bf16 tie rounds the other way, 2^-8 away. After 13 steps the
+// runs were 1.7e-4 apart in parameters and 3.1e-5 in the loss (training moved the parameters 75x
+// that); the bound is 3x. A lost rank or a wrong normalisation is off by about a step's move.
+TEST_F(TrainParallel, DynibarTwoRanksOfBTrainAsOneRankOfTwoBOnBf16Operands) {
+  if (mvibr::testing::bf16_linear_refused_here()) return;
+  check_dynibar_ranks_train_as_one(Precision::kBf16, 5e-4);
 }
 
 // Gradients sent as bfloat16 (8 significant bits) train close to, not exactly as, float ones.

@@ -29,7 +29,7 @@
 #include "npy.h"
 #include "planar_order.h"
 #include "relu_masks.h"
-#include "support/bf16_convolutions.h"
+#include "support/bf16_operands.h"
 
 #include <unistd.h>
 
@@ -91,7 +91,7 @@ Case conv_case(ConvShape s, bool bias, uint64_t seed) {
             {"stride", s.stride},
             {"pad", s.pad},
             {"bias", bias},
-            {"operands", s.operands == ConvOperands::kBf16 ? "bf16" : "fp32"},
+            {"operands", s.operands == Operands::kBf16 ? "bf16" : "fp32"},
             {"upsample", s.upsample}};
   c.inputs["x"] =
       random_array({n, ci, size_t(s.source_height()), size_t(s.source_width())}, -1, 1, seed);
@@ -111,7 +111,7 @@ Case conv_case(ConvShape s, bool bias, uint64_t seed) {
     // With bf16 operands the forward keeps its rounded, padded input, and the backward weights
     // read it: the same gradients as from x.
     std::vector<float> kept(conv2d_kept_input_floats(s));
-    EXPECT_EQ(kept.empty(), s.operands == ConvOperands::kFp32 || s.kernel == 1);
+    EXPECT_EQ(kept.empty(), s.operands == Operands::kFp32 || s.kernel == 1);
     float* keep = kept.empty() ? nullptr : kept.data();
     conv2d_forward(s, x.data(), weight.data(), bias ? b.data() : nullptr, y.data(), keep);
     conv2d_backward(
@@ -372,7 +372,7 @@ std::map<std::string, std::function<Case()>> all_cases() {
   // (7x7 stride 2, with a bias), a 3x3 at stride 1 (Winograd asked for; oneDNN has none in bf16)
   // and 2, and a 1x1, which stays fp32.
   const auto bf16_shape = [](ConvShape s) {
-    s.operands = ConvOperands::kBf16;
+    s.operands = Operands::kBf16;
     return s;
   };
   cases["bf16_conv_7x7_stride2_bias"] = [=] {

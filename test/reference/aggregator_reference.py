@@ -42,8 +42,13 @@ WEIGHT_EPS = 1e-8  # guards the normalisation of pooling and visibility weights
 MASKED = -1e9      # fill for masked attention scores, blending logits and DynIBaR's density
 
 
+# Every Linear layer's product: F.linear, or feature_net_reference.linear_bf16 where a case's
+# networks multiply bf16 operands (dynibar_model_reference.py sets it).
+LINEAR = F.linear
+
+
 def linear(p, name, x):
-    return F.linear(x, p[name + ".weight"], p.get(name + ".bias"))
+    return LINEAR(x, p[name + ".weight"], p.get(name + ".bias"))
 
 
 def mlp(p, name, x, n_layers, last=F.elu):

@@ -76,6 +76,8 @@ void write_motion_masks(const TrainConfig& c, const nn::ParameterSet& model,
   nn::ParameterSet copy;
   nn::MotionMlpOptions options;
   options.basis = c.num_basis;
+  options.linear_operands =
+      c.precision == train::Precision::kBf16 ? nn::Operands::kBf16 : nn::Operands::kFp32;
   const nn::MotionMlp mlp(copy, "motion_mlp.", options);
   for (const nn::ParameterInfo& info : copy.infos()) {
     const float* values = model.value(model.find(info.name));
@@ -220,6 +222,8 @@ void write_dynibar_case(const TrainConfig& c, const train::DynibarModel& model,
                                {"coarse_feat_dim", c.coarse_feat_dim},
                                {"anti_alias_pooling", c.anti_alias_pooling},
                                {"shift", nn::AggregatorOptions{}.density_shift},
+                               {"linear_operands",
+                                c.precision == train::Precision::kBf16 ? "bf16" : "fp32"},
                                {"near", s.target.near_depth},
                                {"far", s.target.far_depth},
                                {"step", model.updates()},

@@ -10,8 +10,9 @@ term, the schedule's weights); autograd differentiates the composition in float6
 test/train/dynibar_parity_test.cpp, which writes each case into a folder:
 
     case.json            frame, anchor_frame, num_frames, num_basis, N_samples, feature widths
-                         and blocks, coarse_feat_dim, anti_alias_pooling, shift, the step and
-                         the schedule (dynibar_losses_reference.weights_at reads them)
+                         and blocks, coarse_feat_dim, anti_alias_pooling, shift, the networks'
+                         linear_operands (fp32 or bf16), the step and the schedule
+                         (dynibar_losses_reference.weights_at reads them)
     checkpoint.h5        an mvibr checkpoint: every parameter as "model/<state_dict name>"
     dynamic_images.npy   [Vd+Va,H,W,3] in [0,1]: the dynamic sources (t + kFlowOffsets present),
                          then the anchor's (ascending frames)
@@ -156,6 +157,11 @@ def train_step(cfg, params, x, masks):
     gradient)."""
     w = losses.weights_at(cfg["step"], cfg["schedule"])
     main = w["phase"] != "bootstrap"
+    # The networks' Linear layers on bf16 operands, as mvibr's with precision = bf16 on the CPU:
+    # a motion MLP pre-activation may then sit a bf16 step from its ReLU's kink on our side.
+    bf16 = cfg.get("linear_operands") == "bf16"
+    aggregator.LINEAR = feature_net.linear_bf16 if bf16 else F.linear
+    relu_rounding = 2.0**-8 if bf16 else 1e-4
     t, j, n_frames = cfg["frame"], cfg["anchor_frame"], cfg["num_frames"]
     # mvibr's times are float32, as the published motion MLP's input (a float() of t / frames).
     ref_time, anchor_time = (float(np.float32(f / float(n_frames))) for f in (t, j))
@@ -186,7 +192,8 @@ def train_step(cfg, params, x, masks):
         xyzt = torch.cat([points, torch.full_like(points[..., :1], time)], -1)
         c = motion.motion_mlp(p_motion, MOTION_SPEC, xyzt, freqs, lambda z, layer: (
             feature_net.relu_on_our_side(masks[f"mask_motion_{tag}_{layer}"], z,
-                                         f"motion {tag} {layer}")))
+                                         f"motion {tag} {layer}", relu_rounding)),
+                              aggregator.LINEAR)
         keep = torch.ones(S, 1)
         if num_last > 0:
             keep[-num_last:] = 0

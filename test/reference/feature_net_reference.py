@@ -130,7 +130,7 @@ def bf16(x):
 
 
 class Bf16Conv2d(torch.autograd.Function):
-    """A convolution on bf16 operands (nn/conv_layers.h: ConvOperands::kBf16): the input and
+    """A convolution on bf16 operands (nn/conv_layers.h: Operands::kBf16): the input and
     weights rounded for the output, the output gradient and weights for the input's gradient, the
     input and output gradient for the weights'; the products summed exactly. The bias is added
     unrounded, and its gradient sums the unrounded output gradient."""
@@ -150,6 +150,34 @@ class Bf16Conv2d(torch.autograd.Function):
         grad_weight = torch.nn.grad.conv2d_weight(bf16(x), weight.shape, g, stride=ctx.stride)
         grad_bias = grad_y.sum(dim=(0, 2, 3)) if ctx.has_bias else None
         return grad_x, grad_weight, grad_bias, None
+
+
+class Bf16Linear(torch.autograd.Function):
+    """A Linear layer on bf16 operands (nn/layers.h: Operands::kBf16), rounded as Bf16Conv2d's:
+    x and the weight for the output, the output gradient and the weight for x's gradient, x and
+    the output gradient for the weight's; the bias added unrounded, its gradient the sum of the
+    unrounded output gradient."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return F.linear(bf16(x), bf16(weight), bias)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, weight = ctx.saved_tensors
+        g = bf16(grad_y)
+        grad_x = g @ bf16(weight)
+        rows = g.reshape(-1, g.shape[-1])
+        grad_weight = rows.T @ bf16(x).reshape(-1, x.shape[-1])
+        grad_bias = grad_y.reshape(-1, grad_y.shape[-1]).sum(0) if ctx.has_bias else None
+        return grad_x, grad_weight, grad_bias
+
+
+def linear_bf16(x, weight, bias=None):
+    """F.linear on bf16 operands."""
+    return Bf16Linear.apply(x, weight, bias)
 
 
 def conv2d_bf16(x, weight, bias=None, stride=1):

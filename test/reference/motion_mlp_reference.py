@@ -49,16 +49,17 @@ def embed(x, freqs):
     return torch.cat([x] + cosines + sines, dim=-1)
 
 
-def motion_mlp(p, spec, xyzt, freqs, relu=lambda z, layer: F.relu(z)):
+def motion_mlp(p, spec, xyzt, freqs, relu=lambda z, layer: F.relu(z), linear=F.linear):
     """relu(z, layer): the ReLU after hidden layer `layer` (feature_net_reference's
-    relu_on_our_side in the whole-step parity test)."""
+    relu_on_our_side in the whole-step parity test); linear: every layer's product (F.linear, or
+    feature_net_reference.linear_bf16)."""
     embedding = embed(xyzt, freqs)
     h = embedding
     for i in range(spec["depth"]):
-        h = relu(F.linear(h, p[f"pts_linears.{i}.weight"], p[f"pts_linears.{i}.bias"]), i)
+        h = relu(linear(h, p[f"pts_linears.{i}.weight"], p[f"pts_linears.{i}.bias"]), i)
         if i in spec["skips"]:
             h = torch.cat([embedding, h], dim=-1)
-    out = F.linear(h, p["coeff_linear.weight"], p["coeff_linear.bias"])
+    out = linear(h, p["coeff_linear.weight"], p["coeff_linear.bias"])
     return out / spec["sf_mag_div"]
 
 

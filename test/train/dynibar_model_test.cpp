@@ -25,6 +25,7 @@
 #include "mvibr/train/dynibar_model.h"
 #include "mvibr/train/evaluate.h"
 #include "mvibr/train/trainer.h"
+#include "support/bf16_operands.h"
 #include "training_fixture.h"
 
 namespace mvibr::train {
@@ -204,21 +205,31 @@ class DynibarTraining : public ::testing::Test {
 // Stopped in the bootstrap and resumed, a run crosses into the main loop exactly as one that ran
 // straight through: the trajectory basis, every group's update count, the phase and the anchor's
 // reach all come back (the published code swaps in a basis its optimiser does not know).
+// With bf16 operands too (precision = bf16): each product is the same bits for the same call.
 TEST_F(DynibarTraining, ResumingAcrossTheBootstrapReachesBitIdenticalParameters) {
-  std::ostringstream log;
-  const TrainSummary straight =
-      train(testing::small_dynibar_config(root_, "straight", 13, 32), log);
-  const TrainSummary half = train(testing::small_dynibar_config(root_, "resumed", 7, 32), log);
-  EXPECT_EQ(half.last_step, 7u);
-  const TrainSummary rest = train(testing::small_dynibar_config(root_, "resumed", 13, 32), log);
-  EXPECT_EQ(rest.first_step, 7u);
-  const TrainConfig config = testing::small_dynibar_config(root_, "straight", 13, 32);
-  const std::vector<float> a = testing::checkpoint_values(config, straight.last_checkpoint);
-  EXPECT_EQ(a, testing::checkpoint_values(config, rest.last_checkpoint));
-  const std::unique_ptr<TrainableModel> initial = make_model(with_video_frames(config));
-  initial->initialize(config.seed);
-  EXPECT_NE(a, initial->parameters().values()) << "the runs must have trained";
-  EXPECT_TRUE(std::isfinite(straight.last_loss));
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    if (precision == Precision::kBf16 && mvibr::testing::bf16_linear_refused_here()) continue;
+    const std::string tag = name_of(precision);
+    const auto config = [&](const std::string& name, int steps) {
+      TrainConfig c = testing::small_dynibar_config(root_, name + "-" + tag, steps, 32);
+      c.precision = precision;
+      return c;
+    };
+    std::ostringstream log;
+    const TrainSummary straight = train(config("straight", 13), log);
+    const TrainSummary half = train(config("resumed", 7), log);
+    EXPECT_EQ(half.last_step, 7u);
+    const TrainSummary rest = train(config("resumed", 13), log);
+    EXPECT_EQ(rest.first_step, 7u);
+    const std::vector<float> a =
+        testing::checkpoint_values(config("straight", 13), straight.last_checkpoint);
+    EXPECT_EQ(a, testing::checkpoint_values(config("straight", 13), rest.last_checkpoint)) << tag;
+    const std::unique_ptr<TrainableModel> initial =
+        make_model(with_video_frames(config("straight", 13)));
+    initial->initialize(config("straight", 13).seed);
+    EXPECT_NE(a, initial->parameters().values()) << tag << ": the runs must have trained";
+    EXPECT_TRUE(std::isfinite(straight.last_loss)) << tag;
+  }
 }
 
 // Held-out views rendered by a trained DynIBaR at their own time, scored over the full frame and

@@ -31,7 +31,7 @@
 #include "mvibr/train/pose_model.h"
 #include "npy.h"
 #include "relu_masks.h"
-#include "support/bf16_convolutions.h"
+#include "support/bf16_operands.h"
 
 namespace mvibr::train {
 namespace {

@@ -22,7 +22,7 @@
 #include "mvibr/train/pose_model.h"
 #include "mvibr/train/run_directory.h"
 #include "mvibr/train/trainer.h"
-#include "support/bf16_convolutions.h"
+#include "support/bf16_operands.h"
 #include "training_fixture.h"
 
 namespace mvibr::train {

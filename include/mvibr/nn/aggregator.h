@@ -74,6 +74,7 @@ struct AggregatorOptions {
   // kQueries is what IBRNet's code computes (its mask broadcasts over keys); kKeys is the
   // key-padding mask the transformer literature means.
   AttentionMask attention_mask = AttentionMask::kQueries;
+  Operands linear_operands = Operands::kFp32;  // every Linear's, the ray attention's included
   // Bytes of activations a forward with a workspace may keep for its backward (each network's
   // workspace on its own); above it, the backward recomputes them. The default is the smaller of
   // 2 GiB and an eighth of physical memory: room for the fine pass at 512 rays x 128 samples x

@@ -44,14 +44,10 @@ struct MapBatch {
 // Winograd kernel for the CPU or the shape, direct runs.
 enum class ConvAlgorithm { kDirect, kWinograd };
 
-// The CPU's operands for the convolutions with a kernel above 1x1 (cuDNN's are fp32):
-// - kFp32: as the callers hold them;
-// - kBf16: inputs, weights and output gradients rounded to bfloat16 (to nearest even), products
-//   summed in fp32, outputs and every gradient fp32. AMX or AVX512-BF16 run these: 1.4x fp32
-//   Winograd over the pose backbone's layers, reorders counted (bench/conv_bench). 1x1
-//   convolutions stay fp32: a GEMM at memory speed, where the conversions cost more than they
-//   save.
-enum class ConvOperands { kFp32, kBf16 };
+// The CPU's convolutions with a kernel above 1x1 take Operands (layers.h; cuDNN's are fp32).
+// bf16 ones run on AMX or AVX512-BF16: 1.4x fp32 Winograd over the pose backbone's layers,
+// reorders counted (bench/conv_bench). 1x1 convolutions stay fp32: a GEMM at memory speed, where
+// the conversions cost more than they save.
 
 // A 2-D convolution of the input reflect-padded by `pad` on every side (0: unpadded): input
 // [batch, in_channels, in_height, in_width] (unpadded), weights [out_channels, in_channels,
@@ -65,7 +61,7 @@ struct ConvShape {
   int batch = 1, in_channels = 1, out_channels = 1;
   int in_height = 1, in_width = 1, kernel = 1, stride = 1;
   ConvAlgorithm algorithm = ConvAlgorithm::kDirect;
-  ConvOperands operands = ConvOperands::kFp32;
+  Operands operands = Operands::kFp32;
   MapLayout layout = MapLayout::kPlanar;
   int pad = 0;
   bool upsample = false;
@@ -100,7 +96,7 @@ inline std::pair<int, int> channels_last_walk(int batch, int channels, MapLayout
 void check_conv_shape(const ConvShape& shape, const char* who);
 
 // InvalidArgument, in one line, unless this CPU runs convolutions with these operands.
-void check_conv_operands(ConvOperands operands);
+void check_conv_operands(Operands operands);
 
 // y = conv(x, weight) + bias; bias may be null. oneDNN's primitives are built on a shape's first
 // call and cached. kept_input (null: none) receives conv2d_kept_input_floats(shape) floats for

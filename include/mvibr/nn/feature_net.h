@@ -43,7 +43,7 @@ struct ResUNetOptions {
   // image size; layer1's width must equal out_channels() (out_conv maps it 1x1).
   bool shallow = false;
   ConvAlgorithm conv_algorithm = ConvAlgorithm::kDirect;  // the CPU's 3x3 stride-1 convolutions
-  ConvOperands conv_operands = ConvOperands::kFp32;       // the CPU's convolutions above 1x1
+  Operands conv_operands = Operands::kFp32;               // the CPU's convolutions above 1x1
   MapLayout map_layout = MapLayout::kPlanar;              // the CPU's maps (the GPU's are planar)
   ParameterGroup group = ParameterGroup::kFeature;  // the learning rate its parameters train at
 

@@ -48,11 +48,23 @@ class ParameterBlock {
 // feature network's instance norm).
 enum class Activation { kNone, kRelu, kElu };
 
+// What a CPU layer multiplies (Linear, and the convolutions above 1x1):
+// - kFp32: its operands as the callers hold them;
+// - kBf16: inputs, weights and output gradients rounded to bfloat16 (to nearest even), products
+//   summed in fp32; outputs, biases and every gradient stay fp32.
+enum class Operands { kFp32, kBf16 };
+
+// InvalidArgument, in one line, unless this CPU runs Linear layers with these operands (bf16
+// needs AVX-512).
+void check_linear_operands(Operands operands);
+
 // y[n,out] = x[n,in] W^T + b with PyTorch's weight layout W[out,in] ("<name>.weight", and
-// "<name>.bias" when it has one).
+// "<name>.bias" when it has one). Its GEMMs multiply `operands` (bf16: bf16_gemm.h), in float and
+// in double alike; the bias and its gradient are summed unrounded.
 class Linear {
  public:
-  Linear(ParameterBlock& block, const std::string& name, int in, int out, bool bias = true);
+  Linear(ParameterBlock& block, const std::string& name, int in, int out, bool bias = true,
+         Operands operands = Operands::kFp32);
 
   int in() const { return in_; }
   int out() const { return out_; }
@@ -90,6 +102,7 @@ class Linear {
   int in_, out_;
   size_t weight_, bias_;
   bool has_bias_;
+  Operands operands_;
 };
 
 // In place. The backward passes take the activation's output (all three derivatives are cheap
@@ -144,8 +157,9 @@ enum class AttentionMask {
 // Need" as IBRNet's ray transformer uses it (no dropout, no feed-forward).
 class MultiHeadAttention {
  public:
+  // Its projections multiply `operands` (Linear); the scores and their weighted sums are fp32.
   MultiHeadAttention(ParameterBlock& block, const std::string& name, int n_head, int d_model,
-                     int d_k, int d_v, AttentionMask mask);
+                     int d_k, int d_v, AttentionMask mask, Operands operands = Operands::kFp32);
 
   int d_model() const { return d_model_; }
   int n_head() const { return n_head_; }

@@ -48,6 +48,7 @@ struct MotionMlpOptions {
   int frequencies = 16;          // num_freqs: the embedding's max_freq and count, linear spacing
   std::vector<int> skips = {4};  // after these layers the embedding joins: cat([embedding, h])
   double sf_mag_div = 1.0;       // the output is divided by it
+  Operands linear_operands = Operands::kFp32;  // every layer's
 };
 
 // Where the forward's buffers sit in `saved`, and the backward's in `scratch`, for n points (the

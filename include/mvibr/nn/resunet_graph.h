@@ -76,7 +76,7 @@ struct ResUNetGraph {
   // parameters stay, with zero gradients, as the published state_dict has them).
   bool shallow = false;
   ConvAlgorithm conv_algorithm = ConvAlgorithm::kDirect;  // the CPU's 3x3 stride-1 convolutions
-  ConvOperands conv_operands = ConvOperands::kFp32;       // the CPU's convolutions above 1x1
+  Operands conv_operands = Operands::kFp32;               // the CPU's convolutions above 1x1
 
   int out_channels() const { return coarse_channels + fine_channels; }
 
