@@ -26,8 +26,11 @@ namespace {
 // Rows per chunk (at least one ray): activations and gradients of about 4 KiB a row stay close to
 // L2 (2 MiB a core here; 2048 rows were 10% slower), GEMMs stay tall enough for BLAS.
 constexpr size_t kChunkRows = 640;
-// Chunks whose gradient slots are live at once: bounds the slots' memory for any batch.
-constexpr size_t kChunksPerWave = 64;
+// The backward's gradient slots: runs of consecutive chunks share one, each run on one thread in
+// chunk order, and the slots are added in run order, so the sums are the same bits for any number
+// of threads. At most this many: a slot holds every parameter (1.5 MiB for DynIBaR's networks),
+// and one per chunk meant zeroing and adding 130 MiB per branch and step.
+constexpr size_t kGradientSlots = 32;
 
 // Pooling over the views of one sample uses weights w_v = raw_v / D with D = sum_u raw_u + eps.
 // Their sum is 1 - eps / D, which float cannot resolve from 1, and the gradients below depend on
@@ -385,24 +388,29 @@ void IbrnetAggregator::backward(const T* params, T* grads, const AggregatorWorks
   const ChunkPlan plan = plan_chunks(ws.n_rays, ws.n_samples, ws.n_views);
   const size_t width = size_t(widths_.gathered);
   const size_t n_params = block_.size();
-  const size_t n_slots = std::min(plan.n_chunks, kChunksPerWave) * n_params;
-  T* slots = thread_buffer<T, Buffer::kSlots>(n_slots);
+  const size_t chunks_per_slot = (plan.n_chunks + kGradientSlots - 1) / kGradientSlots;
+  const size_t n_slots =
+      chunks_per_slot ? (plan.n_chunks + chunks_per_slot - 1) / chunks_per_slot : 0;
+  T* slots = thread_buffer<T, Buffer::kSlots>(n_slots * n_params);
   // backward_chunk only reads the forward's activations, stored ones included.
   T* stored = ws.chunk_stride ? const_cast<T*>(ws.activations.data()) : nullptr;
   SerialBlas serial_blas;
-  for (size_t wave = 0; wave < plan.n_chunks; wave += kChunksPerWave) {
-    const size_t wave_end = std::min(plan.n_chunks, wave + kChunksPerWave);
 #pragma omp parallel
-    {
-      Activations<T> a(ws.n_samples, ws.n_views, widths_);
-      a.set_rays(plan.rays_per_chunk);
-      const size_t forward_size = stored ? 0 : a.layout_forward(nullptr, ray_attention_);
-      const size_t derived_size = a.layout_derived(nullptr);
-      T* arena = thread_buffer<T, Buffer::kChunk>(forward_size + derived_size +
-                                                  a.layout_backward(nullptr, ray_attention_));
-      std::vector<T> rgb(stored ? 0 : a.samples * 3), sigma(stored ? 0 : a.samples);  // unused
+  {
+    Activations<T> a(ws.n_samples, ws.n_views, widths_);
+    a.set_rays(plan.rays_per_chunk);
+    const size_t forward_size = stored ? 0 : a.layout_forward(nullptr, ray_attention_);
+    const size_t derived_size = a.layout_derived(nullptr);
+    T* arena = thread_buffer<T, Buffer::kChunk>(forward_size + derived_size +
+                                                a.layout_backward(nullptr, ray_attention_));
+    std::vector<T> rgb(stored ? 0 : a.samples * 3), sigma(stored ? 0 : a.samples);  // unused
 #pragma omp for schedule(dynamic)
-      for (size_t c = wave; c < wave_end; ++c) {
+    for (size_t s = 0; s < n_slots; ++s) {
+      // Zeroed here, by the thread that fills it, while it stays in that core's cache.
+      T* slot = slots + s * n_params;
+      std::fill(slot, slot + n_params, T(0));
+      const size_t run_end = std::min(plan.n_chunks, (s + 1) * chunks_per_slot);
+      for (size_t c = s * chunks_per_slot; c < run_end; ++c) {
         const size_t first = c * plan.rays_per_chunk;
         a.set_rays(std::min(plan.rays_per_chunk, size_t(ws.n_rays) - first));
         a.layout_forward(stored ? stored + c * ws.chunk_stride : arena, ray_attention_);
@@ -420,24 +428,21 @@ void IbrnetAggregator::backward(const T* params, T* grads, const AggregatorWorks
         } else {
           forward_chunk(params, a, in, rgb.data(), sigma.data());
         }
-        // Zeroed here, by the thread that fills it, while it stays in that core's cache.
-        T* slot = slots + (c - wave) * n_params;
-        std::fill(slot, slot + n_params, T(0));
         backward_chunk(params, slot, a, in, grad_rgb + sample * 3, grad_sigma + sample,
                        grad_rgb_features ? grad_rgb_features + row * width : nullptr,
                        grad_xyz ? grad_xyz + sample * 3 : nullptr);
       }
     }
-    // Chunk order, whatever thread ran which chunk; in blocks of parameters that stay in L1
-    // while every slot's part is added, so the slots are read along their rows.
-    constexpr size_t kBlock = 1024;
+  }
+  // Slot order, whatever thread ran which run; in blocks of parameters that stay in L1 while
+  // every slot's part is added, so the slots are read along their rows.
+  constexpr size_t kBlock = 1024;
 #pragma omp parallel for schedule(static)
-    for (size_t first = 0; first < n_params; first += kBlock) {
-      const size_t end = std::min(n_params, first + kBlock);
-      for (size_t c = 0; c < wave_end - wave; ++c) {
-        const T* slot = slots + c * n_params;
-        for (size_t i = first; i < end; ++i) grads[i] += slot[i];
-      }
+  for (size_t first = 0; first < n_params; first += kBlock) {
+    const size_t end = std::min(n_params, first + kBlock);
+    for (size_t s = 0; s < n_slots; ++s) {
+      const T* slot = slots + s * n_params;
+      for (size_t i = first; i < end; ++i) grads[i] += slot[i];
     }
   }
 }
