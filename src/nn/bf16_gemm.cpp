@@ -17,10 +17,12 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <dnnl.hpp>
 #include <map>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -55,54 +57,73 @@ class OneThread {
 };
 
 // op(A) [m, k] and op(B) [k, n] as oneDNN reads the dense copies: A [m, k] (kTN: stored [k, m]),
-// B [k, n] (kNT: stored [n, k]).
+// B [k, n] in every form.
 memory::desc source_desc(GemmForm form, size_t m, size_t k) {
   const memory::dims strides =
       form == GemmForm::kTN ? memory::dims{1, memory::dim(m)} : memory::dims{memory::dim(k), 1};
   return memory::desc({memory::dim(m), memory::dim(k)}, memory::data_type::bf16, strides);
 }
 
-memory::desc weights_desc(GemmForm form, size_t k, size_t n) {
-  const memory::dims strides =
-      form == GemmForm::kNT ? memory::dims{1, memory::dim(k)} : memory::dims{memory::dim(n), 1};
-  return memory::desc({memory::dim(k), memory::dim(n)}, memory::data_type::bf16, strides);
+memory::desc weights_desc(size_t k, size_t n) {
+  return memory::desc({memory::dim(k), memory::dim(n)}, memory::data_type::bf16,
+                      memory::dims{memory::dim(n), 1});
 }
 
 // A primitive and its arguments, whose data handles each call points at its buffers (memory
 // objects cost a few microseconds to create, as much as the smallest products).
 struct Matmul {
   dnnl::matmul primitive;
-  memory source, weights, dst, scratchpad;
+  memory source, weights, bias, dst, scratchpad;
 };
 
-Matmul make_matmul(GemmForm form, size_t m, size_t n, size_t k, bool accumulate, size_t ldc) {
-  const memory::desc source = source_desc(form, m, k), weights = weights_desc(form, k, n);
-  const memory::desc dst({memory::dim(m), memory::dim(n)}, memory::data_type::f32,
-                         memory::dims{memory::dim(ldc), 1});
+// What tells one primitive from another.
+struct Product {
+  GemmForm form;
+  size_t m, n, k;
+  bool accumulate;
+  size_t ldc;
+  bool bias;
+  Activation activation;
+  auto key() const { return std::tuple(form, m, n, k, accumulate, ldc, bias, activation); }
+  bool operator<(const Product& other) const { return key() < other.key(); }
+};
+
+Matmul make_matmul(const Product& p) {
+  const memory::desc source = source_desc(p.form, p.m, p.k), weights = weights_desc(p.k, p.n);
+  const memory::desc dst({memory::dim(p.m), memory::dim(p.n)}, memory::data_type::f32,
+                         memory::dims{memory::dim(p.ldc), 1});
+  const memory::desc bias =
+      p.bias ? memory::desc({1, memory::dim(p.n)}, memory::data_type::f32, memory::dims{0, 1})
+             : memory::desc();
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  if (accumulate) {
-    dnnl::post_ops sum;
-    sum.append_sum(1.0f);
-    attr.set_post_ops(sum);
+  dnnl::post_ops post;
+  if (p.accumulate) post.append_sum(1.0f);
+  if (p.activation == Activation::kRelu) {
+    post.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+  } else if (p.activation == Activation::kElu) {
+    post.append_eltwise(1.0f, dnnl::algorithm::eltwise_elu, 1.0f, 0.0f);
   }
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(source, weights, dst), attr,
+  attr.set_post_ops(post);
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(source, weights, bias, dst), attr,
                                         cpu_engine());
   const dnnl::engine& engine = cpu_engine();
-  return {dnnl::matmul(pd), memory(source, engine, nullptr), memory(weights, engine, nullptr),
-          memory(dst, engine, nullptr), memory(pd.scratchpad_desc(), engine, nullptr)};
+  return {dnnl::matmul(pd),
+          memory(source, engine, nullptr),
+          memory(weights, engine, nullptr),
+          memory(bias, engine, nullptr),
+          memory(dst, engine, nullptr),
+          memory(pd.scratchpad_desc(), engine, nullptr)};
 }
 
-// A thread's primitives, by shape.
-Matmul& matmul_for(GemmForm form, size_t m, size_t n, size_t k, bool accumulate, size_t ldc) {
-  using Key = std::tuple<GemmForm, size_t, size_t, size_t, bool, size_t>;
-  thread_local std::map<Key, Matmul> primitives;
-  const Key key{form, m, n, k, accumulate, ldc};
-  auto it = primitives.find(key);
+// A thread's primitives, by product.
+Matmul& matmul_for(const Product& p) {
+  thread_local std::map<Product, Matmul> primitives;
+  auto it = primitives.find(p);
   if (it == primitives.end()) {
     const OneThread one_thread;  // oneDNN blocks for the threads it will have
     try {
-      it = primitives.emplace(key, make_matmul(form, m, n, k, accumulate, ldc)).first;
+      it = primitives.emplace(p, make_matmul(p)).first;
     } catch (const dnnl::error& e) {
       throw RuntimeFailure(std::string("oneDNN bf16 matmul set-up failed: ") + e.what());
     }
@@ -219,12 +240,15 @@ void round_rows_to_bf16(size_t rows, size_t columns, const float* from, size_t l
 }
 
 void bf16_gemm(GemmForm form, size_t m, size_t n, size_t k, const uint16_t* a, const uint16_t* b,
-               bool accumulate, float* c, size_t ldc) {
+               bool accumulate, float* c, size_t ldc, Bf16Epilogue epilogue) {
+  const bool plain = !epilogue.bias && epilogue.activation == Activation::kNone;
+  if (!plain && k == 0) throw InvalidArgument("bf16_gemm: a bias or an activation needs k > 0");
   if (empty_product(m, n, k, accumulate, c, ldc)) return;
   const OneThread one_thread;
   thread_local std::vector<uint8_t> scratch;
   thread_local dnnl::stream stream(cpu_engine());
-  Matmul& mm = matmul_for(form, m, n, k, accumulate, ldc);
+  Matmul& mm =
+      matmul_for({form, m, n, k, accumulate, ldc, epilogue.bias != nullptr, epilogue.activation});
   const size_t scratch_bytes = mm.scratchpad.get_desc().get_size();
   if (scratch.size() < scratch_bytes) scratch.resize(scratch_bytes);
   try {
@@ -232,25 +256,65 @@ void bf16_gemm(GemmForm form, size_t m, size_t n, size_t k, const uint16_t* a, c
     mm.weights.set_data_handle(const_cast<uint16_t*>(b));
     mm.dst.set_data_handle(c);
     mm.scratchpad.set_data_handle(scratch.data());
-    mm.primitive.execute(stream, {{DNNL_ARG_SRC, mm.source},
-                                  {DNNL_ARG_WEIGHTS, mm.weights},
-                                  {DNNL_ARG_DST, mm.dst},
-                                  {DNNL_ARG_SCRATCHPAD, mm.scratchpad}});
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mm.source},
+                                         {DNNL_ARG_WEIGHTS, mm.weights},
+                                         {DNNL_ARG_DST, mm.dst},
+                                         {DNNL_ARG_SCRATCHPAD, mm.scratchpad}};
+    if (epilogue.bias) {
+      mm.bias.set_data_handle(const_cast<float*>(epilogue.bias));
+      args.emplace(DNNL_ARG_BIAS, mm.bias);
+    }
+    mm.primitive.execute(stream, args);
   } catch (const dnnl::error& e) {
     throw RuntimeFailure(std::string("oneDNN bf16 matmul failed: ") + e.what());
   }
 }
 
+const uint16_t* bf16_weights(GemmForm form, size_t n, size_t k, const float* b, size_t ldb) {
+  struct Rounded {
+    std::vector<float> source;  // B's values, dense, when they were rounded
+    std::vector<uint16_t> values;
+  };
+  using Key = std::tuple<const float*, GemmForm, size_t, size_t, size_t>;
+  thread_local std::map<Key, Rounded> cache;
+  const auto [rows, columns] = b_stored(form, n, k);
+  Rounded& r = cache[Key{b, form, n, k, ldb}];
+  bool same = r.source.size() == rows * columns;
+  for (size_t i = 0; same && i < rows; ++i) {
+    same = std::memcmp(b + i * ldb, r.source.data() + i * columns, columns * sizeof(float)) == 0;
+  }
+  if (same) return r.values.data();
+  r.source.resize(rows * columns);
+  for (size_t i = 0; i < rows; ++i) {
+    std::copy(b + i * ldb, b + i * ldb + columns, r.source.begin() + long(i * columns));
+  }
+  r.values.resize(k * n);
+  if (form == GemmForm::kNT) {  // B^T stored: [n, k] -> [k, n]
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t j = 0; j < k; ++j) r.values[j * n + i] = bf16_bits(r.source[i * k + j]);
+    }
+  } else {
+    round_rows_to_bf16(k, n, r.source.data(), n, r.values.data());
+  }
+  return r.values.data();
+}
+
 void bf16_gemm(GemmForm form, size_t m, size_t n, size_t k, const float* a, size_t lda,
                const float* b, size_t ldb, bool accumulate, float* c, size_t ldc) {
   if (empty_product(m, n, k, accumulate, c, ldc)) return;
-  matmul_for(form, m, n, k, accumulate, ldc);  // where oneDNN has none, fail before rounding
+  // Where oneDNN has none, fail before rounding.
+  matmul_for({form, m, n, k, accumulate, ldc, false, Activation::kNone});
   const auto [a_rows, a_columns] = a_stored(form, m, k);
-  const auto [b_rows, b_columns] = b_stored(form, n, k);
   uint16_t* a16 = bf16_buffer(Bf16Buffer::kA, m * k);
-  uint16_t* b16 = bf16_buffer(Bf16Buffer::kB, k * n);
   round_rows_to_bf16(a_rows, a_columns, a, lda, a16);
-  round_rows_to_bf16(b_rows, b_columns, b, ldb, b16);
+  const uint16_t* b16 = nullptr;
+  if (form == GemmForm::kTN) {
+    uint16_t* rounded = bf16_buffer(Bf16Buffer::kB, k * n);
+    round_rows_to_bf16(k, n, b, ldb, rounded);
+    b16 = rounded;
+  } else {
+    b16 = bf16_weights(form, n, k, b, ldb);
+  }
   bf16_gemm(form, m, n, k, a16, b16, accumulate, c, ldc);
 }
 
@@ -271,7 +335,7 @@ void bf16_gemm(GemmForm form, size_t m, size_t n, size_t k, const double* a, siz
 void check_linear_operands(Operands operands) {
   if (operands == Operands::kFp32) return;
   try {
-    matmul_for(GemmForm::kNT, 16, 16, 16, false, 16);
+    matmul_for({GemmForm::kNT, 16, 16, 16, false, 16, false, Activation::kNone});
   } catch (const RuntimeFailure&) {
     throw InvalidArgument(
         "precision = bf16: oneDNN has no bf16 matmul for this CPU (it needs AVX-512); set "

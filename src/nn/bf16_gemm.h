@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "mvibr/nn/layers.h"
 #include "small_gemm.h"
 
 namespace mvibr::nn {
@@ -23,11 +24,26 @@ void bf16_gemm(GemmForm form, size_t m, size_t n, size_t k, const float* a, size
 void bf16_gemm(GemmForm form, size_t m, size_t n, size_t k, const double* a, size_t lda,
                const double* b, size_t ldb, bool accumulate, double* c, size_t ldc);
 
-// The same product on operands rounded already (round_rows_to_bf16) and dense: A [m, k] ([k, m]
-// for kTN), B [k, n] ([n, k] for kNT), as small_gemm's forms store them with lda, ldb their widths.
-// An operand that two products share is then rounded once.
+// What a product can add to C in the pass that writes it (oneDNN's post-ops): a bias [n] on every
+// row, then an activation (oneDNN's: ELU from its own exp, within a few fp32 ulps of
+// Linear's). A layer's forward writes its output once instead of twice.
+struct Bf16Epilogue {
+  const float* bias = nullptr;
+  Activation activation = Activation::kNone;
+};
+
+// The same product on operands rounded already and dense: A [m, k] ([k, m] for kTN, as small_gemm's
+// forms store them with lda its width), B [k, n] in every form (bf16_weights transposes kNT's).
+// An operand that two products share is then rounded once. An epilogue needs k > 0.
 void bf16_gemm(GemmForm form, size_t m, size_t n, size_t k, const uint16_t* a, const uint16_t* b,
-               bool accumulate, float* c, size_t ldc);
+               bool accumulate, float* c, size_t ldc, Bf16Epilogue epilogue = {});
+
+// B of a kNN or kNT product (a layer's weights, as small_gemm's forms store them) rounded, dense
+// [k, n]. Each thread keeps the copies it made with the values they came from, by address and
+// shape, and reuses one where B still holds those values bit for bit: the layers multiply the
+// same weights in every chunk of a pass, and oneDNN packed kNT's transposed weights at half the
+// speed of plain ones. Valid until the thread's next call with the same address and shape.
+const uint16_t* bf16_weights(GemmForm form, size_t n, size_t k, const float* b, size_t ldb);
 
 // The rows x columns matrix at `from` (row stride ld) rounded into a dense copy at `to`, bit for
 // bit as bf16_bits; AVX-512 (every CPU that runs bf16_gemm has it).

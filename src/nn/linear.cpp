@@ -50,13 +50,13 @@ void backward_products(Operands operands, size_t n, int out, int in, int first, 
       const size_t o = size_t(out), c = size_t(count);
       uint16_t* g16 = bf16_buffer(Bf16Buffer::kShared, n * o);
       round_rows_to_bf16(n, o, grad_y, o, g16);
-      uint16_t* other = bf16_buffer(Bf16Buffer::kA, std::max(o, n) * c);
       if (grad_x) {
-        round_rows_to_bf16(o, c, w + first, size_t(in), other);
-        bf16_gemm(GemmForm::kNN, n, c, o, g16, other, accumulate, grad_x, c);
+        const uint16_t* w16 = bf16_weights(GemmForm::kNN, c, o, w + first, size_t(in));
+        bf16_gemm(GemmForm::kNN, n, c, o, g16, w16, accumulate, grad_x, c);
       }
-      round_rows_to_bf16(n, c, x, c, other);
-      bf16_gemm(GemmForm::kTN, o, c, n, g16, other, true, grad_w + first, size_t(in));
+      uint16_t* x16 = bf16_buffer(Bf16Buffer::kA, n * c);
+      round_rows_to_bf16(n, c, x, c, x16);
+      bf16_gemm(GemmForm::kTN, o, c, n, g16, x16, true, grad_w + first, size_t(in));
       return;
     }
   }
@@ -101,6 +101,17 @@ void Linear::init_kaiming(float* params, Initializer& init) const {
 template <typename T>
 void Linear::forward(const T* params, size_t n, const T* x, T* y, Activation activation) const {
   if (n == 0) return;
+  if constexpr (std::is_same_v<T, float>) {
+    if (operands_ == Operands::kBf16) {  // the bias and the activation in oneDNN's pass
+      uint16_t* x16 = bf16_buffer(Bf16Buffer::kShared, n * size_t(in_));
+      round_rows_to_bf16(n, size_t(in_), x, size_t(in_), x16);
+      const uint16_t* w16 =
+          bf16_weights(GemmForm::kNT, size_t(out_), size_t(in_), params + weight_, size_t(in_));
+      bf16_gemm(GemmForm::kNT, n, size_t(out_), size_t(in_), x16, w16, false, y, size_t(out_),
+                {has_bias_ ? params + bias_ : nullptr, activation});
+      return;
+    }
+  }
   gemm(operands_, GemmForm::kNT, n, out_, in_, x, in_, params + weight_, in_, false, y, out_);
   const T* b = has_bias_ ? params + bias_ : nullptr;
   const size_t out = size_t(out_);
