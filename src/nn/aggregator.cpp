@@ -317,12 +317,14 @@ void IbrnetAggregator::forward(int n_rays, int n_samples, int n_views,
                                const AggregatorInputs<float>& inputs,
                                AggregatorWorkspace<float>* workspace, float* rgb,
                                float* sigma) const {
+  const FrozenWeights frozen(block_.values(), block_.size());
   forward(block_.values(), n_rays, n_samples, n_views, inputs, workspace, rgb, sigma);
 }
 
 void IbrnetAggregator::backward(const AggregatorWorkspace<float>& workspace, const float* grad_rgb,
                                 const float* grad_sigma, float* grad_rgb_features,
                                 float* grad_xyz) {
+  const FrozenWeights frozen(block_.values(), block_.size());
   backward(block_.values(), block_.grads(), workspace, grad_rgb, grad_sigma, grad_rgb_features,
            grad_xyz);
 }

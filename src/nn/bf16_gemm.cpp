@@ -17,9 +17,11 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <dnnl.hpp>
 #include <map>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -147,6 +149,30 @@ std::pair<size_t, size_t> b_stored(GemmForm form, size_t n, size_t k) {
   return form == GemmForm::kNT ? std::pair{n, k} : std::pair{k, n};
 }
 
+// The live FrozenWeights.
+struct FrozenSpan {
+  const float *begin, *end;
+  uint64_t generation;
+};
+struct FrozenRegistry {
+  std::atomic<uint64_t> last{0};
+  std::mutex mutex;
+  std::vector<FrozenSpan> spans;
+};
+FrozenRegistry& frozen_weights() {
+  static FrozenRegistry registry;
+  return registry;
+}
+
+// The generation of the live FrozenWeights that holds [begin, end), or 0.
+uint64_t frozen_generation(const float* begin, const float* end) {
+  const std::lock_guard<std::mutex> lock(frozen_weights().mutex);
+  for (const FrozenSpan& s : frozen_weights().spans) {
+    if (begin >= s.begin && end <= s.end) return s.generation;
+  }
+  return 0;
+}
+
 // small_gemm's empty cases: nothing to multiply.
 template <typename T>
 bool empty_product(size_t m, size_t n, size_t k, bool accumulate, T* c, size_t ldc) {
@@ -270,15 +296,33 @@ void bf16_gemm(GemmForm form, size_t m, size_t n, size_t k, const uint16_t* a, c
   }
 }
 
+FrozenWeights::FrozenWeights(const float* values, size_t count)
+    : generation_(++frozen_weights().last) {
+  const std::lock_guard<std::mutex> lock(frozen_weights().mutex);
+  frozen_weights().spans.push_back({values, values + count, generation_});
+}
+
+FrozenWeights::~FrozenWeights() {
+  const std::lock_guard<std::mutex> lock(frozen_weights().mutex);
+  std::vector<FrozenSpan>& spans = frozen_weights().spans;
+  spans.erase(std::remove_if(spans.begin(), spans.end(),
+                             [&](const FrozenSpan& s) { return s.generation == generation_; }),
+              spans.end());
+}
+
 const uint16_t* bf16_weights(GemmForm form, size_t n, size_t k, const float* b, size_t ldb) {
   struct Rounded {
     std::vector<float> source;  // B's values, dense, when they were rounded
     std::vector<uint16_t> values;
+    uint64_t generation = 0;  // of the FrozenWeights they were rounded in (0: none)
   };
   using Key = std::tuple<const float*, GemmForm, size_t, size_t, size_t>;
   thread_local std::map<Key, Rounded> cache;
   const auto [rows, columns] = b_stored(form, n, k);
   Rounded& r = cache[Key{b, form, n, k, ldb}];
+  const uint64_t frozen = frozen_generation(b, b + (rows - 1) * ldb + columns);
+  if (frozen != 0 && r.generation == frozen) return r.values.data();
+  r.generation = frozen;
   bool same = r.source.size() == rows * columns;
   for (size_t i = 0; same && i < rows; ++i) {
     same = std::memcmp(b + i * ldb, r.source.data() + i * columns, columns * sizeof(float)) == 0;

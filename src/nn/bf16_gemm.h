@@ -39,10 +39,10 @@ void bf16_gemm(GemmForm form, size_t m, size_t n, size_t k, const uint16_t* a, c
                bool accumulate, float* c, size_t ldc, Bf16Epilogue epilogue = {});
 
 // B of a kNN or kNT product (a layer's weights, as small_gemm's forms store them) rounded, dense
-// [k, n]. Each thread keeps the copies it made with the values they came from, by address and
-// shape, and reuses one where B still holds those values bit for bit: the layers multiply the
-// same weights in every chunk of a pass, and oneDNN packed kNT's transposed weights at half the
-// speed of plain ones. Valid until the thread's next call with the same address and shape.
+// [k, n]. Each thread keeps the copies it made, by address and shape, and reuses one while a
+// FrozenWeights (layers.h) made since holds B, or else where B still holds the values it came
+// from bit for bit: the layers multiply the same weights in every chunk of a pass. Valid until
+// the thread's next call with the same address and shape.
 const uint16_t* bf16_weights(GemmForm form, size_t n, size_t k, const float* b, size_t ldb);
 
 // The rows x columns matrix at `from` (row stride ld) rounded into a dense copy at `to`, bit for

@@ -117,7 +117,7 @@ constexpr RayMaskRule kSeenTwice{2, 9}, kSeenOnce{1, 9};
 // The CPU networks' Linear operands: bf16 when the config asks for it (the GPU step has its own).
 nn::Operands linear_operands(const TrainConfig& c) {
   return c.precision == Precision::kBf16 && !runs_on_device(c) ? nn::Operands::kBf16
-                                                                : nn::Operands::kFp32;
+                                                               : nn::Operands::kFp32;
 }
 
 nn::AggregatorOptions network_options(const TrainConfig& c, nn::AggregatorVariant variant) {
@@ -844,6 +844,7 @@ void DynibarModel::State::motion_forward(int batch, DynibarMotionRun run, int n_
   const size_t points_total = size_t(n_rays) * S;
   chunks->resize(kMotionChunks);
   const float* mlp = values(motion_mlp.parameter_offset());
+  const nn::FrozenWeights frozen(mlp, motion_mlp.parameter_count());
 #pragma omp parallel for schedule(dynamic, 1)
   for (int c = 0; c < kMotionChunks; ++c) {
     const auto [first, end] = motion_chunk(n_rays, c);
@@ -871,6 +872,7 @@ void DynibarModel::State::motion_backward(int batch, DynibarMotionRun run,
   const size_t basis_count = parameters.info(basis).size, slot = mlp_count + basis_count;
   std::vector<float> slots(size_t(kMotionChunks) * slot, 0.0f);
   const float* mlp = values(motion_mlp.parameter_offset());
+  const nn::FrozenWeights frozen(mlp, motion_mlp.parameter_count());
 #pragma omp parallel for schedule(dynamic, 1)
   for (int c = 0; c < kMotionChunks; ++c) {
     const auto [first, end] = motion_chunk(n_rays, c);

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <iterator>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "../../src/nn/vector_math.h"
@@ -183,27 +184,36 @@ TEST(Bf16Gemm, ACallGivesTheSameBitsOnAnyThread) {
   }
 }
 
-// kNN's and kNT's B (weights) are kept rounded by address and shape: changed in place, even in one
-// value, they are rounded again; unchanged, the kept copy gives the same bits.
+// kNN's and kNT's B (weights) are kept rounded by address and shape. Changed in place, even in
+// one value, they are rounded again: outside any FrozenWeights (compared with the values they came
+// from), and in a FrozenWeights made after the change. Unchanged, the kept copy gives the same
+// bits.
 TEST(Bf16Gemm, WeightsChangedInPlaceAreRoundedAgain) {
   if (testing::bf16_linear_refused_here()) return;
-  for (GemmForm form : {GemmForm::kNN, GemmForm::kNT}) {
-    Problem p(form, 40, 33, 70, 31);
-    const std::vector<float> first = p.run(false);
-    EXPECT_EQ(first, p.run(false)) << name(form);
-    const size_t changed = form == GemmForm::kNT ? 5 * p.ldb + 7 : 7 * p.ldb + 5;  // B^T (5, 7)
-    p.b[changed] += 0.5f;
-    const std::vector<float> second = p.run(false);
-    const double bound = double((p.k + 2) * p.k) * std::ldexp(1.0, -24);  // terms below 1
-    for (size_t i = 0; i < p.m; ++i) {
-      for (size_t j = 0; j < p.n; ++j) {
-        double exact = 0;
-        for (size_t s = 0; s < p.k; ++s) exact += rounded(p.a_at(i, s)) * rounded(p.b_at(s, j));
-        ASSERT_NEAR(second[i * p.ldc + j], exact, 1e-5)
-            << name(form) << " (" << i << ", " << j << ")";
+  for (bool frozen : {false, true}) {
+    for (GemmForm form : {GemmForm::kNN, GemmForm::kNT}) {
+      Problem p(form, 40, 33, 70, 31);
+      const auto run = [&] {
+        std::optional<FrozenWeights> scope;
+        if (frozen) scope.emplace(p.b.data(), p.b.size());
+        return p.run(false);
+      };
+      const std::vector<float> first = run();
+      EXPECT_EQ(first, run()) << name(form);
+      const size_t changed = form == GemmForm::kNT ? 5 * p.ldb + 7 : 7 * p.ldb + 5;  // B^T (5, 7)
+      p.b[changed] += 0.5f;
+      const std::vector<float> second = run();
+      const double bound = double((p.k + 2) * p.k) * std::ldexp(1.0, -24);  // terms below 1
+      for (size_t i = 0; i < p.m; ++i) {
+        for (size_t j = 0; j < p.n; ++j) {
+          double exact = 0;
+          for (size_t s = 0; s < p.k; ++s) exact += rounded(p.a_at(i, s)) * rounded(p.b_at(s, j));
+          ASSERT_NEAR(second[i * p.ldc + j], exact, bound)
+              << name(form) << " frozen " << frozen << " (" << i << ", " << j << ")";
+        }
       }
+      EXPECT_NE(first, second) << name(form) << " frozen " << frozen;
     }
-    EXPECT_NE(first, second) << name(form);
   }
 }
 

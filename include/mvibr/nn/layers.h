@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,21 @@ enum class Operands { kFp32, kBf16 };
 // InvalidArgument, in one line, unless this CPU runs Linear layers with these operands (bf16
 // needs AVX-512).
 void check_linear_operands(Operands operands);
+
+// Declares the floats [values, values + count) unchanging while it lives: a network's weights
+// over a pass. Linear layers with bf16 operands then round weights there once per thread and
+// scope, where otherwise each call compares them with the values it last rounded. Made and ended
+// outside parallel regions.
+class FrozenWeights {
+ public:
+  FrozenWeights(const float* values, size_t count);
+  ~FrozenWeights();
+  FrozenWeights(const FrozenWeights&) = delete;
+  FrozenWeights& operator=(const FrozenWeights&) = delete;
+
+ private:
+  uint64_t generation_;
+};
 
 // y[n,out] = x[n,in] W^T + b with PyTorch's weight layout W[out,in] ("<name>.weight", and
 // "<name>.bias" when it has one). Its GEMMs multiply `operands` (bf16: bf16_gemm.h), in float and
