@@ -10,8 +10,7 @@
 # CONFIG defaults to configs/dynibar_synthetic.txt (its data prepared if it is not yet).
 # WARMUP (1) and STEPS (5) in the environment set how many steps run; PRECISION (fp32) mvibr's
 # precision: bf16 multiplies bf16 operands in DynIBaR's networks (docs/features.md; the losses
-# then differ by bf16's rounding), and PyTorch then runs twice: in float32, and under its own bf16
-# autocast, each with its ratio.
+# then differ by bf16's rounding). PyTorch runs float32 either way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -33,16 +32,10 @@ load=$(cut -d' ' -f1-3 /proc/loadavg)
 mvibr_json=$("$build/bench/dynibar_step_bench" --config "$config" --warmup "$warmup" \
   --steps "$steps" --precision "$precision" --write_case "$work/case")
 torch_json=$(/usr/bin/python3 bench/dynibar_torch_step.py "$work/case" "$threads" "$warmup" \
-  "$steps" fp32)
-autocast_json=null
-if [[ $precision == bf16 ]]; then
-  autocast_json=$(/usr/bin/python3 bench/dynibar_torch_step.py "$work/case" "$threads" "$warmup" \
-    "$steps" bf16)
-fi
-/usr/bin/python3 - "$mvibr_json" "$torch_json" "$config" "$load" "$precision" "$autocast_json" \
-  <<'PY'
+  "$steps")
+/usr/bin/python3 - "$mvibr_json" "$torch_json" "$config" "$load" "$precision" <<'PY'
 import json, sys
-ours, theirs, autocast = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[6])
+ours, theirs = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 c = ours["config"]
 print(f"DynIBaR step, {sys.argv[3]}: {c['datadir']} target {c['target_view']} "
       f"({c['image'][0]}x{c['image'][1]}, {c['sources']} sources), {c['N_rand']} rays x "
@@ -55,11 +48,7 @@ print(f"{'':28s} {'mvibr':>10} {'PyTorch':>10} {'ratio':>8}")
 print(f"{'forward + backward (s)':28s} {ours['step_seconds']:10.4f} {theirs['step_seconds']:10.4f} "
       f"{ratio:7.2f}x")
 print(f"{'rays/s':28s} {ours['rays_per_second']:10.1f} {theirs['rays_per_second']:10.1f}")
-print(f"{'loss':28s} {ours['loss']:10.6f} {theirs['loss']:10.6f}")
-if autocast:
-    print(f"{'PyTorch bf16 autocast (s)':28s} {'':10s} {autocast['step_seconds']:10.4f} "
-          f"{autocast['step_seconds'] / ours['step_seconds']:7.2f}x  (loss {autocast['loss']:.6f})")
-print()
+print(f"{'loss':28s} {ours['loss']:10.6f} {theirs['loss']:10.6f}\n")
 print("mvibr's phases (s):")
 for name, seconds in ours["phases"].items():
     print(f"  {name:26s} {seconds:10.4f}")

@@ -10,10 +10,9 @@ reference's written-out mean and variance. The backward is autograd's into every
 
 Runs WARMUP + STEPS identical steps (the same weights: no optimiser) and prints one JSON line:
 the median seconds of the forward, the backward and the two together, rays per second, and the
-loss. PRECISION bf16 runs the forward under torch.autocast("cpu", torch.bfloat16), PyTorch's own
-mixed precision on the CPU (its linear layers and convolutions in bf16).
+loss.
 
-    dynibar_torch_step.py CASE_DIR THREADS WARMUP STEPS [PRECISION: fp32 | bf16]
+    dynibar_torch_step.py CASE_DIR THREADS WARMUP STEPS
 """
 import json
 import pathlib
@@ -33,9 +32,6 @@ import feature_net_reference  # noqa: E402
 def main():
     case = pathlib.Path(sys.argv[1])
     threads, warmup, steps = map(int, sys.argv[2:5])
-    precision = sys.argv[5] if len(sys.argv) > 5 else "fp32"
-    if precision not in ("fp32", "bf16"):
-        sys.exit(f"dynibar_torch_step.py: precision must be fp32 or bf16, got '{precision}'")
     torch.set_default_dtype(torch.float32)
     torch.set_num_threads(threads)
     feature_net_reference.relu_on_our_side = lambda mask, z, name, rounding=None: F.relu(z)
@@ -50,9 +46,8 @@ def main():
     forward, backward, total, loss_value = [], [], [], 0.0
     for i in range(warmup + steps):
         start = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
-            terms, _ = reference.train_step(cfg, params, x, masks)
-            _, _, loss = losses.total(terms)
+        terms, _ = reference.train_step(cfg, params, x, masks)
+        _, _, loss = losses.total(terms)
         middle = time.perf_counter()
         torch.autograd.grad(loss, [params[n] for n in names], allow_unused=True)
         end = time.perf_counter()
@@ -63,8 +58,7 @@ def main():
             total.append(end - start)
     rays = int(x["pixels"].shape[0])
     step = statistics.median(total)
-    print(json.dumps({"impl": "pytorch", "precision": precision, "threads": threads,
-                      "torch": torch.__version__,
+    print(json.dumps({"impl": "pytorch", "threads": threads, "torch": torch.__version__,
                       "forward_seconds": statistics.median(forward),
                       "backward_seconds": statistics.median(backward), "step_seconds": step,
                       "rays_per_second": rays / step, "loss": loss_value}))

@@ -2,8 +2,8 @@
 // - The operands are rounded to bfloat16 (to nearest even, as bf16_bits), their products summed
 //   in fp32 by oneDNN's matmul: AMX tiles where the CPU has them, AVX512-BF16 or AVX-512
 //   emulation where not (it needs AVX-512: check_linear_operands). At the DynIBaR networks'
-//   128-256 widths it runs 2.5-3.5x small_gemm's fp32 FLOP rate, rounding counted
-//   (bench/gemm_bench).
+//   128-256 widths it runs 2.9-4.2x small_gemm's AVX-512 fp32 FLOP rate over 640 rows, rounding
+//   counted (bench/gemm_bench; the weight gradient's transposed read the slowest).
 // - Single-threaded, as small_gemm: callers parallelise around it. The same call gives the same
 //   bits; a row's sum order may depend on the call's shape (oneDNN's blocking), unlike small_gemm.
 // - Double, for the oracles, multiplies the same rounded values exactly (cblas_dgemm).
