@@ -6,10 +6,11 @@
 //   networks' chunks), and one outside, where the call holds OpenMP to a single thread, so that
 //   its blocking and its results are the same for any thread count.
 // - Dense copies let each form be a plain matmul: kTN's A is read as its transpose through
-//   strides (oneDNN's transposing copy was faster than ours), kNT's B likewise.
-// - The rounding is AVX-512 integer arithmetic, bf16_bits' to the bit (NaNs quieted, subnormals
-//   kept): 16 values in a few instructions, where the compiler's AVX2 loop spent as long as the
-//   product on it.
+//   strides (oneDNN's transposing copy was faster than ours); B is always [k, n], kNT's weights
+//   transposed once as they are rounded and kept (bf16_weights).
+// - The rounding is AVX512-BF16's conversion, or AVX-512 integer arithmetic for groups holding a
+//   subnormal and on CPUs without it: bf16_bits' to the bit (NaNs quieted, subnormals kept). The
+//   compiler's AVX2 loop of bf16_bits had spent as long as the products.
 #include "bf16_gemm.h"
 
 #include <cblas.h>
@@ -261,8 +262,9 @@ void round_to_bf16_on(Bf16Rounding rounding, size_t count, const float* in, uint
 
 void round_rows_to_bf16(size_t rows, size_t columns, const float* from, size_t ld, uint16_t* to) {
   static const Bf16Rounding best = available_bf16_roundings().back();
-  for (size_t r = 0; r < rows; ++r)
+  for (size_t r = 0; r < rows; ++r) {
     round_to_bf16_on(best, columns, from + r * ld, to + r * columns);
+  }
 }
 
 void bf16_gemm(GemmForm form, size_t m, size_t n, size_t k, const uint16_t* a, const uint16_t* b,
