@@ -172,12 +172,6 @@ AggregatorWidths widths_of(const AggregatorOptions& o) {
   return w;
 }
 
-std::optional<Linear> only_if(bool present, ParameterBlock& block, const std::string& name, int in,
-                              int out, Operands operands) {
-  if (!present) return std::nullopt;
-  return Linear(block, name, in, out, true, operands);
-}
-
 }  // namespace
 
 template <typename T>
@@ -224,6 +218,16 @@ template void check_aggregator_call(const AggregatorOptions&, int, int, int,
 template void check_aggregator_call(const AggregatorOptions&, int, int, int,
                                     const AggregatorInputs<double>&, const std::string&);
 
+Linear IbrnetAggregator::layer(const std::string& name, int in, int out) {
+  return Linear(block_, name, in, out, true, options_.linear_operands);
+}
+
+std::optional<Linear> IbrnetAggregator::layer_if(bool present, const std::string& name, int in,
+                                                 int out) {
+  if (!present) return std::nullopt;
+  return layer(name, in, out);
+}
+
 IbrnetAggregator::IbrnetAggregator(ParameterSet& set, const std::string& prefix,
                                    AggregatorOptions options)
     : options_(options),
@@ -234,38 +238,27 @@ IbrnetAggregator::IbrnetAggregator(ParameterSet& set, const std::string& prefix,
       ray_embed_(6, FrequencySpacing::kLog, kRayFrequencies, kRayFrequencies),
       time_embed_(1, FrequencySpacing::kLog, kTimeFrequencies, kTimeFrequencies),
       view_dir_embed_(3, FrequencySpacing::kLog, kViewDirFrequencies, kViewDirFrequencies),
-      ray_dir_0_(block_, "ray_dir_fc.0", widths_.dir_in ? widths_.dir_in : 4, widths_.dir_hidden,
-                 true, options.linear_operands),
-      ray_dir_2_(block_, "ray_dir_fc.2", widths_.dir_hidden, widths_.gathered, true,
-                 options.linear_operands),
-      ref_feature_(only_if(widths_.ref_feature > 0, block_, "ref_feature_fc.0", widths_.ref_in,
-                           widths_.ref_feature, options.linear_operands)),
-      base_0_(block_, "base_fc.0", 3 * widths_.feature, widths_.base_hidden, true,
-              options.linear_operands),
-      base_2_(block_, "base_fc.2", widths_.base_hidden, widths_.x, true, options.linear_operands),
-      vis_0_(block_, "vis_fc.0", widths_.x, widths_.x, true, options.linear_operands),
-      vis_2_(block_, "vis_fc.2", widths_.x, widths_.x + 1, true, options.linear_operands),
-      vis2_0_(block_, "vis_fc2.0", widths_.x, widths_.x, true, options.linear_operands),
-      vis2_2_(block_, "vis_fc2.2", widths_.x, 1, true, options.linear_operands),
-      geometry_0_(block_, "geometry_fc.0", widths_.geometry_in, widths_.geometry_hidden, true,
-                  options.linear_operands),
-      geometry_2_(block_, "geometry_fc.2", widths_.geometry_hidden, widths_.token, true,
-                  options.linear_operands),
+      ray_dir_0_(layer("ray_dir_fc.0", widths_.dir_in ? widths_.dir_in : 4, widths_.dir_hidden)),
+      ray_dir_2_(layer("ray_dir_fc.2", widths_.dir_hidden, widths_.gathered)),
+      ref_feature_(layer_if(widths_.ref_feature > 0, "ref_feature_fc.0", widths_.ref_in,
+                            widths_.ref_feature)),
+      base_0_(layer("base_fc.0", 3 * widths_.feature, widths_.base_hidden)),
+      base_2_(layer("base_fc.2", widths_.base_hidden, widths_.x)),
+      vis_0_(layer("vis_fc.0", widths_.x, widths_.x)),
+      vis_2_(layer("vis_fc.2", widths_.x, widths_.x + 1)),
+      vis2_0_(layer("vis_fc2.0", widths_.x, widths_.x)),
+      vis2_2_(layer("vis_fc2.2", widths_.x, 1)),
+      geometry_0_(layer("geometry_fc.0", widths_.geometry_in, widths_.geometry_hidden)),
+      geometry_2_(layer("geometry_fc.2", widths_.geometry_hidden, widths_.token)),
       ray_attention_(block_, "ray_attention", widths_.heads, widths_.token, widths_.d_k,
                      widths_.d_v, options.attention_mask, options.linear_operands),
-      point_0_(only_if(widths_.point > 0, block_, "ref_pts_fc.0", widths_.point_in,
-                       widths_.point_hidden, options.linear_operands)),
-      point_2_(only_if(widths_.point > 0, block_, "ref_pts_fc.2", widths_.point_hidden,
-                       widths_.point, options.linear_operands)),
-      out_geometry_0_(block_, "out_geometry_fc.0", widths_.token, widths_.sigma_hidden, true,
-                      options.linear_operands),
-      out_geometry_2_(block_, "out_geometry_fc.2", widths_.sigma_hidden, 1, true,
-                      options.linear_operands),
-      rgb_0_(block_, "rgb_fc.0", widths_.rgb_in, widths_.rgb_hidden, true, options.linear_operands),
-      rgb_2_(block_, "rgb_fc.2", widths_.rgb_hidden, widths_.rgb_hidden2, true,
-             options.linear_operands),
-      rgb_4_(block_, "rgb_fc.4", widths_.rgb_hidden2, widths_.blend + widths_.colour, true,
-             options.linear_operands) {
+      point_0_(layer_if(widths_.point > 0, "ref_pts_fc.0", widths_.point_in, widths_.point_hidden)),
+      point_2_(layer_if(widths_.point > 0, "ref_pts_fc.2", widths_.point_hidden, widths_.point)),
+      out_geometry_0_(layer("out_geometry_fc.0", widths_.token, widths_.sigma_hidden)),
+      out_geometry_2_(layer("out_geometry_fc.2", widths_.sigma_hidden, 1)),
+      rgb_0_(layer("rgb_fc.0", widths_.rgb_in, widths_.rgb_hidden)),
+      rgb_2_(layer("rgb_fc.2", widths_.rgb_hidden, widths_.rgb_hidden2)),
+      rgb_4_(layer("rgb_fc.4", widths_.rgb_hidden2, widths_.blend + widths_.colour)) {
   if (options.feature_channels < 1 || options.n_samples_max < 1) {
     throw InvalidArgument("aggregator '" + prefix +
                           "': feature_channels and n_samples_max must be positive");

@@ -267,16 +267,23 @@ void round_rows_to_bf16(size_t rows, size_t columns, const float* from, size_t l
   }
 }
 
-void bf16_gemm(GemmForm form, size_t m, size_t n, size_t k, const uint16_t* a, const uint16_t* b,
-               bool accumulate, float* c, size_t ldc, Bf16Epilogue epilogue) {
+namespace {
+
+// The primitive a call needs, or null where there is nothing to multiply (C then handled as
+// small_gemm handles it). Built before any rounding: where oneDNN has none, the call fails first.
+Matmul* matmul_to_run(GemmForm form, size_t m, size_t n, size_t k, bool accumulate, float* c,
+                      size_t ldc, Bf16Epilogue epilogue) {
   const bool plain = !epilogue.bias && epilogue.activation == Activation::kNone;
   if (!plain && k == 0) throw InvalidArgument("bf16_gemm: a bias or an activation needs k > 0");
-  if (empty_product(m, n, k, accumulate, c, ldc)) return;
+  if (empty_product(m, n, k, accumulate, c, ldc)) return nullptr;
+  return &matmul_for(
+      {form, m, n, k, accumulate, ldc, epilogue.bias != nullptr, epilogue.activation});
+}
+
+void execute(Matmul& mm, const uint16_t* a, const uint16_t* b, float* c, const float* bias) {
   const OneThread one_thread;
   thread_local std::vector<uint8_t> scratch;
   thread_local dnnl::stream stream(cpu_engine());
-  Matmul& mm =
-      matmul_for({form, m, n, k, accumulate, ldc, epilogue.bias != nullptr, epilogue.activation});
   const size_t scratch_bytes = mm.scratchpad.get_desc().get_size();
   if (scratch.size() < scratch_bytes) scratch.resize(scratch_bytes);
   try {
@@ -288,14 +295,22 @@ void bf16_gemm(GemmForm form, size_t m, size_t n, size_t k, const uint16_t* a, c
                                          {DNNL_ARG_WEIGHTS, mm.weights},
                                          {DNNL_ARG_DST, mm.dst},
                                          {DNNL_ARG_SCRATCHPAD, mm.scratchpad}};
-    if (epilogue.bias) {
-      mm.bias.set_data_handle(const_cast<float*>(epilogue.bias));
+    if (bias) {
+      mm.bias.set_data_handle(const_cast<float*>(bias));
       args.emplace(DNNL_ARG_BIAS, mm.bias);
     }
     mm.primitive.execute(stream, args);
   } catch (const dnnl::error& e) {
     throw RuntimeFailure(std::string("oneDNN bf16 matmul failed: ") + e.what());
   }
+}
+
+}  // namespace
+
+void bf16_gemm(GemmForm form, size_t m, size_t n, size_t k, const uint16_t* a, const uint16_t* b,
+               bool accumulate, float* c, size_t ldc) {
+  if (Matmul* mm = matmul_to_run(form, m, n, k, accumulate, c, ldc, {}))
+    execute(*mm, a, b, c, nullptr);
 }
 
 FrozenWeights::FrozenWeights(const float* values, size_t count)
@@ -346,10 +361,10 @@ const uint16_t* bf16_weights(GemmForm form, size_t n, size_t k, const float* b, 
 }
 
 void bf16_gemm(GemmForm form, size_t m, size_t n, size_t k, const float* a, size_t lda,
-               const float* b, size_t ldb, bool accumulate, float* c, size_t ldc) {
-  if (empty_product(m, n, k, accumulate, c, ldc)) return;
-  // Where oneDNN has none, fail before rounding.
-  matmul_for({form, m, n, k, accumulate, ldc, false, Activation::kNone});
+               const float* b, size_t ldb, bool accumulate, float* c, size_t ldc,
+               Bf16Epilogue epilogue) {
+  Matmul* mm = matmul_to_run(form, m, n, k, accumulate, c, ldc, epilogue);
+  if (!mm) return;
   const auto [a_rows, a_columns] = a_stored(form, m, k);
   uint16_t* a16 = bf16_buffer(Bf16Buffer::kA, m * k);
   round_rows_to_bf16(a_rows, a_columns, a, lda, a16);
@@ -361,7 +376,7 @@ void bf16_gemm(GemmForm form, size_t m, size_t n, size_t k, const float* a, size
   } else {
     b16 = bf16_weights(form, n, k, b, ldb);
   }
-  bf16_gemm(form, m, n, k, a16, b16, accumulate, c, ldc);
+  execute(*mm, a16, b16, c, epilogue.bias);
 }
 
 void bf16_gemm(GemmForm form, size_t m, size_t n, size_t k, const double* a, size_t lda,

@@ -18,25 +18,27 @@
 
 namespace mvibr::nn {
 
-// C = op(bf16(A)) op(bf16(B)), or C += ... when `accumulate`; forms and strides as small_gemm's.
-void bf16_gemm(GemmForm form, size_t m, size_t n, size_t k, const float* a, size_t lda,
-               const float* b, size_t ldb, bool accumulate, float* c, size_t ldc);
-void bf16_gemm(GemmForm form, size_t m, size_t n, size_t k, const double* a, size_t lda,
-               const double* b, size_t ldb, bool accumulate, double* c, size_t ldc);
-
 // What a product can add to C in the pass that writes it (oneDNN's post-ops): a bias [n] on every
 // row, then an activation (oneDNN's: ELU from its own exp, within a few fp32 ulps of
-// Linear's). A layer's forward writes its output once instead of twice.
+// Linear's). A layer's forward writes its output once instead of twice. It needs k > 0.
 struct Bf16Epilogue {
   const float* bias = nullptr;
   Activation activation = Activation::kNone;
 };
 
+// C = op(bf16(A)) op(bf16(B)), or C += ... when `accumulate`, then the epilogue; forms and strides
+// as small_gemm's.
+void bf16_gemm(GemmForm form, size_t m, size_t n, size_t k, const float* a, size_t lda,
+               const float* b, size_t ldb, bool accumulate, float* c, size_t ldc,
+               Bf16Epilogue epilogue = {});
+void bf16_gemm(GemmForm form, size_t m, size_t n, size_t k, const double* a, size_t lda,
+               const double* b, size_t ldb, bool accumulate, double* c, size_t ldc);
+
 // The same product on operands rounded already and dense: A [m, k] ([k, m] for kTN, as small_gemm's
 // forms store them with lda its width), B [k, n] in every form (bf16_weights transposes kNT's).
-// An operand that two products share is then rounded once. An epilogue needs k > 0.
+// An operand that two products share is then rounded once.
 void bf16_gemm(GemmForm form, size_t m, size_t n, size_t k, const uint16_t* a, const uint16_t* b,
-               bool accumulate, float* c, size_t ldc, Bf16Epilogue epilogue = {});
+               bool accumulate, float* c, size_t ldc);
 
 // B of a kNN or kNT product (a layer's weights, as small_gemm's forms store them) rounded, dense
 // [k, n]. Each thread keeps the copies it made, by address and shape, and reuses one while a

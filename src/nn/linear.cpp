@@ -103,11 +103,8 @@ void Linear::forward(const T* params, size_t n, const T* x, T* y, Activation act
   if (n == 0) return;
   if constexpr (std::is_same_v<T, float>) {
     if (operands_ == Operands::kBf16) {  // the bias and the activation in oneDNN's pass
-      uint16_t* x16 = bf16_buffer(Bf16Buffer::kShared, n * size_t(in_));
-      round_rows_to_bf16(n, size_t(in_), x, size_t(in_), x16);
-      const uint16_t* w16 =
-          bf16_weights(GemmForm::kNT, size_t(out_), size_t(in_), params + weight_, size_t(in_));
-      bf16_gemm(GemmForm::kNT, n, size_t(out_), size_t(in_), x16, w16, false, y, size_t(out_),
+      bf16_gemm(GemmForm::kNT, n, size_t(out_), size_t(in_), x, size_t(in_), params + weight_,
+                size_t(in_), false, y, size_t(out_),
                 {has_bias_ ? params + bias_ : nullptr, activation});
       return;
     }

@@ -16,54 +16,30 @@
 
 #include "../../src/nn/vector_math.h"
 #include "mvibr/nn/layers.h"
-#include "mvibr/synthetic/random_scene.h"
 #include "support/bf16_operands.h"
-#include "support/empty_gemm.h"
+#include "support/gemm_problems.h"
 
 namespace mvibr::nn {
 namespace {
 
-std::vector<float> random_floats(size_t count, uint64_t seed) {
-  const std::vector<double> values = synthetic::random_values(count, -1, 1, seed);
-  return std::vector<float>(values.begin(), values.end());
-}
+using testing::gemm_form_name;
+using testing::random_floats;
 
 double rounded(float x) {
   return double(float_of(int32_t(bf16_bits(x)) << 16));
 }
 
-const char* name(GemmForm form) {
-  return form == GemmForm::kNN ? "NN" : form == GemmForm::kNT ? "NT" : "TN";
-}
-
 // A, B and C's start for C [m, n] with k steps, each leading dimension 5 more than its width.
-struct Problem {
+struct Problem : testing::GemmProblem {
   Problem(GemmForm f, size_t m_, size_t n_, size_t k_, uint64_t seed)
-      : form(f), m(m_), n(n_), k(k_) {
-    const size_t a_rows = form == GemmForm::kTN ? k : m, a_cols = form == GemmForm::kTN ? m : k;
-    const size_t b_rows = form == GemmForm::kNT ? n : k, b_cols = form == GemmForm::kNT ? k : n;
-    lda = a_cols + 5;
-    ldb = b_cols + 5;
-    ldc = n + 5;
-    a = random_floats(a_rows * lda, seed);
-    b = random_floats(b_rows * ldb, seed + 1);
-    start = random_floats(m * ldc, seed + 2);
-  }
-  float a_at(size_t i, size_t s) const {
-    return form == GemmForm::kTN ? a[s * lda + i] : a[i * lda + s];
-  }
-  float b_at(size_t s, size_t j) const {
-    return form == GemmForm::kNT ? b[j * ldb + s] : b[s * ldb + j];
-  }
+      : GemmProblem(f, m_, n_, k_, seed, 5), start(random_floats(m * ldc, seed + 2)) {}
   std::vector<float> run(bool accumulate) const {
     std::vector<float> c = start;
     bf16_gemm(form, m, n, k, a.data(), lda, b.data(), ldb, accumulate, c.data(), ldc);
     return c;
   }
 
-  GemmForm form;
-  size_t m, n, k, lda, ldb, ldc;
-  std::vector<float> a, b, start;
+  std::vector<float> start;
 };
 
 // The products of bf16 values are exact in fp32; a sum of k + 1 terms in fp32, in any order, is
@@ -96,11 +72,11 @@ TEST(Bf16Gemm, MatchesADoubleLoopOnRoundedOperandsInEveryForm) {
               }
               // The padding between rows of C is left alone.
               for (size_t j = n; j < p.ldc; ++j) {
-                ASSERT_EQ(c[i * p.ldc + j], p.start[i * p.ldc + j]) << name(form);
+                ASSERT_EQ(c[i * p.ldc + j], p.start[i * p.ldc + j]) << gemm_form_name(form);
               }
             }
-            EXPECT_LE(worst, double(k + 2) * u) << name(form) << " m " << m << " n " << n << " k "
-                                                << k << " accumulate " << accumulate;
+            EXPECT_LE(worst, double(k + 2) * u) << gemm_form_name(form) << " m " << m << " n " << n
+                                                << " k " << k << " accumulate " << accumulate;
           }
         }
       }
@@ -157,11 +133,11 @@ TEST(Bf16Gemm, RoundsEachOperandToNearestEven) {
     float c = 0;
     bf16_gemm(form, 1, 1, 2, a.data(), lda, b.data(), ldb, false, &c, 1);
     const double up = 1.0 + std::ldexp(1.0, -7);
-    EXPECT_EQ(double(c), 1.0 * up + up * 1.0) << name(form);
+    EXPECT_EQ(double(c), 1.0 * up + up * 1.0) << gemm_form_name(form);
     std::vector<double> ad(a.begin(), a.end()), bd(b.begin(), b.end());
     double cd = 0;
     bf16_gemm(form, 1, 1, 2, ad.data(), lda, bd.data(), ldb, false, &cd, 1);
-    EXPECT_EQ(cd, 1.0 * up + up * 1.0) << name(form) << " (double)";
+    EXPECT_EQ(cd, 1.0 * up + up * 1.0) << gemm_form_name(form) << " (double)";
   }
 }
 
@@ -180,7 +156,8 @@ TEST(Bf16Gemm, ACallGivesTheSameBitsOnAnyThread) {
                 each[size_t(t)].data(), p.ldc);
     }
     for (const std::vector<float>& c : each) {
-      ASSERT_EQ(std::memcmp(c.data(), alone.data(), c.size() * sizeof(float)), 0) << name(form);
+      ASSERT_EQ(std::memcmp(c.data(), alone.data(), c.size() * sizeof(float)), 0)
+          << gemm_form_name(form);
     }
   }
 }
@@ -200,7 +177,7 @@ TEST(Bf16Gemm, WeightsChangedInPlaceAreRoundedAgain) {
         return p.run(false);
       };
       const std::vector<float> first = run();
-      EXPECT_EQ(first, run()) << name(form);
+      EXPECT_EQ(first, run()) << gemm_form_name(form);
       const size_t changed = form == GemmForm::kNT ? 5 * p.ldb + 7 : 7 * p.ldb + 5;  // B^T (5, 7)
       p.b[changed] += 0.5f;
       const std::vector<float> second = run();
@@ -210,10 +187,10 @@ TEST(Bf16Gemm, WeightsChangedInPlaceAreRoundedAgain) {
           double exact = 0;
           for (size_t s = 0; s < p.k; ++s) exact += rounded(p.a_at(i, s)) * rounded(p.b_at(s, j));
           ASSERT_NEAR(second[i * p.ldc + j], exact, bound)
-              << name(form) << " frozen " << frozen << " (" << i << ", " << j << ")";
+              << gemm_form_name(form) << " frozen " << frozen << " (" << i << ", " << j << ")";
         }
       }
-      EXPECT_NE(first, second) << name(form) << " frozen " << frozen;
+      EXPECT_NE(first, second) << gemm_form_name(form) << " frozen " << frozen;
     }
   }
 }

@@ -13,49 +13,18 @@
 #include <utility>
 #include <vector>
 
-#include "mvibr/synthetic/random_scene.h"
-#include "support/empty_gemm.h"
+#include "support/gemm_problems.h"
 
 namespace mvibr::nn {
 namespace {
 
-std::vector<float> random_floats(size_t count, uint64_t seed) {
-  const std::vector<double> values = synthetic::random_values(count, -1, 1, seed);
-  return std::vector<float>(values.begin(), values.end());
-}
+using testing::gemm_form_name;
+using testing::random_floats;
 
-// op(A)'s element (i, s) and op(B)'s element (s, j) for a form.
-struct Operands {
-  GemmForm form;
-  const float* a;
-  size_t lda;
-  const float* b;
-  size_t ldb;
-  float a_at(size_t i, size_t s) const {
-    return form == GemmForm::kTN ? a[s * lda + i] : a[i * lda + s];
-  }
-  float b_at(size_t s, size_t j) const {
-    return form == GemmForm::kNT ? b[j * ldb + s] : b[s * ldb + j];
-  }
-};
-
-// A and B for C [m, n] with k steps, their leading dimensions 3 more than their widths.
-struct Problem {
+// Leading dimensions 3 more than the widths.
+struct Problem : testing::GemmProblem {
   Problem(GemmForm f, size_t m_, size_t n_, size_t k_, uint64_t seed)
-      : form(f), m(m_), n(n_), k(k_) {
-    const size_t a_rows = form == GemmForm::kTN ? k : m, a_cols = form == GemmForm::kTN ? m : k;
-    const size_t b_rows = form == GemmForm::kNT ? n : k, b_cols = form == GemmForm::kNT ? k : n;
-    lda = a_cols + 3;
-    ldb = b_cols + 3;
-    ldc = n + 3;
-    a = random_floats(a_rows * lda, seed);
-    b = random_floats(b_rows * ldb, seed + 1);
-  }
-  Operands operands() const { return {form, a.data(), lda, b.data(), ldb}; }
-
-  GemmForm form;
-  size_t m, n, k, lda, ldb, ldc;
-  std::vector<float> a, b;
+      : GemmProblem(f, m_, n_, k_, seed, 3) {}
 };
 
 class SmallGemm : public ::testing::TestWithParam<GemmIsa> {
@@ -67,10 +36,6 @@ class SmallGemm : public ::testing::TestWithParam<GemmIsa> {
   // cblas_sgemm (builds for baseline x86-64) makes no promise of an order.
   bool fixed_order() const { return GetParam() != GemmIsa::kBlas; }
 };
-
-const char* name(GemmForm form) {
-  return form == GemmForm::kNN ? "NN" : form == GemmForm::kNT ? "NT" : "TN";
-}
 
 // A recursive float sum of k + 1 terms (C's start and k products, each FMA one rounding) is
 // within (k + 1) u (1 + O(k u)) of the exact sum relative to the sum of the terms' magnitudes,
@@ -85,7 +50,6 @@ TEST_P(SmallGemm, MatchesADoubleLoopInEveryFormAroundTheTile) {
         for (size_t k : {size_t(1), size_t(4), size_t(9), size_t(35), size_t(64), size_t(150)}) {
           for (bool accumulate : {false, true}) {
             const Problem p(form, m, n, k, seed++);
-            const Operands op = p.operands();
             const std::vector<float> start = random_floats(m * p.ldc, seed++);
             std::vector<float> c = start;
             gemm(form, m, n, k, p.a.data(), p.lda, p.b.data(), p.ldb, accumulate, c.data(), p.ldc);
@@ -94,15 +58,15 @@ TEST_P(SmallGemm, MatchesADoubleLoopInEveryFormAroundTheTile) {
               for (size_t j = 0; j < n; ++j) {
                 double exact = accumulate ? start[i * p.ldc + j] : 0, magnitude = std::abs(exact);
                 for (size_t s = 0; s < k; ++s) {
-                  const double term = double(op.a_at(i, s)) * op.b_at(s, j);
+                  const double term = double(p.a_at(i, s)) * p.b_at(s, j);
                   exact += term;
                   magnitude += std::abs(term);
                 }
                 worst = std::max(worst, std::abs(c[i * p.ldc + j] - exact) / magnitude);
               }
             }
-            EXPECT_LE(worst, double(k + 2) * u) << name(form) << " m " << m << " n " << n << " k "
-                                                << k << " accumulate " << accumulate;
+            EXPECT_LE(worst, double(k + 2) * u) << gemm_form_name(form) << " m " << m << " n " << n
+                                                << " k " << k << " accumulate " << accumulate;
             // The padding between rows of C is left alone.
             for (size_t i = 0; i < m; ++i) {
               for (size_t j = n; j < p.ldc; ++j) ASSERT_EQ(c[i * p.ldc + j], start[i * p.ldc + j]);
@@ -148,8 +112,9 @@ TEST_P(SmallGemm, AnElementIsTheSameBitsWhateverTheCallAroundIt) {
                 ASSERT_EQ(std::memcmp(part.data() + i * p.ldc + j0, whole.data() + i * p.ldc + j0,
                                       cols * sizeof(float)),
                           0)
-                    << name(form) << " accumulate " << accumulate << " rows [" << i0 << ", "
-                    << i0 + rows << ") columns [" << j0 << ", " << j0 + cols << ") row " << i;
+                    << gemm_form_name(form) << " accumulate " << accumulate << " rows [" << i0
+                    << ", " << i0 + rows << ") columns [" << j0 << ", " << j0 + cols << ") row "
+                    << i;
               }
             }
           }
@@ -169,17 +134,16 @@ TEST_P(SmallGemm, EachElementIsOneFusedChainOverK) {
       for (bool accumulate : {false, true}) {
         const size_t k = 700;
         const Problem p(form, m, n, k, 13);
-        const Operands op = p.operands();
         std::vector<float> c = random_floats(m * p.ldc, 15);
         const std::vector<float> start = c;
         gemm(form, m, n, k, p.a.data(), p.lda, p.b.data(), p.ldb, accumulate, c.data(), p.ldc);
         for (size_t i = 0; i < m; ++i) {
           for (size_t j = 0; j < n; ++j) {
             float chain = 0;
-            for (size_t s = 0; s < k; ++s) chain = std::fma(op.a_at(i, s), op.b_at(s, j), chain);
+            for (size_t s = 0; s < k; ++s) chain = std::fma(p.a_at(i, s), p.b_at(s, j), chain);
             if (accumulate) chain += start[i * p.ldc + j];
             ASSERT_EQ(c[i * p.ldc + j], chain)
-                << name(form) << " m " << m << " n " << n << " accumulate " << accumulate
+                << gemm_form_name(form) << " m " << m << " n " << n << " accumulate " << accumulate
                 << " element (" << i << ", " << j << ")";
           }
         }
@@ -202,7 +166,7 @@ TEST_P(SmallGemm, AccumulatingAddsTheProductToC) {
       for (size_t j = 0; j < n; ++j) {
         const float expected = start[i * p.ldc + j] + product[i * p.ldc + j];
         ASSERT_EQ(std::memcmp(&sum[i * p.ldc + j], &expected, sizeof(float)), 0)
-            << name(form) << " (" << i << ", " << j << ")";
+            << gemm_form_name(form) << " (" << i << ", " << j << ")";
       }
     }
   }

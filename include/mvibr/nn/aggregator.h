@@ -243,6 +243,11 @@ class IbrnetAggregator {
   void density_backward(const T* params, T* grads, const Activations<T>& a, const T* grad_sigma,
                         T* grad_xyz) const;
 
+  // A layer of this network (with a bias, on options_.linear_operands) in block_; none where
+  // `present` is false. For the constructor, after options_ and block_.
+  Linear layer(const std::string& name, int in, int out);
+  std::optional<Linear> layer_if(bool present, const std::string& name, int in, int out);
+
   AggregatorOptions options_;
   AggregatorWidths widths_;
   ParameterBlock block_;
